@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"molt.dev/pkg/devcluster"
+)
+
+// stackConfig is the fixed shape of the local stack; ports can be moved with
+// environment variables if they clash with something on the machine.
+type stackConfig struct {
+	root     string
+	binDir   string
+	stateDir string
+	natsPort int
+	cluster  devcluster.Config
+}
+
+// services are molt's five services with their default health addresses.
+var services = []struct{ name, addr string }{
+	{"selector", "127.0.0.1:9101"},
+	{"patcher", "127.0.0.1:9102"},
+	{"hookrunner", "127.0.0.1:9103"},
+	{"podcycler", "127.0.0.1:9104"},
+	{"statusagg", "127.0.0.1:9105"},
+}
+
+// stopOrder stops dependents before what they depend on.
+var stopOrder = []string{"selector", "patcher", "hookrunner", "podcycler", "statusagg", "molt-devnode", "nats-server", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"}
+
+func loadConfig() (stackConfig, error) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return stackConfig{}, err
+	}
+	state := envOr("MOLT_STATE_DIR", filepath.Join(root, ".molt"))
+	c := stackConfig{root: root, binDir: filepath.Join(root, "bin"), stateDir: state}
+	ports := map[string]*int{"MOLT_NATS_PORT": &c.natsPort, "MOLT_ETCD_PORT": &c.cluster.EtcdPort, "MOLT_ETCD_PEER_PORT": &c.cluster.EtcdPeerPort, "MOLT_APISERVER_PORT": &c.cluster.APIServerPort}
+	defaults := map[string]int{"MOLT_NATS_PORT": 4222, "MOLT_ETCD_PORT": 23790, "MOLT_ETCD_PEER_PORT": 23800, "MOLT_APISERVER_PORT": 16443}
+	for key, p := range ports {
+		*p = defaults[key]
+		if v := os.Getenv(key); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 || n > 65535 {
+				return stackConfig{}, fmt.Errorf("env %s=%q: not a port number", key, v)
+			}
+			*p = n
+		}
+	}
+	c.cluster.BinDir = c.binDir
+	c.cluster.StateDir = state
+	c.cluster.Nodes = 3
+	c.cluster.KwokConfig = filepath.Join(root, "deploy", "kwok", "stages.yaml")
+	c.cluster.CRDDir = filepath.Join(root, "deploy", "crds")
+	c.cluster.Detach = true
+	c.cluster.Logf = func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
+	return c, nil
+}
+
+func (c stackConfig) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort) }
+
+func up(c stackConfig) error {
+	pids, err := devcluster.ReadPidFiles(c.cluster.PidDir())
+	if err != nil {
+		return err
+	}
+	if len(pids) > 0 {
+		if allAlive(pids) && len(pids) == len(stopOrder) {
+			fmt.Println("molt local stack is already running.")
+			printNext(c)
+			return nil
+		}
+		fmt.Println("a previous stack is partly running; stopping it first")
+		if err := down(c); err != nil {
+			return err
+		}
+	}
+	fmt.Println("starting the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := devcluster.Start(ctx, c.cluster); err != nil {
+		_ = down(c)
+		return err
+	}
+	fmt.Printf("starting NATS with JetStream on %s (store %s)\n", c.natsURL(), filepath.Join(c.stateDir, "nats"))
+	if _, err := c.cluster.Launch("nats-server", filepath.Join(c.binDir, "nats-server"), []string{
+		"-a", "127.0.0.1", "-p", strconv.Itoa(c.natsPort), "-js", "-sd", filepath.Join(c.stateDir, "nats"), "-n", "molt-local",
+	}, nil); err != nil {
+		_ = down(c)
+		return err
+	}
+	kubeconfig := c.cluster.KubeconfigPath()
+	if _, err := c.cluster.Launch("molt-devnode", filepath.Join(c.binDir, "molt-devnode"), []string{"--kubeconfig=" + kubeconfig}, nil); err != nil {
+		_ = down(c)
+		return err
+	}
+	fmt.Println("starting molt's services")
+	for _, s := range services {
+		if _, err := c.cluster.Launch(s.name, filepath.Join(c.binDir, s.name), []string{
+			"--kubeconfig=" + kubeconfig, "--nats-url=" + c.natsURL(), "--http-addr=" + s.addr,
+		}, nil); err != nil {
+			_ = down(c)
+			return err
+		}
+	}
+	for _, s := range services {
+		if err := waitReady(ctx, s.name, "http://"+s.addr+"/readyz", filepath.Join(c.cluster.LogDir(), s.name+".log")); err != nil {
+			_ = down(c)
+			return err
+		}
+		fmt.Printf("  %s ready (http://%s/metrics)\n", s.name, s.addr)
+	}
+	printNext(c)
+	return nil
+}
+
+func printNext(c stackConfig) {
+	fmt.Printf(`
+molt is up. Next:
+  export KUBECONFIG=%s
+  export PATH=%s:$PATH
+  kubectl get nodes
+  kubectl get suo,sbx,sbs,cp -A
+  make status    # what runs; logs are in %s
+  make down      # stop it all
+`, c.cluster.KubeconfigPath(), c.binDir, c.cluster.LogDir())
+}
+
+func down(c stackConfig) error {
+	pids, err := devcluster.ReadPidFiles(c.cluster.PidDir())
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(pids, func(a, b devcluster.PidFile) int {
+		return rank(a.Name) - rank(b.Name)
+	})
+	var errs []error
+	for _, p := range pids {
+		alive := p.Alive()
+		if err := p.StopPid(5 * time.Second); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if alive {
+			fmt.Printf("stopped %s (pid %d)\n", p.Name, p.Pid)
+		}
+	}
+	if len(pids) == 0 {
+		fmt.Println("nothing to stop")
+	}
+	return errors.Join(errs...)
+}
+
+func status(c stackConfig) error {
+	pids, err := devcluster.ReadPidFiles(c.cluster.PidDir())
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		fmt.Println("molt local stack is not running (start it with `make up`)")
+		return nil
+	}
+	slices.SortStableFunc(pids, func(a, b devcluster.PidFile) int { return rank(b.Name) - rank(a.Name) })
+	for _, p := range pids {
+		state := "running"
+		if !p.Alive() {
+			state = "NOT RUNNING (see " + filepath.Join(c.cluster.LogDir(), p.Name+".log") + ")"
+		}
+		fmt.Printf("%-24s pid %-8d %s\n", p.Name, p.Pid, state)
+	}
+	fmt.Printf("\nKUBECONFIG=%s  NATS=%s\n", c.cluster.KubeconfigPath(), c.natsURL())
+	return nil
+}
+
+func allAlive(pids []devcluster.PidFile) bool {
+	for _, p := range pids {
+		if !p.Alive() {
+			return false
+		}
+	}
+	return true
+}
+
+func rank(name string) int {
+	if i := slices.Index(stopOrder, name); i >= 0 {
+		return i
+	}
+	return -1
+}
+
+func waitReady(ctx context.Context, name, url, log string) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready at %s after 60s: %s (see %s)", name, url, last, log)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,246 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	ce "github.com/cloudevents/sdk-go/v2/event"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// CloudEvent types: reverse-DNS and versioned. A breaking change to a payload gets a new
+// version (….v2) next to the old one; consumers decode only the types listed here.
+const (
+	// TypeRequested asks for one sandbox to be upgraded. Producer: selector. Consumer: patcher.
+	TypeRequested = "dev.molt.sandbox.requested.v1"
+	// TypePatched says the sandbox template now carries the patch. Producer: patcher.
+	// Consumer: hookrunner (runs preUpgrade).
+	TypePatched = "dev.molt.sandbox.patched.v1"
+	// TypePreHookDone says preUpgrade succeeded (or there was none) on the old pod.
+	// Producer: hookrunner. Consumer: podcycler (checkpoints and recreates the pod).
+	TypePreHookDone = "dev.molt.sandbox.prehook.done.v1"
+	// TypePodReady says the new pod of the target revision is Ready. Producer: podcycler.
+	// Consumer: hookrunner (runs postUpgrade).
+	TypePodReady = "dev.molt.sandbox.pod.ready.v1"
+	// TypePostHookDone ends a sandbox's upgrade successfully. Producer: hookrunner.
+	// Consumers: statusagg (status, Events, metrics) and selector (frees maxUnavailable budget).
+	TypePostHookDone = "dev.molt.sandbox.posthook.done.v1"
+	// TypeFailed ends a sandbox's upgrade in a stage's failure reason (Data.Reason, Data.Message).
+	// Producer: any stage. Consumers: statusagg and selector.
+	TypeFailed = "dev.molt.sandbox.failed.v1"
+	// TypeStageStarted reports progress: a stage (Data.Stage) began work on the sandbox.
+	// Producer: any stage. Consumer: statusagg.
+	TypeStageStarted = "dev.molt.sandbox.stage.started.v1"
+)
+
+// Subject tokens: the last token of a sandbox subject, one per type. Dot-free by design so
+// filters such as molt.*.*.patched stay exact.
+const (
+	TokenRequested    = "requested"     // TypeRequested
+	TokenPatched      = "patched"       // TypePatched
+	TokenPreHookDone  = "prehook-done"  // TypePreHookDone
+	TokenPodReady     = "pod-ready"     // TypePodReady
+	TokenPostHookDone = "posthook-done" // TypePostHookDone
+	TokenFailed       = "failed"        // TypeFailed
+	TokenStageStarted = "stage-started" // TypeStageStarted
+)
+
+var typeTokens = map[string]string{
+	TypeRequested:    TokenRequested,
+	TypePatched:      TokenPatched,
+	TypePreHookDone:  TokenPreHookDone,
+	TypePodReady:     TokenPodReady,
+	TypePostHookDone: TokenPostHookDone,
+	TypeFailed:       TokenFailed,
+	TypeStageStarted: TokenStageStarted,
+}
+
+// TokenFor returns the subject token of a known event type.
+func TokenFor(eventType string) (string, bool) {
+	tok, ok := typeTokens[eventType]
+	return tok, ok
+}
+
+// MediaType is the Content-Type header of every message: a structured-mode CloudEvent.
+const MediaType = "application/cloudevents+json"
+
+// dataContentType is the CloudEvent datacontenttype of Data.
+const dataContentType = "application/json"
+
+// ErrUndecodable marks a message that is not a valid molt CloudEvent (a poison message).
+var ErrUndecodable = errors.New("undecodable event")
+
+// OpsRef names the SandboxUpdateOps (in the sandbox's namespace) that drives the upgrade.
+// Both fields are empty for a direct upgrade (Sandbox upgradePolicy, SandboxSet rollout).
+type OpsRef struct {
+	Name string    `json:"name,omitempty"`
+	UID  types.UID `json:"uid,omitempty"`
+}
+
+// SandboxRef names the sandbox an event is about.
+type SandboxRef struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// Data is the JSON payload (CloudEvent data) of every molt event.
+type Data struct {
+	Ops     OpsRef     `json:"ops"`
+	Sandbox SandboxRef `json:"sandbox"`
+	// Attempt identifies one try of one sandbox's upgrade within one ops; a new try (or a
+	// direct upgrade to a new revision) uses a new attempt id. Part of the message id.
+	Attempt string `json:"attempt"`
+	// Stage is the Upgrading condition reason of the stage that produced or is reported by
+	// the event (PreUpgrade, Checkpointing, UpgradePod, PostUpgrade, Resuming, ...).
+	// Required for TypeFailed and TypeStageStarted. Part of the message id.
+	Stage string `json:"stage,omitempty"`
+	// Reason and Message explain a failure (TypeFailed), e.g. PreUpgradeFailed and
+	// "hook failed with exit code 3, stderr: ...". Reason is required for TypeFailed.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+
+	// Optional, set by the stage that knows them.
+	TargetRevision string    `json:"targetRevision,omitempty"` // patcher onwards: the patched template hash
+	OldPodUID      types.UID `json:"oldPodUID,omitempty"`      // hookrunner (pre), podcycler
+	NewPodUID      types.UID `json:"newPodUID,omitempty"`      // podcycler, hookrunner (post)
+	HookExitCode   *int32    `json:"hookExitCode,omitempty"`   // hookrunner
+}
+
+// Event is one molt CloudEvent.
+type Event struct {
+	// Type is one of the Type constants.
+	Type string
+	// ID, Source and Time are filled in by Publisher.Publish (ID = MessageID, Source = the
+	// publisher's service, Time = now unless set) and read back by Decode.
+	ID     string
+	Source string
+	Time   time.Time
+	Data   Data
+}
+
+// SandboxKey is the CloudEvent subject attribute: <namespace>/<name>.
+func (e Event) SandboxKey() string {
+	return e.Data.Sandbox.Namespace + "/" + e.Data.Sandbox.Name
+}
+
+// Subject is the NATS subject the event is published on.
+func (e Event) Subject() (string, error) {
+	tok, ok := TokenFor(e.Type)
+	if !ok {
+		return "", fmt.Errorf("event subject: unknown type %q", e.Type)
+	}
+	return SandboxSubject(e.Data.Sandbox.Namespace, e.Data.Sandbox.Name, tok), nil
+}
+
+// MessageID is the deterministic id of ev, used both as CloudEvent id and as JetStream
+// Nats-Msg-Id: a hash of (ops uid, sandbox uid, attempt, type, stage). Stage is included
+// because one attempt reports stage-started (and may fail) once per stage. A handler that is
+// redelivered and publishes again produces the same id, and JetStream drops the copy within
+// the stream's duplicate window.
+func MessageID(ev Event) string {
+	h := sha256.New()
+	for _, f := range []string{string(ev.Data.Ops.UID), string(ev.Data.Sandbox.UID), ev.Data.Attempt, ev.Type, ev.Data.Stage} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Validate checks what every consumer relies on.
+func (e Event) Validate() error {
+	d := e.Data
+	var missing []string
+	if _, ok := typeTokens[e.Type]; !ok {
+		return fmt.Errorf("unknown event type %q", e.Type)
+	}
+	if d.Sandbox.Namespace == "" {
+		missing = append(missing, "sandbox.namespace")
+	}
+	if d.Sandbox.Name == "" {
+		missing = append(missing, "sandbox.name")
+	}
+	if d.Sandbox.UID == "" {
+		missing = append(missing, "sandbox.uid")
+	}
+	if d.Attempt == "" {
+		missing = append(missing, "attempt")
+	}
+	if (d.Ops.Name == "") != (d.Ops.UID == "") {
+		missing = append(missing, "ops.name and ops.uid together")
+	}
+	if (e.Type == TypeFailed || e.Type == TypeStageStarted) && d.Stage == "" {
+		missing = append(missing, "stage")
+	}
+	if e.Type == TypeFailed && d.Reason == "" {
+		missing = append(missing, "reason")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("event %s for %s: missing %v", e.Type, e.SandboxKey(), missing)
+	}
+	return nil
+}
+
+// Encode renders ev as a structured-mode JSON CloudEvent (specversion 1.0). ID, Source and
+// Time must be set; Publisher.Publish sets them.
+func Encode(ev Event) ([]byte, error) {
+	if err := ev.Validate(); err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	if ev.ID == "" || ev.Source == "" || ev.Time.IsZero() {
+		return nil, fmt.Errorf("encode event %s for %s: id, source and time must be set", ev.Type, ev.SandboxKey())
+	}
+	c := ce.New(ce.CloudEventsVersionV1)
+	c.SetID(ev.ID)
+	c.SetSource(ev.Source)
+	c.SetType(ev.Type)
+	c.SetSubject(ev.SandboxKey())
+	c.SetTime(ev.Time)
+	if err := c.SetData(dataContentType, ev.Data); err != nil {
+		return nil, fmt.Errorf("encode event %s for %s: %w", ev.Type, ev.SandboxKey(), err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("encode event %s for %s: %w", ev.Type, ev.SandboxKey(), err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %s for %s: %w", ev.Type, ev.SandboxKey(), err)
+	}
+	return b, nil
+}
+
+// Decode parses a structured-mode JSON CloudEvent produced by Encode. Every failure wraps
+// ErrUndecodable: the message can never be handled and is a poison message.
+func Decode(body []byte) (Event, error) {
+	var c ce.Event
+	if err := json.Unmarshal(body, &c); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	if err := c.Validate(); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	if c.SpecVersion() != ce.CloudEventsVersionV1 {
+		return Event{}, fmt.Errorf("%w: specversion %q", ErrUndecodable, c.SpecVersion())
+	}
+	if ct := c.DataContentType(); ct != dataContentType {
+		return Event{}, fmt.Errorf("%w: datacontenttype %q, want %s", ErrUndecodable, ct, dataContentType)
+	}
+	ev := Event{Type: c.Type(), ID: c.ID(), Source: c.Source(), Time: c.Time()}
+	if err := c.DataAs(&ev.Data); err != nil {
+		return Event{}, fmt.Errorf("%w: data: %w", ErrUndecodable, err)
+	}
+	if err := ev.Validate(); err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	if c.Subject() != ev.SandboxKey() {
+		return Event{}, fmt.Errorf("%w: subject %q does not match sandbox %s", ErrUndecodable, c.Subject(), ev.SandboxKey())
+	}
+	return ev, nil
+}

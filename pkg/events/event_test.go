@@ -1,0 +1,202 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current encoder")
+
+func exitCode(c int32) *int32 { return &c }
+
+// sampleEvent is a fully populated event with the fields Publisher would fill in.
+func sampleEvent(typ string) Event {
+	ev := Event{
+		Type:   typ,
+		Source: ConsumerHookRunner,
+		Time:   time.Date(2026, 5, 4, 12, 30, 0, 0, time.UTC),
+		Data: Data{
+			Ops:     OpsRef{Name: "upgrade-web", UID: "11111111-1111-1111-1111-111111111111"},
+			Sandbox: SandboxRef{Namespace: "team-a", Name: "web.v1", UID: "22222222-2222-2222-2222-222222222222"},
+			Attempt: "1",
+			Stage:   "PreUpgrade",
+		},
+	}
+	if typ == TypeFailed {
+		ev.Data.Reason = "PreUpgradeFailed"
+		ev.Data.Message = "hook failed with exit code 3, stderr: disk full, stdout: "
+		ev.Data.HookExitCode = exitCode(3)
+		ev.Data.OldPodUID = "33333333-3333-3333-3333-333333333333"
+	}
+	ev.ID = MessageID(ev)
+	return ev
+}
+
+// TestEncodeGolden pins the wire format (what `nats stream view` shows) for two events.
+func TestEncodeGolden(t *testing.T) {
+	for _, typ := range []string{TypePatched, TypeFailed} {
+		tok, _ := TokenFor(typ)
+		t.Run(tok, func(t *testing.T) {
+			body, err := Encode(sampleEvent(typ))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, body, "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			pretty.WriteByte('\n')
+			path := filepath.Join("testdata", tok+".golden.json")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run: go test ./events/ -run TestEncodeGolden -update)", err)
+			}
+			if !bytes.Equal(pretty.Bytes(), want) {
+				t.Fatalf("encoding of %s changed (rerun with -update if intended):\n%s\nwant:\n%s", typ, pretty.Bytes(), want)
+			}
+		})
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	for typ := range typeTokens {
+		ev := sampleEvent(typ)
+		if typ == TypeFailed || typ == TypeStageStarted {
+			ev.Data.Stage = "UpgradePod"
+		}
+		body, err := Encode(ev)
+		if err != nil {
+			t.Fatalf("Encode(%s): %v", typ, err)
+		}
+		got, err := Decode(body)
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", typ, err)
+		}
+		if !got.Time.Equal(ev.Time) {
+			t.Errorf("%s: time %v, want %v", typ, got.Time, ev.Time)
+		}
+		got.Time = ev.Time
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(ev)
+		if !bytes.Equal(gj, wj) {
+			t.Errorf("%s: round trip\n got %s\nwant %s", typ, gj, wj)
+		}
+	}
+}
+
+func TestEncodeRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Event)
+		want   string
+	}{
+		{"unknown type", func(e *Event) { e.Type = "dev.molt.sandbox.unknown.v1" }, "unknown event type"},
+		{"no sandbox uid", func(e *Event) { e.Data.Sandbox.UID = "" }, "sandbox.uid"},
+		{"no namespace", func(e *Event) { e.Data.Sandbox.Namespace = "" }, "sandbox.namespace"},
+		{"no attempt", func(e *Event) { e.Data.Attempt = "" }, "attempt"},
+		{"ops name without uid", func(e *Event) { e.Data.Ops.UID = "" }, "ops.name and ops.uid"},
+		{"failed without reason", func(e *Event) { e.Data.Reason = "" }, "reason"},
+		{"failed without stage", func(e *Event) { e.Data.Stage = "" }, "stage"},
+		{"no id", func(e *Event) { e.ID = "" }, "id, source and time"},
+		{"no time", func(e *Event) { e.Time = time.Time{} }, "id, source and time"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := sampleEvent(TypeFailed)
+			tt.mutate(&ev)
+			_, err := Encode(ev)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Encode: err %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+	direct := sampleEvent(TypePatched)
+	direct.Data.Ops = OpsRef{}
+	if _, err := Encode(direct); err != nil {
+		t.Errorf("direct upgrade without ops: %v", err)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good, err := Encode(sampleEvent(TypePatched))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replace := func(old, new string) []byte { return bytes.Replace(good, []byte(old), []byte(new), 1) }
+	tests := []struct {
+		name string
+		body []byte
+	}{
+		{"not json", []byte("{not json")},
+		{"empty", nil},
+		{"json but not a cloudevent", []byte(`{"hello":"world"}`)},
+		{"old specversion", replace(`"specversion":"1.0"`, `"specversion":"0.3"`)},
+		{"unknown type", replace(TypePatched, "dev.molt.sandbox.other.v1")},
+		{"subject mismatch", replace(`"subject":"team-a/web.v1"`, `"subject":"team-a/other"`)},
+		{"data not an object", []byte(`{"specversion":"1.0","id":"x","source":"s","type":"` + TypePatched +
+			`","subject":"a/b","datacontenttype":"application/json","data":"just a string"}`)},
+		{"missing sandbox uid", replace(`"uid":"22222222-2222-2222-2222-222222222222"`, `"uid":""`)},
+		{"wrong content type", replace(`"datacontenttype":"application/json"`, `"datacontenttype":"text/plain"`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if bytes.Equal(tt.body, good) {
+				t.Fatalf("test body unchanged; fix the replacement")
+			}
+			ev, err := Decode(tt.body)
+			if !errors.Is(err, ErrUndecodable) {
+				t.Fatalf("Decode = %+v, %v; want ErrUndecodable", ev, err)
+			}
+		})
+	}
+}
+
+func TestMessageID(t *testing.T) {
+	base := sampleEvent(TypeStageStarted)
+	if MessageID(base) != MessageID(base) || len(MessageID(base)) != 32 {
+		t.Fatalf("MessageID not deterministic 32 hex chars: %q", MessageID(base))
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Event)
+	}{
+		{"ops uid", func(e *Event) { e.Data.Ops.UID = "x" }},
+		{"sandbox uid", func(e *Event) { e.Data.Sandbox.UID = "x" }},
+		{"attempt", func(e *Event) { e.Data.Attempt = "2" }},
+		{"type", func(e *Event) { e.Type = TypeFailed }},
+		{"stage", func(e *Event) { e.Data.Stage = "PostUpgrade" }},
+		{"field boundary", func(e *Event) { e.Data.Attempt, e.Data.Stage = "1P", "reUpgrade" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := base
+			tt.mutate(&ev)
+			if MessageID(ev) == MessageID(base) {
+				t.Fatalf("changing %s kept the id", tt.name)
+			}
+		})
+	}
+	// Fields outside the identity do not change it: a republish with a new time or message
+	// is the same event.
+	later := base
+	later.Time = base.Time.Add(time.Hour)
+	later.Data.Message = "retried"
+	if MessageID(later) != MessageID(base) {
+		t.Fatalf("time or message changed the id")
+	}
+}

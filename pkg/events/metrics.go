@@ -1,0 +1,74 @@
+package events
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts what Publisher and Consume do. A nil *Metrics records nothing, so tests and
+// tools may leave it out.
+type Metrics struct {
+	published      *prometheus.CounterVec
+	handled        *prometheus.CounterVec
+	handleDuration *prometheus.HistogramVec
+}
+
+// Publish result label values of molt_events_published_total.
+const (
+	publishStored    = "stored"    // new message in the stream
+	publishDuplicate = "duplicate" // dropped by the duplicate window (same Nats-Msg-Id)
+	publishError     = "error"     // not acknowledged by the server
+)
+
+// typeUnknown is the type label of a message that could not be decoded.
+const typeUnknown = "unknown"
+
+// NewMetrics creates the package's collectors and registers them on reg (not the global
+// registry, so tests and several services in one process do not collide).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "molt",
+			Subsystem: "events",
+			Name:      "published_total",
+			Help:      "Events published to JetStream, by CloudEvent type and result (stored, duplicate, error).",
+		}, []string{"type", "result"}),
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "molt",
+			Subsystem: "events",
+			Name:      "handled_total",
+			Help:      "Events handled by a consumer, by consumer, CloudEvent type and result (ack, retry, permanent, poison, exhausted).",
+		}, []string{"consumer", "type", "result"}),
+		handleDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "molt",
+			Subsystem: "events",
+			Name:      "handle_duration_seconds",
+			Help:      "Time a handler took for one event, by consumer and CloudEvent type.",
+			// Handlers range from a status write (ms) to a hook or pod wait (minutes).
+			Buckets: []float64{.005, .025, .1, .5, 1, 5, 15, 60, 180, 600},
+		}, []string{"consumer", "type"}),
+	}
+	for _, c := range []prometheus.Collector{m.published, m.handled, m.handleDuration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register events metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) recordPublish(eventType, result string) {
+	if m == nil {
+		return
+	}
+	m.published.WithLabelValues(eventType, result).Inc()
+}
+
+func (m *Metrics) recordHandled(consumer, eventType, result string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.handled.WithLabelValues(consumer, eventType, result).Inc()
+	m.handleDuration.WithLabelValues(consumer, eventType).Observe(took.Seconds())
+}

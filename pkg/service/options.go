@@ -1,0 +1,98 @@
+package service
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Options are the settings every service takes. Each has a flag and an
+// environment variable fallback (flag wins), so the same binary runs from a
+// shell, from `make up` and as a Deployment.
+type Options struct {
+	// Name is the service name; it labels logs, metrics and the NATS connection.
+	Name string
+	// Kubeconfig is the path of a kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// NATSURL is the NATS server URL.
+	NATSURL string
+	// HTTPAddr is where /healthz, /readyz and /metrics are served.
+	HTTPAddr string
+	// KubeQPS and KubeBurst set client-go's client-side rate limit.
+	KubeQPS   float64
+	KubeBurst int
+	// ShutdownTimeout bounds how long a clean shutdown may take.
+	ShutdownTimeout time.Duration
+
+	envErrs []error
+}
+
+// RegisterFlags adds the common flags to fs with defaults taken from the
+// environment. defaultAddr is the service's own default listen address.
+func (o *Options) RegisterFlags(fs *flag.FlagSet, name, defaultAddr string) {
+	o.Name = name
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.envString("KUBECONFIG", ""), "path to a kubeconfig file; empty means in-cluster config (env KUBECONFIG)")
+	fs.StringVar(&o.NATSURL, "nats-url", o.envString("MOLT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env MOLT_NATS_URL)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.envString("MOLT_HTTP_ADDR", defaultAddr), "address for /healthz, /readyz and /metrics (env MOLT_HTTP_ADDR)")
+	fs.Float64Var(&o.KubeQPS, "kube-qps", o.envFloat("MOLT_KUBE_QPS", 200), "client-side QPS limit towards the API server (env MOLT_KUBE_QPS)")
+	fs.IntVar(&o.KubeBurst, "kube-burst", int(o.envFloat("MOLT_KUBE_BURST", 400)), "client-side burst towards the API server (env MOLT_KUBE_BURST)")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.envDuration("MOLT_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a clean shutdown may take (env MOLT_SHUTDOWN_TIMEOUT)")
+}
+
+// Validate reports the first setting that cannot work, naming its flag.
+func (o *Options) Validate() error {
+	if len(o.envErrs) > 0 {
+		return errors.Join(o.envErrs...)
+	}
+	switch {
+	case o.Name == "":
+		return fmt.Errorf("service name is empty")
+	case o.NATSURL == "":
+		return fmt.Errorf("flag --nats-url: must not be empty")
+	case o.HTTPAddr == "":
+		return fmt.Errorf("flag --http-addr: must not be empty")
+	case o.KubeQPS <= 0:
+		return fmt.Errorf("flag --kube-qps=%v: must be greater than 0", o.KubeQPS)
+	case o.KubeBurst <= 0:
+		return fmt.Errorf("flag --kube-burst=%d: must be greater than 0", o.KubeBurst)
+	case o.ShutdownTimeout <= 0:
+		return fmt.Errorf("flag --shutdown-timeout=%s: must be greater than 0", o.ShutdownTimeout)
+	}
+	return nil
+}
+
+func (o *Options) envString(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func (o *Options) envFloat(key string, def float64) float64 {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		o.envErrs = append(o.envErrs, fmt.Errorf("env %s=%q: not a number", key, v))
+		return def
+	}
+	return f
+}
+
+func (o *Options) envDuration(key string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		o.envErrs = append(o.envErrs, fmt.Errorf("env %s=%q: not a duration such as 30s", key, v))
+		return def
+	}
+	return d
+}

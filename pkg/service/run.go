@@ -1,0 +1,178 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// Runtime is what a running service gets from the frame: clients for both
+// worlds, a metrics registry and a place to add readiness checks.
+type Runtime struct {
+	Options    Options
+	RestConfig *rest.Config
+	Kube       kubernetes.Interface
+	NATS       *nats.Conn
+	JetStream  jetstream.JetStream
+	Registry   *prometheus.Registry
+	// Addr is the address the HTTP server actually listens on.
+	Addr string
+
+	mu     sync.Mutex
+	checks map[string]func() error
+}
+
+// AddReadyCheck adds a named check to /readyz; the service is ready only when
+// every check returns nil.
+func (r *Runtime) AddReadyCheck(name string, check func() error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks[name] = check
+}
+
+// Ready runs every readiness check and returns the first failure.
+func (r *Runtime) Ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, check := range r.checks {
+		if err := check(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Run connects to Kubernetes and NATS, serves health and metrics, and calls
+// body with the Runtime. It returns when body returns (normally after ctx is
+// cancelled), after shutting the HTTP server down and draining NATS.
+func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *Runtime) error) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("service", opts.Name)
+	ctx = klog.NewContext(ctx, logger)
+
+	restConfig, err := LoadRestConfig(opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	restConfig.QPS = float32(opts.KubeQPS)
+	restConfig.Burst = opts.KubeBurst
+	restConfig.UserAgent = "molt-" + opts.Name
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("build kubernetes client: %w", err)
+	}
+
+	nc, err := nats.Connect(opts.NATSURL,
+		nats.Name("molt-"+opts.Name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond),
+	)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s (flag --nats-url): %w", opts.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open JetStream on %s: %w", opts.NATSURL, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rt := &Runtime{
+		Options: opts, RestConfig: restConfig, Kube: kube, NATS: nc, JetStream: js, Registry: reg,
+		checks: map[string]func() error{},
+	}
+	rt.AddReadyCheck("kubernetes", func() error { return pingKube(ctx, kube) })
+	rt.AddReadyCheck("nats", func() error {
+		if s := nc.Status(); s != nats.CONNECTED {
+			return fmt.Errorf("connection to %s is %s", opts.NATSURL, s)
+		}
+		return nil
+	})
+
+	ln, err := net.Listen("tcp", opts.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (flag --http-addr): %w", opts.HTTPAddr, err)
+	}
+	rt.Addr = ln.Addr().String()
+	srv := &http.Server{Handler: rt.mux(), ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.Info("serving health and metrics", "addr", rt.Addr)
+
+	bodyErr := body(ctx, rt)
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		bodyErr = errors.Join(bodyErr, fmt.Errorf("shut down HTTP server: %w", err))
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		bodyErr = errors.Join(bodyErr, fmt.Errorf("serve HTTP on %s: %w", rt.Addr, err))
+	}
+	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		logger.Error(err, "drain NATS connection")
+	}
+	logger.Info("stopped")
+	return bodyErr
+}
+
+func (r *Runtime) mux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := r.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(r.Registry, promhttp.HandlerOpts{Registry: r.Registry}))
+	return mux
+}
+
+// LoadRestConfig reads a kubeconfig file, or the in-cluster config when path is empty.
+func LoadRestConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load in-cluster config (set --kubeconfig or KUBECONFIG outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s (flag --kubeconfig): %w", path, err)
+	}
+	return cfg, nil
+}
+
+func pingKube(ctx context.Context, kube kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	body, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("API server /readyz: %w (%s)", err, body)
+	}
+	return nil
+}

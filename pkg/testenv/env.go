@@ -1,0 +1,171 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"molt.dev/pkg/devcluster"
+	"molt.dev/pkg/devnode"
+)
+
+// Env is what every test of a package shares.
+type Env struct {
+	// RootDir is the repository root (the directory holding go.work).
+	RootDir    string
+	Cluster    *devcluster.Cluster
+	RestConfig *rest.Config
+	Kube       kubernetes.Interface
+	NATS       *natsserver.Server
+	NATSURL    string
+	// Kubeconfig is a kubeconfig file for the cluster (for kubectl).
+	Kubeconfig string
+
+	stateDir string
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+var current *Env
+
+// Required binaries, each with the make target that builds it.
+var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+// Main starts the environment, runs the package's tests and stops it. Use it
+// as `func TestMain(m *testing.M) { testenv.Main(m) }`.
+func Main(m *testing.M) {
+	env, err := Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
+		os.Exit(1)
+	}
+	current = env
+	code := m.Run()
+	env.Stop()
+	os.Exit(code)
+}
+
+// Get returns the environment Main started; it fails the test if there is none.
+func Get(t testing.TB) *Env {
+	t.Helper()
+	if current == nil {
+		t.Fatal("testenv: no environment: add `func TestMain(m *testing.M) { testenv.Main(m) }` to the package")
+	}
+	return current
+}
+
+// Start brings the whole environment up.
+func Start() (*Env, error) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	binDir := filepath.Join(root, "bin")
+	var missing []string
+	for _, b := range requiredBinaries {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			missing = append(missing, "bin/"+b)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("missing %v: run `make tools` in %s (it builds the control plane from pinned modules)", missing, root)
+	}
+	stateDir, err := os.MkdirTemp("", "molt-testenv-")
+	if err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	env := &Env{RootDir: root, stateDir: stateDir, stop: cancel, done: make(chan struct{})}
+
+	startCtx, startCancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer startCancel()
+	cluster, err := devcluster.Start(startCtx, devcluster.Config{
+		BinDir:     binDir,
+		StateDir:   stateDir,
+		Nodes:      3,
+		KwokConfig: filepath.Join(root, "deploy", "kwok", "stages.yaml"),
+		CRDDir:     filepath.Join(root, "deploy", "crds"),
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("start control plane (state and logs in %s): %w", stateDir, err)
+	}
+	env.Cluster = cluster
+	env.RestConfig = cluster.RestConfig
+	env.Kubeconfig = cluster.Kubeconfig
+	env.Kube, err = kubernetes.NewForConfig(cluster.RestConfig)
+	if err != nil {
+		env.Stop()
+		return nil, fmt.Errorf("build kubernetes client: %w", err)
+	}
+
+	env.NATS, err = StartNATS(filepath.Join(stateDir, "jetstream"))
+	if err != nil {
+		env.Stop()
+		return nil, err
+	}
+	env.NATSURL = env.NATS.ClientURL()
+
+	go func() {
+		defer close(env.done)
+		if err := devnode.RunReaper(ctx, env.Kube); err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(os.Stderr, "testenv: devnode reaper: %v\n", err)
+		}
+	}()
+	return env, nil
+}
+
+// Stop stops everything Start started and removes the state directory,
+// unless MOLT_KEEP_TESTENV is set (to read the component logs).
+func (e *Env) Stop() {
+	e.stop()
+	if e.Kube != nil {
+		select {
+		case <-e.done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if e.NATS != nil {
+		e.NATS.Shutdown()
+		e.NATS.WaitForShutdown()
+	}
+	if e.Cluster != nil {
+		e.Cluster.Stop()
+	}
+	if os.Getenv("MOLT_KEEP_TESTENV") == "" {
+		_ = os.RemoveAll(e.stateDir)
+	} else {
+		fmt.Fprintf(os.Stderr, "testenv: state and logs kept in %s\n", e.stateDir)
+	}
+}
+
+// StartNATS starts an in-process NATS server with JetStream on a free port.
+func StartNATS(storeDir string) (*natsserver.Server, error) {
+	opts := &natsserver.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  storeDir,
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	srv, err := natsserver.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create NATS server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("NATS server not ready for connections after 10s")
+	}
+	return srv, nil
+}
+
