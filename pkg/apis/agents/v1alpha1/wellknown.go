@@ -16,8 +16,8 @@ const (
 	LabelUpdateOps = Prefix + "update-ops"
 
 	// LabelUpgradeFailed is the Sandbox label set to "true" while its
-	// upgrade is failed. Written by statusagg; read by selector (a failed
-	// sandbox uses up budget and is resumed by a later ops).
+	// upgrade is failed, in step with a failed Upgrading condition. Read by
+	// selector: a failed sandbox uses up budget, and a later ops resumes it.
 	LabelUpgradeFailed = Prefix + "upgrade-failed"
 
 	// AnnotationUpgradeResumeTrigger is the Sandbox annotation set to
@@ -133,8 +133,8 @@ const (
 	UpgradingReasonSucceeded = "Succeeded"
 )
 
-// SandboxUpdateOps condition types. Written by statusagg (and selector for
-// WaitingForNamespace); read by users.
+// SandboxUpdateOps condition types. Written by statusagg, which owns the
+// ops' status, from what selector decided; read by users.
 const (
 	// ConditionProgressing says whether the ops is still upgrading
 	// sandboxes, and why it stopped when it did.

@@ -1,0 +1,117 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"molt.dev/pkg/devcluster"
+	"molt.dev/pkg/service"
+	"molt.dev/pkg/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// startService runs service.Run in the background and returns the address it
+// serves on and a stop function that waits for Run to return.
+func startService(t *testing.T, natsURL string) (addr string, stop func() error) {
+	t.Helper()
+	env := testenv.Get(t)
+	opts := service.Options{
+		Name: "test", Kubeconfig: env.Kubeconfig, NATSURL: natsURL, HTTPAddr: "127.0.0.1:0",
+		KubeQPS: 50, KubeBurst: 100, ShutdownTimeout: 5 * time.Second,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrCh := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, opts, func(ctx context.Context, rt *service.Runtime) error {
+			addrCh <- rt.Addr
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	select {
+	case addr = <-addrCh:
+	case err := <-done:
+		t.Fatalf("service.Run returned early: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("service did not start serving within 30s")
+	}
+	return addr, func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(15 * time.Second):
+			return fmt.Errorf("service.Run did not return within 15s of cancel")
+		}
+	}
+}
+
+func get(addr, path string) (int, string) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestReadyOnlyWhenKubernetesAndNATSAnswer(t *testing.T) {
+	env := testenv.Get(t)
+	addr, stop := startService(t, env.NATSURL)
+	testenv.Eventually(t, 20*time.Second, "/readyz 200", func() (bool, error) {
+		code, body := get(addr, "/readyz")
+		return code == http.StatusOK, fmt.Errorf("%d %s", code, body)
+	})
+	if code, _ := get(addr, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz = %d", code)
+	}
+	if code, body := get(addr, "/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics = %d\n%.200s", code, body)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNotReadyWithoutNATS(t *testing.T) {
+	port, err := devcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startService(t, fmt.Sprintf("nats://127.0.0.1:%d", port))
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	// Kubernetes answers, NATS does not: not ready, and the reason says so.
+	testenv.Eventually(t, 10*time.Second, "/readyz names nats", func() (bool, error) {
+		code, body := get(addr, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "nats"), fmt.Errorf("%d %s", code, body)
+	})
+}
+
+func TestBadConfigNamesTheFlag(t *testing.T) {
+	err := service.Run(context.Background(), service.Options{Name: "x", NATSURL: "nats://x", HTTPAddr: ":0", KubeQPS: 0, KubeBurst: 1, ShutdownTimeout: time.Second},
+		func(context.Context, *service.Runtime) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "--kube-qps") {
+		t.Fatalf("err = %v, want one naming --kube-qps", err)
+	}
+	missing := filepath.Join(t.TempDir(), "nope")
+	err = service.Run(context.Background(), service.Options{Name: "x", Kubeconfig: missing, NATSURL: "nats://x", HTTPAddr: ":0", KubeQPS: 1, KubeBurst: 1, ShutdownTimeout: time.Second},
+		func(context.Context, *service.Runtime) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Fatalf("err = %v, want one naming the kubeconfig path and flag", err)
+	}
+	_ = os.Remove(missing)
+}

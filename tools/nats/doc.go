@@ -1,0 +1,2 @@
+// Package tools pins the nats commands that the Makefile builds into bin/.
+package tools
