@@ -1,0 +1,95 @@
+package upgrade
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+)
+
+// ApplyPatch applies an ops patch (raw JSON bytes, a Strategic Merge Patch on
+// a PodTemplateSpec {metadata, spec}) to tpl and returns the result; tpl is
+// not changed. The raw bytes go to strategicpatch unchanged so `$patch:
+// delete` directives survive; only `spec.containers: null` (what an empty
+// PodSpec serialises to) is dropped first. Explicit `containers: []` and
+// other nulls are honoured.
+func ApplyPatch(tpl *corev1.PodTemplateSpec, patch []byte) (*corev1.PodTemplateSpec, error) {
+	if tpl == nil {
+		tpl = &corev1.PodTemplateSpec{}
+	}
+	if len(bytes.TrimSpace(patch)) == 0 || bytes.Equal(bytes.TrimSpace(patch), []byte("null")) {
+		return tpl.DeepCopy(), nil
+	}
+	patch, err := dropNullContainers(patch)
+	if err != nil {
+		return nil, err
+	}
+	original, err := json.Marshal(tpl)
+	if err != nil {
+		return nil, fmt.Errorf("encode template: %w", err)
+	}
+	merged, err := strategicpatch.StrategicMergePatch(original, patch, corev1.PodTemplateSpec{})
+	if err != nil {
+		return nil, fmt.Errorf("apply strategic merge patch: %w", err)
+	}
+	out := &corev1.PodTemplateSpec{}
+	dec := json.NewDecoder(bytes.NewReader(merged))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return nil, fmt.Errorf("patched template is not a valid pod template: %w", err)
+	}
+	return out, nil
+}
+
+// dropNullContainers removes spec.containers when it is JSON null.
+func dropNullContainers(patch []byte) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &doc); err != nil {
+		return nil, fmt.Errorf("patch is not a JSON/YAML object: %w", err)
+	}
+	rawSpec, ok := doc["spec"]
+	if !ok {
+		return patch, nil
+	}
+	var spec map[string]json.RawMessage
+	if err := json.Unmarshal(rawSpec, &spec); err != nil || spec == nil {
+		return patch, nil
+	}
+	if c, ok := spec["containers"]; !ok || !bytes.Equal(bytes.TrimSpace(c), []byte("null")) {
+		return patch, nil
+	}
+	delete(spec, "containers")
+	newSpec, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	doc["spec"] = newSpec
+	return json.Marshal(doc)
+}
+
+// SetsImage reports whether a patch sets any container or init-container
+// image (refused under CheckpointRestore).
+func SetsImage(patch []byte) (bool, error) {
+	if len(bytes.TrimSpace(patch)) == 0 {
+		return false, nil
+	}
+	var doc struct {
+		Spec struct {
+			Containers     []map[string]json.RawMessage `json:"containers"`
+			InitContainers []map[string]json.RawMessage `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(patch, &doc); err != nil {
+		return false, fmt.Errorf("patch is not a JSON/YAML object: %w", err)
+	}
+	for _, list := range [][]map[string]json.RawMessage{doc.Spec.Containers, doc.Spec.InitContainers} {
+		for _, c := range list {
+			if _, ok := c["image"]; ok {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,138 @@
+package upgrade
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/yaml"
+)
+
+// seedPatch reads the spec.patch of a seed manifest as JSON bytes.
+func seedPatch(t *testing.T, file string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "test", "seeds", "manifests", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Spec struct {
+			Patch map[string]any `json:"patch"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.YAMLToJSON(mustYAML(t, doc.Spec.Patch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustYAML(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestApplyPatch(t *testing.T) {
+	base := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{
+			Name: "test-container", Image: "mirrors-ssl.aliyuncs.com/centos:7",
+			VolumeMounts: []corev1.VolumeMount{{Name: "volume1", MountPath: "/mnt/volume1"}, {Name: "volume2", MountPath: "/mnt/volume2"}},
+		}},
+		Volumes: []corev1.Volume{
+			{Name: "volume1", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "volume2", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+	}}
+	seed := base.DeepCopy()
+	seed.Spec.Containers[0].Image = "mirrors-ssl.aliyuncs.com/centos:8"
+	// Strategic merge puts items the patch adds before the kept ones, as
+	// `kubectl patch --type strategic` does.
+	seed.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "volume3", MountPath: "/mnt/volume3"}, {Name: "volume1", MountPath: "/mnt/volume1"}}
+	seed.Spec.Volumes = []corev1.Volume{
+		{Name: "volume3", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "volume1", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+
+	cases := []struct {
+		name    string
+		patch   []byte
+		want    *corev1.PodTemplateSpec
+		wantErr bool
+	}{
+		{"seed 001: update image, add volume3, delete volume2", seedPatch(t, "001-02-sandboxupdateops-noname.yaml"), seed, false},
+		{"empty patch", nil, base, false},
+		{"containers null is dropped", []byte(`{"spec":{"containers":null}}`), base, false},
+		{"not an object", []byte(`[1,2]`), nil, true},
+		{"unknown field", []byte(`{"spec":{"bogus":1}}`), nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ApplyPatch(base, tc.patch)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("ApplyPatch succeeded: %+v", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Fatalf("ApplyPatch =\n%s\nwant\n%s", mustYAML(t, got), mustYAML(t, tc.want))
+			}
+		})
+	}
+	if base.Spec.Containers[0].Image != "mirrors-ssl.aliyuncs.com/centos:7" {
+		t.Fatal("ApplyPatch changed its input")
+	}
+}
+
+func TestSetsImage(t *testing.T) {
+	cases := []struct {
+		name  string
+		patch string
+		want  bool
+	}{
+		{"image", `{"spec":{"containers":[{"name":"a","image":"x"}]}}`, true},
+		{"init image", `{"spec":{"initContainers":[{"name":"a","image":"x"}]}}`, true},
+		{"env only", `{"spec":{"containers":[{"name":"a","env":[{"name":"A","value":"1"}]}]}}`, false},
+		{"metadata only", `{"metadata":{"annotations":{"a":"b"}}}`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := SetsImage([]byte(tc.patch))
+			if err != nil || got != tc.want {
+				t.Fatalf("SetsImage = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDropNullContainers(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"null containers dropped", `{"spec":{"containers":null,"hostname":"h"}}`, `{"spec":{"hostname":"h"}}`},
+		{"empty list kept", `{"spec":{"containers":[]}}`, `{"spec":{"containers":[]}}`},
+		{"other nulls kept", `{"spec":{"nodeSelector":null}}`, `{"spec":{"nodeSelector":null}}`},
+		{"no spec", `{"metadata":{"labels":{"a":"b"}}}`, `{"metadata":{"labels":{"a":"b"}}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := dropNullContainers([]byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("dropNullContainers(%s) = %s, want %s", tc.in, got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,194 @@
+package upgrade
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// Candidate is a sandbox an ops counts, with where it stands.
+type Candidate struct {
+	Sandbox *agentsv1alpha1.Sandbox
+	State   State
+	// Resume is true for a sandbox left Upgrading with a failed reason by an
+	// earlier attempt: it continues from the failed step.
+	Resume bool
+}
+
+// Selection is what an ops counts: the candidates in name order and the
+// counters of its status.
+type Selection struct {
+	Candidates []Candidate
+	Updated    int
+	Updating   int
+	Failed     int
+	NotStarted int
+	// MaxUnavailable is the resolved budget (at least 1).
+	MaxUnavailable int
+}
+
+// Total is every counted sandbox.
+func (s Selection) Total() int { return len(s.Candidates) }
+
+// Select applies API.md's selection rules to the sandboxes of the ops's
+// namespace. otherActive reports whether an ops name (not this one) is an
+// active ops of the namespace; a sandbox it claims is skipped.
+func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox, otherActive func(name string) bool) (Selection, error) {
+	sel, err := LabelSelector(ops)
+	if err != nil {
+		return Selection{}, err
+	}
+	patch := ops.Spec.Patch.Raw
+	phases := ops.Spec.StateFilter.EligiblePhases()
+	var out Selection
+	for _, sb := range sandboxes {
+		if sb.Namespace != ops.Namespace || !sel.Matches(labels.Set(sb.Labels)) {
+			continue
+		}
+		if sb.DeletionTimestamp != nil || sb.Status.Phase == agentsv1alpha1.SandboxSucceeded || sb.Status.Phase == agentsv1alpha1.SandboxFailed {
+			continue
+		}
+		if isPoolMember(sb) {
+			continue
+		}
+		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
+		if claimedBy == ops.Name {
+			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: StateFor(sb, ops.Name, ops.UID)})
+			continue
+		}
+		if claimedBy != "" && otherActive != nil && otherActive(claimedBy) {
+			continue
+		}
+		resume := IsResumable(sb)
+		if !resume {
+			if !slices.Contains(phases, sb.Status.Phase) {
+				continue
+			}
+			if noNeedToUpdate(sb, patch) {
+				continue
+			}
+		}
+		out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: NotStarted, Resume: resume})
+	}
+	slices.SortFunc(out.Candidates, func(a, b Candidate) int { return strings.Compare(a.Sandbox.Name, b.Sandbox.Name) })
+	for _, c := range out.Candidates {
+		switch c.State {
+		case Updated:
+			out.Updated++
+		case Updating:
+			out.Updating++
+		case Failed:
+			out.Failed++
+		default:
+			out.NotStarted++
+		}
+	}
+	out.MaxUnavailable, err = ops.Spec.UpdateStrategy.MaxUnavailableOf(out.Total())
+	if err != nil {
+		return Selection{}, fmt.Errorf("spec.updateStrategy.maxUnavailable: %w", err)
+	}
+	return out, nil
+}
+
+// ToAdmit returns the not-started candidates that fit in the budget now:
+// failed ones use budget too, so a broken patch does not spread.
+func (s Selection) ToAdmit() []Candidate {
+	room := s.MaxUnavailable - s.Updating - s.Failed
+	var out []Candidate
+	for _, c := range s.Candidates {
+		if room <= 0 {
+			break
+		}
+		if c.State == NotStarted {
+			out = append(out, c)
+			room--
+		}
+	}
+	return out
+}
+
+// BudgetExhausted is true when failures alone fill the budget and nothing is
+// upgrading: no further sandbox can start.
+func (s Selection) BudgetExhausted() bool {
+	return s.Failed > 0 && s.Updating == 0 && s.Failed >= s.MaxUnavailable && s.NotStarted > 0
+}
+
+// LabelSelector converts the ops selector; nil selects everything.
+func LabelSelector(ops *agentsv1alpha1.SandboxUpdateOps) (labels.Selector, error) {
+	if ops.Spec.Selector == nil {
+		return labels.Everything(), nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ops.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("spec.selector: %w", err)
+	}
+	return sel, nil
+}
+
+// IsResumable is true for a sandbox left in phase Upgrading with a failed
+// Upgrading reason.
+func IsResumable(sb *agentsv1alpha1.Sandbox) bool {
+	if sb.Status.Phase != agentsv1alpha1.SandboxUpgrading {
+		return false
+	}
+	for _, c := range sb.Status.Conditions {
+		if c.Type == agentsv1alpha1.ConditionUpgrading {
+			return agentsv1alpha1.IsUpgradingFailedReason(c.Reason)
+		}
+	}
+	return false
+}
+
+func isPoolMember(sb *agentsv1alpha1.Sandbox) bool {
+	for _, ref := range sb.OwnerReferences {
+		if ref.Kind == "SandboxSet" && ref.Controller != nil && *ref.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// noNeedToUpdate is true when the patched template equals the current one.
+// A patch that cannot be applied is not "no need": the sandbox is selected
+// and fails visibly in the patcher.
+func noNeedToUpdate(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
+	cur := sb.Spec.Template
+	if cur == nil {
+		cur = &corev1.PodTemplateSpec{}
+	}
+	patched, err := ApplyPatch(cur, patch)
+	if err != nil {
+		return false
+	}
+	return equality.Semantic.DeepEqual(cur, patched)
+}
+
+// ActiveOps returns the active ops of one namespace's ops: the oldest one
+// (by creation time, then name) that is neither being deleted nor finished
+// (Completed or Failed). Others wait in Pending until it ends.
+func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxUpdateOps {
+	var active *agentsv1alpha1.SandboxUpdateOps
+	for _, o := range list {
+		if o.DeletionTimestamp != nil || IsFinished(o) {
+			continue
+		}
+		if active == nil || o.CreationTimestamp.Before(&active.CreationTimestamp) ||
+			(o.CreationTimestamp.Equal(&active.CreationTimestamp) && o.Name < active.Name) {
+			active = o
+		}
+	}
+	return active
+}
+
+// IsFinished is true once an ops has reached Completed or Failed.
+func IsFinished(o *agentsv1alpha1.SandboxUpdateOps) bool {
+	return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
+}

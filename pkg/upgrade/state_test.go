@@ -1,0 +1,69 @@
+package upgrade
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+func sandbox(label, attempt, reason string) *agentsv1alpha1.Sandbox {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
+	if label != "" {
+		sb.Labels[agentsv1alpha1.LabelUpdateOps] = label
+	}
+	if attempt != "" {
+		sb.Status.Conditions = append(sb.Status.Conditions,
+			metav1.Condition{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Admitted", Message: attempt})
+	}
+	if reason != "" {
+		sb.Status.Conditions = append(sb.Status.Conditions,
+			metav1.Condition{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason})
+	}
+	return sb
+}
+
+func TestStateFor(t *testing.T) {
+	cases := []struct {
+		name string
+		sb   *agentsv1alpha1.Sandbox
+		want State
+	}{
+		{"no label", sandbox("", "", ""), NotStarted},
+		{"other ops", sandbox("other", "u1", "Succeeded"), NotStarted},
+		{"admitted, no status yet", sandbox("ops", "", ""), Updating},
+		{"admitted, old attempt succeeded", sandbox("ops", "old-uid", "Succeeded"), Updating},
+		{"this attempt in PreUpgrade", sandbox("ops", "u1", "PreUpgrade"), Updating},
+		{"this attempt succeeded", sandbox("ops", "u1", "Succeeded"), Updated},
+		{"this attempt failed", sandbox("ops", "u1", "UpgradePodFailed"), Failed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := StateFor(tc.sb, "ops", "u1"); got != tc.want {
+				t.Fatalf("StateFor = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRevisionIsStableAndSensitive(t *testing.T) {
+	a := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i:v1"}}}}
+	b := a.DeepCopy()
+	ra, err := Revision(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := Revision(b)
+	if ra != rb {
+		t.Fatalf("equal templates: %s != %s", ra, rb)
+	}
+	b.Spec.Containers[0].Image = "i:v2"
+	if rc, _ := Revision(b); rc == ra {
+		t.Fatalf("different templates share revision %s", ra)
+	}
+	if _, err := Revision(nil); err == nil {
+		t.Fatal("Revision(nil) did not fail")
+	}
+}
