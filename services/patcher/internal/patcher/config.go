@@ -2,6 +2,7 @@ package patcher
 
 import (
 	"flag"
+	"fmt"
 
 	"molt.dev/pkg/service"
 )
@@ -12,9 +13,20 @@ const DefaultHTTPAddr = "127.0.0.1:9102"
 // Config is everything patcher needs to run.
 type Config struct {
 	service.Options
+	// Workers is how many sandboxes are patched at once.
+	Workers int
 }
 
 // RegisterFlags adds patcher's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "patcher", DefaultHTTPAddr)
+	fs.IntVar(&c.Workers, "workers", 16, "how many sandboxes are patched at once")
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	if c.Workers < 1 {
+		return fmt.Errorf("flag --workers=%d: must be at least 1", c.Workers)
+	}
+	return c.Options.Validate()
 }

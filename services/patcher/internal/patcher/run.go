@@ -2,14 +2,51 @@ package patcher
 
 import (
 	"context"
+	"fmt"
 
+	"molt.dev/pkg/events"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
+	informers "molt.dev/pkg/generated/informers/externalversions"
 	"molt.dev/pkg/service"
 )
 
 // Run starts patcher and blocks until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		<-ctx.Done()
-		return nil
+		agents, err := versioned.NewForConfig(rt.RestConfig)
+		if err != nil {
+			return fmt.Errorf("build agents client: %w", err)
+		}
+		factory := informers.NewSharedInformerFactory(agents, 0)
+		p := &Patcher{
+			agents:    agents,
+			kube:      rt.Kube,
+			sandboxes: factory.Agents().V1alpha1().Sandboxes().Lister(),
+			ops:       factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
+		}
+		synced := []func() bool{
+			factory.Agents().V1alpha1().Sandboxes().Informer().HasSynced,
+			factory.Agents().V1alpha1().SandboxUpdateOps().Informer().HasSynced,
+		}
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		rt.AddReadyCheck("informers", func() error {
+			for _, s := range synced {
+				if !s() {
+					return fmt.Errorf("sandbox and ops caches not synced yet")
+				}
+			}
+			return nil
+		})
+		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPatcher, events.StreamConfig{}, events.ConsumerConfig{})
+		if err != nil {
+			return err
+		}
+		p.publisher = ep.Publisher
+		factory.WaitForCacheSync(ctx.Done())
+		return ep.Consume(ctx, p.Handle, events.WithWorkers(cfg.Workers))
 	})
 }

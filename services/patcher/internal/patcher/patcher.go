@@ -1,0 +1,156 @@
+package patcher
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
+	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// Patcher writes the ops patch into each requested sandbox's spec.
+type Patcher struct {
+	agents    versioned.Interface
+	kube      kubernetes.Interface
+	sandboxes listers.SandboxLister
+	ops       listers.SandboxUpdateOpsLister
+	publisher *events.Publisher
+}
+
+// Handle reacts to `requested`:
+//  1. load the sandbox and the ops; skip if either is gone or the sandbox is
+//     no longer claimed by this ops (a stale event);
+//  2. skip if this attempt already went past patching;
+//  3. apply the ops patch to the template (strategic merge on raw bytes); an
+//     invalid patch fails the sandbox with a message and touches nothing;
+//  4. write template, lifecycle and upgradePolicy in one update carrying the
+//     resourceVersion read (nothing is written when nothing changes);
+//  5. publish `patched` with the target revision and the pod that exists now.
+func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
+	ev := msg.Event
+	d := ev.Data
+	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", "Patch")
+	ctx = klog.NewContext(ctx, logger)
+	if ev.Type != events.TypeRequested {
+		return nil
+	}
+
+	sb, err := p.sandboxes.Sandboxes(d.Sandbox.Namespace).Get(d.Sandbox.Name)
+	if apierrors.IsNotFound(err) {
+		logger.Info("skip: sandbox is gone")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get sandbox %s: %w", ev.SandboxKey(), err)
+	}
+	if sb.UID != d.Sandbox.UID || sb.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name {
+		logger.Info("skip: sandbox is no longer claimed by this ops")
+		return nil
+	}
+	ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
+	if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
+		logger.Info("skip: ops is gone")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
+	}
+	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastPatching(reason) {
+		logger.Info("skip: attempt already past patching", "reason", reason)
+		return nil
+	}
+
+	target, err := upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
+	if err != nil {
+		return p.fail(ctx, ev, fmt.Sprintf("invalid patch in SandboxUpdateOps %s: %v; the sandbox was not changed: delete the ops and create one with a valid spec.patch", ops.Name, err))
+	}
+	revision, err := upgrade.Revision(target)
+	if err != nil {
+		return events.Permanent(fmt.Errorf("revision of patched template of %s: %w", ev.SandboxKey(), err))
+	}
+	if err := p.writeSpec(ctx, sb, ops, target); err != nil {
+		return err
+	}
+	oldPod, err := p.currentPodUID(ctx, sb)
+	if err != nil {
+		return err
+	}
+	return p.publish(ctx, ev, events.TypePatched, func(out *events.Data) {
+		out.TargetRevision = revision
+		out.OldPodUID = oldPod
+	})
+}
+
+// writeSpec updates template, lifecycle and upgradePolicy if they differ.
+func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec) error {
+	policy := &agentsv1alpha1.SandboxUpgradePolicy{Type: ops.Spec.UpdateStrategy.EffectiveType()}
+	if equality.Semantic.DeepEqual(sb.Spec.Template, target) &&
+		equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) &&
+		equality.Semantic.DeepEqual(sb.Spec.UpgradePolicy, policy) {
+		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
+		return nil
+	}
+	updated := sb.DeepCopy()
+	updated.Spec.Template = target
+	updated.Spec.Lifecycle = ops.Spec.Lifecycle.DeepCopy()
+	updated.Spec.UpgradePolicy = policy
+	_, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("update sandbox %s/%s: changed since read, will retry: %w", sb.Namespace, sb.Name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("update sandbox %s/%s spec: %w", sb.Namespace, sb.Name, err)
+	}
+	klog.FromContext(ctx).V(1).Info("spec patched")
+	return nil
+}
+
+func (p *Patcher) currentPodUID(ctx context.Context, sb *agentsv1alpha1.Sandbox) (types.UID, error) {
+	pod, err := p.kube.CoreV1().Pods(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("get pod %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	return pod.UID, nil
+}
+
+func (p *Patcher) fail(ctx context.Context, in events.Event, message string) error {
+	klog.FromContext(ctx).Info("sandbox failed", "message", message)
+	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
+		out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+		out.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
+		out.Message = agentsv1alpha1.TruncateConditionMessage(message)
+	})
+}
+
+func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill func(*events.Data)) error {
+	out := events.Event{Type: typ, Data: events.Data{Ops: in.Data.Ops, Sandbox: in.Data.Sandbox, Attempt: in.Data.Attempt}}
+	fill(&out.Data)
+	if err := p.publisher.Publish(ctx, out); err != nil {
+		return fmt.Errorf("publish %s for %s: %w", typ, in.SandboxKey(), err)
+	}
+	return nil
+}
+
+// pastPatching is true for reasons that come after the patch was written.
+func pastPatching(reason string) bool {
+	switch reason {
+	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonPostUpgrade,
+		agentsv1alpha1.UpgradingReasonPostUpgradeFailed, agentsv1alpha1.UpgradingReasonSucceeded:
+		return true
+	}
+	return false
+}
