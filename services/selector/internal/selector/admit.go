@@ -1,0 +1,129 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
+)
+
+// admit starts the candidates that fit in the budget, in name order: for
+// each, label it with the ops (against the resourceVersion the decision was
+// made on; a conflict requeues the ops), then publish `requested`.
+func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) error {
+	attempt := string(ops.UID)
+	for _, c := range sel.ToAdmit() {
+		sb := c.Sandbox
+		logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb))
+		patch := metaPatch{Metadata: metaFields{
+			ResourceVersion: sb.ResourceVersion,
+			Labels: map[string]*string{
+				agentsv1alpha1.LabelUpdateOps:     ptr(ops.Name),
+				agentsv1alpha1.LabelUpgradeFailed: nil,
+			},
+		}}
+		if sb.Status.Phase == agentsv1alpha1.SandboxPaused {
+			patch.Metadata.Annotations = map[string]*string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: ptr("true")}
+		}
+		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			logger.V(2).Info("Skip: sandbox is gone")
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("label sandbox %s/%s with ops %s: %w", sb.Namespace, sb.Name, ops.Name, err)
+		}
+		s.inflight.admitted(sb, attempt)
+		if err := s.publishRequested(ctx, ops, sb); err != nil {
+			return err
+		}
+		logger.Info("Admitted sandbox", "resume", c.Resume, "phase", sb.Status.Phase)
+	}
+	return nil
+}
+
+// republish publishes `requested` again for admitted sandboxes whose status
+// does not show the attempt yet, when this process has not published it
+// (it restarted between label and publish) or did so longer than
+// republishAfter ago. The message id is deterministic, so a copy inside the
+// stream's duplicate window is dropped. While any such sandbox remains, the
+// ops is checked again after republishAfter.
+func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) error {
+	attempt := string(ops.UID)
+	waiting := false
+	for _, c := range sel.Candidates {
+		sb := c.Sandbox
+		if c.State != upgrade.Updating || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+			continue // not admitted, ended, or admitted but not yet in the cache
+		}
+		if _, ok := upgrade.ReasonFor(sb, attempt); ok {
+			s.inflight.forget(sb.UID, attempt)
+			continue
+		}
+		waiting = true
+		if last, ok := s.inflight.lastPublished(sb.UID, attempt); ok && time.Since(last) < s.republishAfter {
+			continue
+		}
+		if err := s.publishRequested(ctx, ops, sb); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("Republished requested: status does not show the attempt yet", "sandbox", klog.KObj(sb))
+	}
+	if waiting {
+		s.enqueueAfter(ops.Namespace+"/"+ops.Name, s.republishAfter)
+	}
+	return nil
+}
+
+func (s *Selector) publishRequested(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) error {
+	ev := events.Event{
+		Type: events.TypeRequested,
+		Data: events.Data{
+			Ops:     events.OpsRef{Name: ops.Name, UID: ops.UID},
+			Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
+			Attempt: string(ops.UID),
+		},
+	}
+	if err := s.publisher.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("request upgrade of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	s.inflight.published(sb.UID, string(ops.UID), time.Now())
+	return nil
+}
+
+// syncFailedLabels keeps `upgrade-failed=true` on exactly the sandboxes
+// claimed by ops whose attempt ended in a failed reason, writing only where
+// the label differs.
+func (s *Selector) syncFailedLabels(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) error {
+	for _, sb := range sandboxes {
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+			continue
+		}
+		failed := upgrade.StateFor(sb, ops.Name, ops.UID) == upgrade.Failed
+		if failed == (sb.Labels[agentsv1alpha1.LabelUpgradeFailed] == "true") {
+			continue
+		}
+		value := ptr("true")
+		if !failed {
+			value = nil
+		}
+		patch := metaPatch{Metadata: metaFields{Labels: map[string]*string{agentsv1alpha1.LabelUpgradeFailed: value}}}
+		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("set label %s=%t on sandbox %s/%s: %w", agentsv1alpha1.LabelUpgradeFailed, failed, sb.Namespace, sb.Name, err)
+		}
+		klog.FromContext(ctx).Info("Marked upgrade failed label", "sandbox", klog.KObj(sb), "failed", failed)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/generated/clientset/versioned"
+	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// Selector admits the sandboxes of each SandboxUpdateOps into its upgrade.
+// It reads from listers, writes only labels, annotations and finalizers
+// (never status: statusagg owns it) and publishes `requested`.
+type Selector struct {
+	client         versioned.Interface
+	opsLister      listers.SandboxUpdateOpsLister
+	sandboxLister  listers.SandboxLister
+	publisher      *events.Publisher
+	republishAfter time.Duration
+	enqueueAfter   func(key string, d time.Duration)
+	// inflight remembers admissions the informer cache may not show yet,
+	// and when `requested` was last published for each.
+	inflight *inflight
+}
+
+// namespaceHandler enqueues every ops of the namespace of whatever changed:
+// a sandbox's status frees or uses budget, and one ops ending lets the next
+// one of its namespace start.
+func (s *Selector) namespaceHandler(enqueue func(key string)) cache.ResourceEventHandler {
+	onChange := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		meta, ok := obj.(interface{ GetNamespace() string })
+		if !ok {
+			return
+		}
+		list, err := s.opsLister.SandboxUpdateOps(meta.GetNamespace()).List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, ops := range list {
+			enqueue(ops.Namespace + "/" + ops.Name)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    onChange,
+		UpdateFunc: func(_, obj any) { onChange(obj) },
+		DeleteFunc: onChange,
+	}
+}
+
+// sync reconciles one ops, step by step:
+//  1. load the ops; gone → nothing to do;
+//  2. being deleted → release its sandboxes, then its finalizer;
+//  3. ensure the finalizer;
+//  4. keep `upgrade-failed` in step with the attempt's state on the
+//     sandboxes it claimed (also once the ops is finished);
+//  5. finished, or not the namespace's active ops → stop here;
+//  6. select and count, counting admissions the cache does not show yet;
+//  7. republish `requested` for admitted sandboxes whose status does not
+//     show the attempt (a crash between label and publish);
+//  8. paused → admit nothing new;
+//  9. admit up to maxUnavailable − (updating + failed): label, then publish.
+func (s *Selector) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return fmt.Errorf("split key %q: %w", key, err)
+	}
+	logger := klog.FromContext(ctx).WithValues("ops", klog.KRef(namespace, name))
+	ctx = klog.NewContext(ctx, logger)
+
+	ops, err := s.opsLister.SandboxUpdateOps(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		logger.V(4).Info("Skip: ops is gone")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get ops %s: %w", key, err)
+	}
+	logger = logger.WithValues("attempt", string(ops.UID))
+	ctx = klog.NewContext(ctx, logger)
+
+	if ops.DeletionTimestamp != nil {
+		return s.release(ctx, ops)
+	}
+	if err := s.ensureFinalizer(ctx, ops); err != nil {
+		return err
+	}
+	sandboxes, err := s.sandboxLister.Sandboxes(namespace).List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list sandboxes of %s: %w", namespace, err)
+	}
+	if err := s.syncFailedLabels(ctx, ops, sandboxes); err != nil {
+		return err
+	}
+	if upgrade.IsFinished(ops) {
+		logger.V(4).Info("Skip: ops is finished", "phase", ops.Status.Phase)
+		return nil
+	}
+	all, err := s.opsLister.SandboxUpdateOps(namespace).List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list ops of %s: %w", namespace, err)
+	}
+	if active := upgrade.ActiveOps(all); active == nil || active.UID != ops.UID {
+		logger.V(4).Info("Skip: another ops is active in the namespace", "active", activeName(active))
+		return nil
+	}
+
+	sel, err := upgrade.Select(ops, sandboxes, otherActive(all, ops.Name))
+	if err != nil {
+		// Bad input: statusagg reports it on the ops; nothing is touched.
+		logger.Info("Skip: ops cannot select sandboxes", "err", err)
+		return nil
+	}
+	sel = countInflight(sel, func(c upgrade.Candidate) bool {
+		return s.inflight.unseen(c.Sandbox, string(ops.UID))
+	})
+	if err := s.republish(ctx, ops, sel); err != nil {
+		return err
+	}
+	if ops.Spec.Paused {
+		logger.V(4).Info("Skip admission: ops is paused")
+		return nil
+	}
+	return s.admit(ctx, ops, sel)
+}
+
+// otherActive reports whether a sandbox claimed by the ops named name is
+// held by another live ops: one that exists, is not finished and is not
+// being deleted.
+func otherActive(all []*agentsv1alpha1.SandboxUpdateOps, self string) func(name string) bool {
+	return func(name string) bool {
+		if name == self {
+			return false
+		}
+		for _, o := range all {
+			if o.Name == name {
+				return o.DeletionTimestamp == nil && !upgrade.IsFinished(o)
+			}
+		}
+		return false
+	}
+}
+
+func activeName(o *agentsv1alpha1.SandboxUpdateOps) string {
+	if o == nil {
+		return ""
+	}
+	return o.Name
+}

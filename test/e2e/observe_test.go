@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/testenv"
+)
+
+// readmeNATSLines returns the `bin/nats` command lines of the README block
+// between <!-- nats-history --> and <!-- /nats-history -->.
+func readmeNATSLines(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start, end := strings.Index(text, "<!-- nats-history -->"), strings.Index(text, "<!-- /nats-history -->")
+	if start < 0 || end < start {
+		t.Fatal("README.md has no <!-- nats-history --> block")
+	}
+	var lines []string
+	for _, l := range strings.Split(text[start:end], "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "bin/nats ") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	return lines
+}
+
+// TestREADMENATSHistory runs the README's history line for one upgraded
+// sandbox and checks it shows that sandbox's events, in pipeline order.
+func TestREADMENATSHistory(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "hist", 1, "hist-pool", nil)
+	kubectl(t, opsYAML("hist", "hist-pool", "1", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "hist", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+
+	var history string
+	for _, l := range readmeNATSLines(t) {
+		if strings.Contains(l, "--terminate-at-end") {
+			history = l
+		}
+	}
+	if history == "" {
+		t.Fatal("README has no history line (bin/nats sub ... --all --terminate-at-end)")
+	}
+	line := strings.NewReplacer("$NS", ns, "$SANDBOX", "hist-00", "nats://127.0.0.1:4222", s.env.NATSURL).Replace(history)
+	args := strings.Fields(strings.ReplaceAll(line, "'", ""))
+	cmd := exec.Command(filepath.Join(s.env.RootDir, args[0]), args[1:]...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, out)
+	}
+	var types []string
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		var ce struct {
+			Type    string `json:"type"`
+			Subject string `json:"subject"`
+		}
+		if json.Unmarshal([]byte(sc.Text()), &ce) != nil || ce.Type == "" {
+			continue
+		}
+		if ce.Subject != ns+"/hist-00" {
+			t.Fatalf("history shows an event of %s", ce.Subject)
+		}
+		types = append(types, ce.Type)
+	}
+	want := []string{events.TypeRequested, events.TypePatched, events.TypePreHookDone, events.TypePodReady, events.TypePostHookDone}
+	i := 0
+	for _, typ := range types {
+		if i < len(want) && typ == want[i] {
+			i++
+		}
+	}
+	if i != len(want) {
+		t.Fatalf("history %v does not hold %v in order\n%s", types, want, out)
+	}
+}
+
+// TestStatusaggMetrics: statusagg's /metrics exposes the progress metrics,
+// and every metric passes promlint.
+func TestStatusaggMetrics(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "met", 2, "met-pool", nil)
+	kubectl(t, opsYAML("met", "met-pool", "2", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "met", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	var body string
+	testenv.Eventually(t, 30*time.Second, "statusagg metrics for the ops", func() (bool, error) {
+		resp, err := http.Get(s.MetricsURL("statusagg"))
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err == nil && strings.Contains(body, `molt_ops_sandboxes{`) && strings.Contains(body, `ops="met"`), err
+	})
+	for _, name := range []string{"molt_ops_sandboxes", "molt_stage_duration_seconds", "molt_events_handled_total"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("statusagg /metrics lacks %s", name)
+		}
+	}
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "molt_") {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	}
+	_ = context.Background
+}

@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/testenv"
+)
+
+func opsYAML(name, pool, maxUnavailable, image string) string {
+	return fmt.Sprintf(`apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxUpdateOps
+metadata:
+  name: %s
+spec:
+  selector:
+    matchLabels:
+      %s: %s
+  updateStrategy:
+    maxUnavailable: %s
+  patch:
+    spec:
+      containers:
+      - name: sandbox
+        image: %s
+`, name, poolLabel, pool, maxUnavailable, image)
+}
+
+func TestPercentMaxUnavailable(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "pct", 20, "pct-pool", nil)
+	w := watch(t, s, ns)
+	kubectl(t, opsYAML("pct", "pct-pool", "10%", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "pct", agentsv1alpha1.SandboxUpdateOpsCompleted, 4*time.Minute)
+	if ops.Status.UpdatedReplicas != 20 {
+		t.Fatalf("updatedReplicas = %d, want 20", ops.Status.UpdatedReplicas)
+	}
+	if maxUp, _, _ := w.snapshot(); maxUp > 2 {
+		t.Fatalf("10%% of 20 is 2, but %d sandboxes were upgrading at once", maxUp)
+	}
+}
+
+// TestBadImageFailsTheOps: the bad image fails its sandbox with the
+// container's reason, the budget stops the rollout, and the ops ends Failed.
+func TestBadImageFailsTheOps(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "bad", 4, "bad-pool", nil)
+	w := watch(t, s, ns)
+	kubectl(t, opsYAML("bad", "bad-pool", "1", "my-registry/sandbox-image:non-existent"), "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "bad", agentsv1alpha1.SandboxUpdateOpsFailed, 3*time.Minute)
+	if ops.Status.FailedReplicas != 1 || ops.Status.UpdatedReplicas != 0 || ops.Status.Replicas != 4 {
+		t.Fatalf("status = %+v, want 4 total, 0 updated, 1 failed", ops.Status)
+	}
+	cond := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionFailureBudgetExhausted)
+	if cond == nil || !strings.Contains(cond.Message, "bad-00") {
+		t.Fatalf("FailureBudgetExhausted condition = %+v, want one naming bad-00", cond)
+	}
+	sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "bad-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+	if up == nil || up.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed || !strings.Contains(up.Message, "container sandbox:") ||
+		!(strings.Contains(up.Message, "ImagePullBackOff") || strings.Contains(up.Message, "ErrImagePull")) {
+		t.Fatalf("bad-00 Upgrading = %+v, want UpgradePodFailed naming the container and its pull error", up)
+	}
+	if _, saw, _ := w.snapshot(); saw["bad-01"] || saw["bad-02"] {
+		t.Fatalf("sandboxes beyond the failure budget started: %v", saw)
+	}
+}
+
+// TestSecondOpsWaitsForTheFirst: a second ops in the namespace waits in
+// Pending with a condition and starts by itself when the first ends.
+func TestSecondOpsWaitsForTheFirst(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "two", 3, "two-pool", nil)
+	kubectl(t, opsYAML("first", "two-pool", "1", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	kubectl(t, opsYAML("second", "two-pool", "1", "my-registry/sandbox-image:v3"), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 30*time.Second, "second ops Pending and waiting", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(context.Background(), "second", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(o.Status.Conditions, agentsv1alpha1.ConditionWaitingForNamespace)
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsPending && c != nil && strings.Contains(c.Message, "first"), fmt.Errorf("%+v", o.Status)
+	})
+	waitOps(t, s, ns, "first", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	second := waitOps(t, s, ns, "second", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if second.Status.UpdatedReplicas != 3 {
+		t.Fatalf("second ops updated %d, want 3", second.Status.UpdatedReplicas)
+	}
+}
+
+// TestPauseAndDelete: paused admits nothing new, unpausing resumes;
+// deleting an ops removes its labels and releases its finalizer.
+func TestPauseAndDelete(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "pz", 4, "pz-pool", nil)
+	kubectl(t, opsYAML("pz", "pz-pool", "1", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, "first sandbox updated", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "pz", metav1.GetOptions{})
+		return err == nil && o.Status.UpdatedReplicas >= 1, err
+	})
+	kubectl(t, "", "patch", "suo", "pz", "-n", ns, "--type=merge", "-p", `{"spec":{"paused":true}}`)
+	// Whatever was in flight finishes; then nothing new starts.
+	var settled int32
+	testenv.Eventually(t, time.Minute, "in-flight sandboxes finish", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "pz", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		settled = o.Status.UpdatedReplicas
+		return o.Status.UpdatingReplicas == 0, fmt.Errorf("%+v", o.Status)
+	})
+	labelled := func() int {
+		list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpdateOps + "=pz"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	before := labelled()
+	// Give the selector several reconcile rounds; none may admit.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := labelled(); n != before {
+			t.Fatalf("paused ops admitted more sandboxes: %d -> %d", before, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if settled >= 4 {
+		t.Fatalf("all sandboxes updated before the pause took effect; the test proves nothing")
+	}
+	kubectl(t, "", "patch", "suo", "pz", "-n", ns, "--type=merge", "-p", `{"spec":{"paused":false}}`)
+	waitOps(t, s, ns, "pz", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+
+	kubectl(t, "", "delete", "suo", "pz", "-n", ns, "--wait=true", "--timeout=60s")
+	if n := labelled(); n != 0 {
+		t.Fatalf("%d sandboxes still carry the deleted ops's label", n)
+	}
+}
