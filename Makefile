@@ -12,7 +12,7 @@ TOOLGO   := GOWORK=off $(GO)
 
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 TOOL_BINS := $(BIN)/etcd $(KUBE_BINS) $(BIN)/kwok $(BIN)/nats $(BIN)/nats-server
-MOLT_BINS := $(addprefix $(BIN)/,$(SERVICES)) $(BIN)/molt-local $(BIN)/molt-devnode
+MOLT_BINS := $(addprefix $(BIN)/,$(SERVICES)) $(BIN)/molt-local $(BIN)/molt-devnode $(BIN)/molt-bench
 
 .PHONY: help
 help: ## list the targets
@@ -35,7 +35,7 @@ tools: $(TOOL_BINS) ## build the control plane, kwok and the nats CLI from pinne
 
 build: ## build molt's services and local-stack commands into bin/ (Go's cache skips unchanged work)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/pkg/cmd/molt-local molt.dev/pkg/cmd/molt-devnode
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/pkg/cmd/molt-local molt.dev/pkg/cmd/molt-devnode molt.dev/pkg/cmd/molt-bench
 
 $(BIN)/kube-apiserver: tools/kube/go.mod tools/kube/go.sum
 	cd tools/kube && $(TOOLGO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
@@ -68,7 +68,12 @@ vet: ## go vet every module
 	@for m in tools/*/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
 test: tools build verify vet ## run every unit and integration test (real control plane and NATS)
-	$(GO) test -count=1 -timeout 45m ./pkg/... $(foreach s,$(SERVICES),./services/$(s)/...)
+	$(GO) test -count=1 -timeout 45m ./pkg/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
+
+BENCH_N   ?= 1000
+BENCH_OUT ?= bench-results.md
+bench: up ## upgrade BENCH_N (1000) sandboxes on the local stack and write $(BENCH_OUT)
+	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids -n $(BENCH_N) --out $(BENCH_OUT)
 
 test-unit: ## run the tests that need no control plane
 	$(GO) test -count=1 -short ./pkg/events/... ./pkg/apis/...

@@ -14,13 +14,22 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
+// AnnotationPodOps is set by podcycler, next to upgrade.AnnotationPodAttempt, on every pod
+// it creates for an upgrade driven by a SandboxUpdateOps: the ops' name. The attempt
+// annotation holds the ops UID; with the name the pod alone says which ops it belongs to,
+// so the readiness wait can check that the sandbox is still labelled by that ops and
+// publish pod-ready with the full ops reference after a restart. Empty for direct
+// upgrades. Written and read by podcycler.
+const AnnotationPodOps = "molt.dev/ops"
+
 // sandboxKind is the owner kind of every pod podcycler creates.
 var sandboxKind = agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox")
 
 // buildPod returns the pod of sb built from its spec.template: named after the sandbox,
 // the template's labels plus pod-template-hash=<revision>, the template's annotations plus,
-// for an upgrade, molt.dev/attempt=<attempt>, and a controller reference to the sandbox.
-func buildPod(sb *agentsv1alpha1.Sandbox, revision, attempt string) *corev1.Pod {
+// for an upgrade, molt.dev/attempt=<attempt> and molt.dev/ops=<ops name>, and a controller
+// reference to the sandbox.
+func buildPod(sb *agentsv1alpha1.Sandbox, revision, attempt, ops string) *corev1.Pod {
 	tpl := sb.Spec.Template
 	labels := maps.Clone(tpl.Labels)
 	if labels == nil {
@@ -33,6 +42,9 @@ func buildPod(sb *agentsv1alpha1.Sandbox, revision, attempt string) *corev1.Pod 
 			annotations = map[string]string{}
 		}
 		annotations[upgrade.AnnotationPodAttempt] = attempt
+		if ops != "" {
+			annotations[AnnotationPodOps] = ops
+		}
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

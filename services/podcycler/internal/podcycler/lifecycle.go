@@ -1,0 +1,171 @@
+package podcycler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/controller"
+	"molt.dev/pkg/events"
+	agentsclient "molt.dev/pkg/generated/clientset/versioned"
+	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// cycler is podcycler's state: the lifecycle loop (sync) and the prehook-done handler
+// (handlePreHookDone) share it.
+type cycler struct {
+	kube      kubernetes.Interface
+	agents    agentsclient.Interface
+	sandboxes agentslisters.SandboxLister
+	pods      corelisters.PodLister
+	publisher *events.Publisher
+	ctl       *controller.Controller
+	metrics   *metrics
+	inFlight  *inFlight
+	// reported remembers, per sandbox, the last outcome published for a pod
+	// ("<pod uid>/<event type>") so informer updates do not publish it again.
+	reported sync.Map
+
+	readyTimeout time.Duration
+	now          func() time.Time
+}
+
+// upgradeStagesOwningPod are the Upgrading reasons during which a missing pod must not be
+// recreated by the lifecycle loop: the hooks run against a specific pod (a preUpgrade
+// hook must never reach a new one), and their stage fails by itself when the pod is gone.
+var upgradeStagesOwningPod = map[string]bool{
+	agentsv1alpha1.UpgradingReasonPreUpgrade:    true,
+	agentsv1alpha1.UpgradingReasonCheckpointing: true,
+	agentsv1alpha1.UpgradingReasonPostUpgrade:   true,
+}
+
+// sync brings one sandbox's pod in line with the sandbox, in this order:
+//
+//  1. load the sandbox; gone or being deleted → nothing (the garbage collector removes
+//     the pod through its owner reference);
+//  2. no spec.template (a templateRef) → nothing: pods are built from inline templates;
+//  3. spec.paused → delete the pod, with a UID precondition;
+//  4. no pod → create it from spec.template, unless an upgrade owns the pod now
+//     (createMissingPod);
+//  5. a pod created by an upgrade attempt → watch it until Ready, failed or past its
+//     deadline (watchUpgradedPod).
+func (c *cycler) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key this controller produces; nothing to retry
+	}
+	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(namespace, name))
+	ctx = klog.NewContext(ctx, logger)
+
+	sb, err := c.sandboxes.Sandboxes(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.reported.Delete(key)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get sandbox %s: %w", key, err)
+	}
+	if sb.DeletionTimestamp != nil {
+		return nil
+	}
+	if sb.Spec.Template == nil {
+		logger.V(4).Info("Skip: sandbox has no inline template")
+		return nil
+	}
+
+	pod, err := c.pods.Pods(namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get pod %s: %w", key, err)
+	}
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	}
+
+	switch {
+	case sb.Spec.Paused:
+		if pod == nil || pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) {
+			return nil
+		}
+		if err := c.deletePod(ctx, namespace, name, pod.UID, reasonPause); err != nil {
+			return err
+		}
+		logger.Info("Deleted pod of paused sandbox", "pod", klog.KObj(pod), "uid", pod.UID)
+		return nil
+	case pod == nil:
+		return c.createMissingPod(ctx, key, sb)
+	default:
+		return c.watchUpgradedPod(ctx, key, sb, pod)
+	}
+}
+
+// createMissingPod creates the pod of a sandbox that has none:
+//   - an upgrade in this process is replacing the pod → nothing, the handler creates it;
+//   - the attempt in status is in PreUpgrade, Checkpointing or PostUpgrade → nothing, that
+//     stage owns the pod and fails by itself without it;
+//   - the attempt is in UpgradePod → the pod that stage builds (target revision, the
+//     attempt's annotations), as the handler would, so a handler racing in another
+//     replica finds it and adopts it instead of creating a second one;
+//   - otherwise → a plain pod from spec.template.
+func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) error {
+	logger := klog.FromContext(ctx)
+	if c.inFlight.has(key) {
+		logger.V(4).Info("Skip: the upgrade handler is replacing the pod")
+		return nil
+	}
+	attempt := upgrade.CurrentAttempt(sb)
+	reason, _ := upgrade.ReasonFor(sb, attempt)
+	if upgradeStagesOwningPod[reason] {
+		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
+		return nil
+	}
+	revision, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		return fmt.Errorf("hash template of sandbox %s: %w", key, err)
+	}
+	pod, why := buildPod(sb, revision, "", ""), reasonLifecycle
+	if reason == agentsv1alpha1.UpgradingReasonUpgradePod {
+		pod, why = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps]), reasonUpgrade
+	}
+	created, err := c.createPod(ctx, pod, why)
+	if err != nil {
+		return err
+	}
+	if created != nil {
+		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why)
+	}
+	return nil
+}
+
+// enqueueOwner is the Pod informer's handler: it enqueues the sandbox that controls the
+// pod (deletes included, through tombstones).
+func (c *cycler) enqueueOwner(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if key, ok := ownerSandbox(pod); ok {
+		c.ctl.EnqueueKey(key)
+	}
+}
+
+// podHandler returns the Pod informer's event handlers.
+func (c *cycler) podHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueOwner,
+		UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+		DeleteFunc: c.enqueueOwner,
+	}
+}

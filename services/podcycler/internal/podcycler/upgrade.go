@@ -1,0 +1,212 @@
+package podcycler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
+)
+
+// How one delivery of prehook-done waits for the old pod's name to be free.
+const (
+	// nameFreeWait bounds the wait within one delivery; after it the message is redelivered
+	// (nameTakenRetry later), so a slow graceful deletion does not hold a worker for long.
+	nameFreeWait   = 30 * time.Second
+	nameFreePoll   = 100 * time.Millisecond
+	nameTakenRetry = 2 * time.Second
+)
+
+// handlePreHookDone replaces a sandbox's pod with one built from its patched template (see
+// replacePod). An error on the last allowed delivery is reported as failed
+// (UpgradePodFailed) instead, so the upgrade ends visibly rather than hanging.
+func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) error {
+	err := c.replacePod(ctx, msg.Event)
+	if err == nil || errors.Is(err, context.Canceled) || !msg.LastDelivery() {
+		return err
+	}
+	d := msg.Event.Data
+	d.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+	d.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
+	d.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s not replaced: %v", d.Sandbox.Name, err))
+	if perr := c.publisher.Publish(ctx, events.Event{Type: events.TypeFailed, Data: d}); perr != nil {
+		return errors.Join(err, fmt.Errorf("report failed replacement of pod %s: %w", d.Sandbox.Name, perr))
+	}
+	klog.FromContext(ctx).Info("Gave up replacing pod", "err", err)
+	return nil
+}
+
+// replacePod is the UpgradePod stage's checklist:
+//
+//  1. load the sandbox; gone, replaced by another of the same name, or no longer labelled
+//     by the event's ops → skip (stale);
+//  2. the attempt already past UpgradePod in status → skip;
+//  3. the pod of this attempt already exists (target revision, and this attempt's
+//     annotation or not the old pod) → skip to the wait, adopting it if another writer
+//     created it;
+//  4. publish stage-started UpgradePod;
+//  5. delete the old pod with a UID precondition and wait until its name is free;
+//  6. create the new pod: target revision, this attempt.
+//
+// The wait for Ready is finished by the Pod informer (watchUpgradedPod).
+func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
+	d := ev.Data
+	key, ns, name := ev.SandboxKey(), d.Sandbox.Namespace, d.Sandbox.Name
+	logger := klog.FromContext(ctx)
+
+	sb, err := c.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		logger.Info("Skip: sandbox is gone")
+		return nil
+	case err != nil:
+		return fmt.Errorf("get sandbox %s: %w", key, err)
+	case sb.UID != d.Sandbox.UID || sb.DeletionTimestamp != nil:
+		logger.Info("Skip: sandbox was deleted or replaced", "uid", sb.UID)
+		return nil
+	case sb.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name:
+		logger.Info("Skip: stale event, sandbox belongs to another ops", "currentOps", sb.Labels[agentsv1alpha1.LabelUpdateOps])
+		return nil
+	case sb.Spec.Template == nil:
+		logger.Info("Skip: sandbox has no inline template to build a pod from")
+		return nil
+	}
+	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastUpgradePod[reason] {
+		logger.Info("Skip: attempt already past UpgradePod", "reason", reason)
+		return nil
+	}
+	target, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		return fmt.Errorf("hash template of sandbox %s: %w", key, err)
+	}
+	if d.TargetRevision != "" && d.TargetRevision != target {
+		logger.Info("Template changed since it was patched; building the current one", "eventRevision", d.TargetRevision, "revision", target)
+	}
+
+	end := c.inFlight.begin(key)
+	defer end()
+	old, err := c.livePod(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	if old != nil && isAttemptPod(old, sb, target, d) {
+		logger.Info("Skip: pod already replaced, waiting for it", "pod", klog.KObj(old), "uid", old.UID)
+		return c.adopt(ctx, old, d)
+	}
+
+	started := events.Event{Type: events.TypeStageStarted, Data: d}
+	started.Data.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+	started.Data.TargetRevision = target
+	if err := c.publisher.Publish(ctx, started); err != nil {
+		return fmt.Errorf("report stage UpgradePod of sandbox %s: %w", key, err)
+	}
+
+	if old != nil {
+		if old.DeletionTimestamp == nil {
+			if err := c.deletePod(ctx, ns, name, old.UID, reasonUpgrade); err != nil {
+				return err
+			}
+			logger.Info("Deleted old pod", "pod", klog.KObj(old), "uid", old.UID)
+		}
+		if err := c.waitNameFree(ctx, ns, name, old.UID); err != nil {
+			return events.Retry(err, nameTakenRetry)
+		}
+	}
+
+	created, err := c.createPod(ctx, buildPod(sb, target, d.Attempt, d.Ops.Name), reasonUpgrade)
+	if err != nil {
+		return err
+	}
+	if created != nil {
+		logger.Info("Created new pod", "pod", klog.KObj(created), "uid", created.UID, "revision", target)
+		return nil
+	}
+	// The name is taken again: by a pod another writer built for this attempt (adopt
+	// it), or by one still going away (look again shortly).
+	taken, err := c.livePod(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	if taken != nil && isAttemptPod(taken, sb, target, d) {
+		logger.Info("Pod created by another writer for this attempt, adopting it", "pod", klog.KObj(taken), "uid", taken.UID)
+		return c.adopt(ctx, taken, d)
+	}
+	return events.Retry(fmt.Errorf("create pod %s/%s: name still taken", ns, name), nameTakenRetry)
+}
+
+// isAttemptPod reports whether pod is the one this attempt wants: controlled by sb, not
+// being deleted, built from the target revision, and either created by this attempt or
+// not the pod that existed when the template was patched.
+func isAttemptPod(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d events.Data) bool {
+	if pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != target {
+		return false
+	}
+	return pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt || pod.UID != d.OldPodUID
+}
+
+// adopt makes pod carry the attempt's annotations (a pod built for the attempt by another
+// writer may lack them), so the informer-driven wait reports on it.
+func (c *cycler) adopt(ctx context.Context, pod *corev1.Pod, d events.Data) error {
+	if pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt && pod.Annotations[AnnotationPodOps] == d.Ops.Name {
+		return nil
+	}
+	annotations := map[string]any{upgrade.AnnotationPodAttempt: d.Attempt, AnnotationPodOps: nil}
+	if d.Ops.Name != "" {
+		annotations[AnnotationPodOps] = d.Ops.Name
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID, // precondition: only this pod
+		"annotations": annotations,
+	}})
+	if err != nil {
+		return fmt.Errorf("encode annotations of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	_, err = c.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("annotate pod %s/%s with attempt %s: %w", pod.Namespace, pod.Name, d.Attempt, err)
+	}
+	return nil
+}
+
+// livePod reads the pod from the API server (not the cache): the handler decides what to
+// delete and create on it.
+func (c *cycler) livePod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	pod, err := c.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	return pod, nil
+}
+
+// waitNameFree polls the pod cache until no pod of that name with oldUID is left, for at
+// most nameFreeWait.
+func (c *cycler) waitNameFree(ctx context.Context, ns, name string, oldUID types.UID) error {
+	err := wait.PollUntilContextTimeout(ctx, nameFreePoll, nameFreeWait, true, func(context.Context) (bool, error) {
+		pod, err := c.pods.Pods(ns).Get(name)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return pod.UID != oldUID, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: %w", ns, name, oldUID, err)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package statusagg
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/generated/clientset/versioned/scheme"
+)
+
+// Component is the source component of the Kubernetes Events statusagg records.
+const Component = "molt-statusagg"
+
+// Kubernetes Event reasons. Produced by statusagg, each only after the status
+// write that makes the transition succeeded; read by users (kubectl get
+// events, kubectl describe).
+const (
+	// EventOpsWaiting: the ops waits in Pending for the namespace's active ops.
+	EventOpsWaiting = "OpsWaiting"
+	// EventOpsUpdating: the ops started (or resumed) upgrading sandboxes.
+	EventOpsUpdating = "OpsUpdating"
+	// EventOpsCompleted: every sandbox the ops counts is updated, or none needed it.
+	EventOpsCompleted = "OpsCompleted"
+	// EventOpsFailed (Warning): failures used up the budget; the message names them.
+	EventOpsFailed = "OpsFailed"
+	// EventOpsInvalid (Warning): the ops' selector or maxUnavailable cannot be used.
+	EventOpsInvalid = "OpsInvalid"
+
+	// EventUpgradeStarted: a sandbox began an upgrade attempt.
+	EventUpgradeStarted = "UpgradeStarted"
+	// EventUpgradeSucceeded: a sandbox's attempt reached Succeeded.
+	EventUpgradeSucceeded = "UpgradeSucceeded"
+	// EventUpgradeFailed (Warning): a sandbox's attempt ended in a failure
+	// reason; the message is the failure's.
+	EventUpgradeFailed = "UpgradeFailed"
+)
+
+// newRecorder starts an Event broadcaster writing to the API server; stop
+// flushes and ends it.
+func newRecorder(ctx context.Context, kube kubernetes.Interface) (rec record.EventRecorder, stop func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component}), b.Shutdown
+}
+
+// opsPhaseEvent is the Event type and reason announcing an ops' new phase.
+func opsPhaseEvent(st agentsv1alpha1.SandboxUpdateOpsStatus) (eventType, reason string) {
+	switch st.Phase {
+	case agentsv1alpha1.SandboxUpdateOpsUpdating:
+		return corev1.EventTypeNormal, EventOpsUpdating
+	case agentsv1alpha1.SandboxUpdateOpsCompleted:
+		return corev1.EventTypeNormal, EventOpsCompleted
+	case agentsv1alpha1.SandboxUpdateOpsFailed:
+		return corev1.EventTypeWarning, EventOpsFailed
+	}
+	for _, c := range st.Conditions {
+		if c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == ProgressingReasonInvalidSpec {
+			return corev1.EventTypeWarning, EventOpsInvalid
+		}
+	}
+	return corev1.EventTypeNormal, EventOpsWaiting
+}

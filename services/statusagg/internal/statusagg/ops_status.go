@@ -1,0 +1,121 @@
+package statusagg
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// Reasons of the SandboxUpdateOps conditions. Produced by statusagg; read by
+// users (kubectl describe) and dashboards.
+const (
+	// WaitingReasonAnotherOpsActive: WaitingForNamespace=True, another ops of
+	// the namespace is active; the message names it.
+	WaitingReasonAnotherOpsActive = "AnotherOpsActive"
+	// WaitingReasonNamespaceFree: WaitingForNamespace=False, this ops is the
+	// active one now.
+	WaitingReasonNamespaceFree = "NamespaceFree"
+
+	// ProgressingReasonUpdating: Progressing=True, sandboxes are being upgraded.
+	ProgressingReasonUpdating = "Updating"
+	// ProgressingReasonPaused: Progressing=True while spec.paused: no new
+	// sandbox is admitted, those upgrading finish.
+	ProgressingReasonPaused = "Paused"
+	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
+	ProgressingReasonCompleted = "Completed"
+	// ProgressingReasonNothingToUpdate: Progressing=False, no sandbox needs the patch.
+	ProgressingReasonNothingToUpdate = "NothingToUpdate"
+	// ProgressingReasonFailureBudgetExhausted: Progressing=False, failures
+	// used up maxUnavailable (see the FailureBudgetExhausted condition).
+	ProgressingReasonFailureBudgetExhausted = "FailureBudgetExhausted"
+	// ProgressingReasonInvalidSpec: Progressing=False, the selector or
+	// maxUnavailable cannot be used; the message says why.
+	ProgressingReasonInvalidSpec = "InvalidSpec"
+
+	// BudgetReasonSandboxesFailed: FailureBudgetExhausted=True; the message
+	// names the failed sandboxes and how many were not started.
+	BudgetReasonSandboxesFailed = "SandboxesFailed"
+)
+
+// maxNamedFailures is how many failed sandboxes a condition message names.
+const maxNamedFailures = 10
+
+// desiredOpsStatus recomputes an unfinished ops' status from the selection
+// of its namespace's sandboxes (sel, or selErr when the spec cannot select)
+// and the namespace's active ops:
+//   - counters from the selection: replicas = total, updated, updating, failed;
+//   - not the active ops → Pending, WaitingForNamespace=True naming it;
+//   - a spec that cannot select → Pending, Progressing=False/InvalidSpec;
+//   - nothing to update → Completed, Progressing=False/NothingToUpdate;
+//   - all updated → Completed, Progressing=False/Completed;
+//   - failures, nothing updating, and nothing left to start or no budget to
+//     start it → Failed, FailureBudgetExhausted=True naming the failures;
+//   - else Updating, Progressing=True (reason Paused while spec.paused).
+func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection, selErr error) agentsv1alpha1.SandboxUpdateOpsStatus {
+	st := *ops.Status.DeepCopy()
+	gen := ops.Generation
+	st.ObservedGeneration = gen
+	st.Replicas, st.UpdatedReplicas = int32(sel.Total()), int32(sel.Updated)
+	st.UpdatingReplicas, st.FailedReplicas = int32(sel.Updating), int32(sel.Failed)
+
+	if active != nil && active.Name != ops.Name {
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionWaitingForNamespace, Status: metav1.ConditionTrue,
+			Reason: WaitingReasonAnotherOpsActive, Message: fmt.Sprintf("waiting for SandboxUpdateOps %s to finish", active.Name), ObservedGeneration: gen})
+		return st
+	}
+	if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionWaitingForNamespace) != nil {
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionWaitingForNamespace, Status: metav1.ConditionFalse,
+			Reason: WaitingReasonNamespaceFree, ObservedGeneration: gen})
+	}
+
+	progressing := metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, ObservedGeneration: gen}
+	switch {
+	case selErr != nil:
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
+		progressing.Reason, progressing.Message = ProgressingReasonInvalidSpec, selErr.Error()
+	case sel.Total() == 0:
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+		progressing.Reason, progressing.Message = ProgressingReasonNothingToUpdate, "no sandbox needs this patch"
+	case sel.Updated == sel.Total():
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+		progressing.Reason, progressing.Message = ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
+	case sel.Failed > 0 && sel.Updating == 0 && (sel.NotStarted == 0 || sel.BudgetExhausted()):
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+		msg := failureMessage(sel)
+		progressing.Reason, progressing.Message = ProgressingReasonFailureBudgetExhausted, msg
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
+			Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
+	default:
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
+		progressing.Status, progressing.Reason = metav1.ConditionTrue, ProgressingReasonUpdating
+		if ops.Spec.Paused {
+			progressing.Reason = ProgressingReasonPaused
+		}
+		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d updating, %d failed", sel.Updated, sel.Total(), sel.Updating, sel.Failed)
+	}
+	setCondition(&st.Conditions, progressing)
+	return st
+}
+
+// failureMessage names the failed sandboxes (up to maxNamedFailures) and
+// how many were not started.
+func failureMessage(sel upgrade.Selection) string {
+	var names []string
+	for _, c := range sel.Candidates {
+		if c.State == upgrade.Failed {
+			names = append(names, c.Sandbox.Name)
+		}
+	}
+	list := strings.Join(names[:min(len(names), maxNamedFailures)], ", ")
+	if extra := len(names) - maxNamedFailures; extra > 0 {
+		list += fmt.Sprintf(" and %d more", extra)
+	}
+	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started",
+		sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted)
+}

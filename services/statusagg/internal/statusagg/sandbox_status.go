@@ -1,0 +1,143 @@
+package statusagg
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// Reasons statusagg writes besides the wire-contract ones of
+// agentsv1alpha1 (API.md lists Ready's reasons as "PodReady, Upgrading,
+// PodCreateFailed, …"). Produced by statusagg; read by users.
+const (
+	// ReadyReasonPodNotCreated: the sandbox has no pod yet (Ready=False).
+	ReadyReasonPodNotCreated = "PodNotCreated"
+	// ReadyReasonPodNotReady: the pod exists but is not Ready (Ready=False).
+	ReadyReasonPodNotReady = "PodNotReady"
+	// ReadyReasonPaused: the sandbox is paused and has no pod (Ready=False).
+	ReadyReasonPaused = "Paused"
+	// PausedReasonPodStopped: SandboxPaused=True, the pod is stopped for a pause.
+	PausedReasonPodStopped = "PodStopped"
+	// PausedReasonNotPaused: SandboxPaused=False once the sandbox runs again.
+	PausedReasonNotPaused = "NotPaused"
+)
+
+// desiredSandboxStatus recomputes sb's status from its spec, its upgrade
+// record (the UpgradeAttempt and Upgrading conditions, which only the event
+// handler changes) and its pod (nil when it has none):
+//  1. observedGeneration, updateRevision (hash of spec.template);
+//  2. podInfo, sandboxIp, nodeName from the pod;
+//  3. the base phase and Ready: no pod → Pending (Paused when spec.paused),
+//     pod Running and Ready → Running with Ready=True/PodReady;
+//  4. the upgrade overlay: while an attempt is in a stage or failed, phase
+//     Upgrading and Ready=False/Upgrading, and a failure's message as
+//     status.message; a Succeeded attempt leaves the base rules alone.
+//
+// Conditions go through meta.SetStatusCondition, so lastTransitionTime moves
+// only when a condition's status flips.
+func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1alpha1.SandboxStatus {
+	st := *sb.Status.DeepCopy()
+	st.ObservedGeneration = sb.Generation
+	if sb.Spec.Template != nil {
+		if rev, err := upgrade.Revision(sb.Spec.Template); err == nil {
+			st.UpdateRevision = rev
+		}
+	}
+
+	st.PodInfo, st.SandboxIP, st.NodeName = agentsv1alpha1.PodInfo{}, "", ""
+	if pod != nil {
+		st.PodInfo = agentsv1alpha1.PodInfo{PodIP: pod.Status.PodIP, NodeName: pod.Spec.NodeName, PodUID: pod.UID}
+		st.SandboxIP, st.NodeName = pod.Status.PodIP, pod.Spec.NodeName
+	}
+
+	ready := metav1.Condition{Type: agentsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: sb.Generation}
+	paused := sb.Spec.Paused && pod == nil
+	switch {
+	case pod == nil && paused:
+		st.Phase = agentsv1alpha1.SandboxPaused
+		ready.Reason, ready.Message = ReadyReasonPaused, "sandbox is paused"
+	case pod == nil:
+		st.Phase = agentsv1alpha1.SandboxPending
+		ready.Reason, ready.Message = ReadyReasonPodNotCreated, fmt.Sprintf("pod %s does not exist yet", sb.Name)
+	case pod.Status.Phase == corev1.PodSucceeded:
+		st.Phase = agentsv1alpha1.SandboxSucceeded
+		ready.Reason, ready.Message = ReadyReasonPodNotReady, fmt.Sprintf("pod %s has succeeded", pod.Name)
+	case pod.Status.Phase == corev1.PodFailed:
+		st.Phase = agentsv1alpha1.SandboxFailed
+		ready.Reason, ready.Message = ReadyReasonPodNotReady, fmt.Sprintf("pod %s has failed: %s", pod.Name, pod.Status.Message)
+	case podReady(pod):
+		st.Phase = agentsv1alpha1.SandboxRunning
+		ready.Status, ready.Reason = metav1.ConditionTrue, agentsv1alpha1.ReadyReasonPodReady
+	default:
+		st.Phase = agentsv1alpha1.SandboxPending
+		ready.Reason, ready.Message = ReadyReasonPodNotReady, podNotReadyMessage(pod)
+	}
+	st.Message = ""
+	if paused {
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionTrue,
+			Reason: PausedReasonPodStopped, Message: "the pod is stopped for a pause", ObservedGeneration: sb.Generation})
+	} else if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused) != nil {
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
+			Reason: PausedReasonNotPaused, ObservedGeneration: sb.Generation})
+	}
+
+	if up := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil &&
+		(isInProgress(up.Reason) || agentsv1alpha1.IsUpgradingFailedReason(up.Reason)) {
+		st.Phase = agentsv1alpha1.SandboxUpgrading
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, agentsv1alpha1.ReadyReasonUpgrading, agentsv1alpha1.ReadyMessageUpgrading
+		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
+			st.Message = up.Message
+		}
+	}
+	if sb.DeletionTimestamp != nil {
+		st.Phase = agentsv1alpha1.SandboxTerminating
+	}
+	setCondition(&st.Conditions, ready)
+	return st
+}
+
+// recordTransition writes an event's transition into the upgrade record:
+// UpgradeAttempt (True, reason = the stage, message = the attempt id) and
+// Upgrading (reason = the stage, True only for Succeeded, message = the
+// failure's message).
+func recordTransition(conds *[]metav1.Condition, tr transition, generation int64) {
+	setCondition(conds, metav1.Condition{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue,
+		Reason: tr.To, Message: tr.Attempt, ObservedGeneration: generation})
+	setCondition(conds, metav1.Condition{Type: agentsv1alpha1.ConditionUpgrading, Status: agentsv1alpha1.UpgradingConditionStatus(tr.To),
+		Reason: tr.To, Message: tr.Message, ObservedGeneration: generation})
+}
+
+// setCondition is meta.SetStatusCondition with the message capped.
+func setCondition(conds *[]metav1.Condition, c metav1.Condition) {
+	c.Message = agentsv1alpha1.TruncateConditionMessage(c.Message)
+	meta.SetStatusCondition(conds, c)
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podNotReadyMessage(pod *corev1.Pod) string {
+	if pod.DeletionTimestamp != nil {
+		return fmt.Sprintf("pod %s is being deleted", pod.Name)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Message != "" {
+			return fmt.Sprintf("pod %s is %s: %s", pod.Name, pod.Status.Phase, c.Message)
+		}
+	}
+	return fmt.Sprintf("pod %s is %s", pod.Name, pod.Status.Phase)
+}

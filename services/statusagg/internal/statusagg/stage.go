@@ -1,0 +1,110 @@
+package statusagg
+
+import (
+	"fmt"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+)
+
+// stageRank orders the in-progress Upgrading reasons and Succeeded. An event
+// moves a sandbox's attempt only forward along it; a failure reason ends the
+// attempt from any stage.
+var stageRank = map[string]int{
+	agentsv1alpha1.UpgradingReasonResuming:      1,
+	agentsv1alpha1.UpgradingReasonResumeSucceed: 2,
+	agentsv1alpha1.UpgradingReasonPreUpgrade:    3,
+	agentsv1alpha1.UpgradingReasonCheckpointing: 4,
+	agentsv1alpha1.UpgradingReasonUpgradePod:    5,
+	agentsv1alpha1.UpgradingReasonPostUpgrade:   6,
+	agentsv1alpha1.UpgradingReasonSucceeded:     7,
+}
+
+// isInProgress reports whether reason is a stage an attempt is still in.
+func isInProgress(reason string) bool {
+	r, ok := stageRank[reason]
+	return ok && reason != agentsv1alpha1.UpgradingReasonSucceeded && r > 0
+}
+
+// isTerminal reports whether reason ends an attempt.
+func isTerminal(reason string) bool {
+	return reason == agentsv1alpha1.UpgradingReasonSucceeded || agentsv1alpha1.IsUpgradingFailedReason(reason)
+}
+
+// stageOf is the Upgrading reason an event reports. prehook-done leads to
+// Checkpointing for a sandbox upgraded by CheckpointRestore (the patcher has
+// written the ops strategy into spec.upgradePolicy by then), else to
+// UpgradePod. An event naming an unknown stage or failure reason is an error
+// that no redelivery can fix.
+func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
+	switch ev.Type {
+	case events.TypeRequested, events.TypePatched:
+		return agentsv1alpha1.UpgradingReasonPreUpgrade, nil
+	case events.TypePreHookDone:
+		if p := sb.Spec.UpgradePolicy; p != nil && p.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore {
+			return agentsv1alpha1.UpgradingReasonCheckpointing, nil
+		}
+		return agentsv1alpha1.UpgradingReasonUpgradePod, nil
+	case events.TypePodReady:
+		return agentsv1alpha1.UpgradingReasonPostUpgrade, nil
+	case events.TypePostHookDone:
+		return agentsv1alpha1.UpgradingReasonSucceeded, nil
+	case events.TypeStageStarted:
+		if !isInProgress(ev.Data.Stage) {
+			return "", fmt.Errorf("stage-started names unknown stage %q", ev.Data.Stage)
+		}
+		return ev.Data.Stage, nil
+	case events.TypeFailed:
+		if !agentsv1alpha1.IsUpgradingFailedReason(ev.Data.Reason) {
+			return "", fmt.Errorf("failed event names unknown reason %q", ev.Data.Reason)
+		}
+		return ev.Data.Reason, nil
+	}
+	return "", fmt.Errorf("unknown event type %q", ev.Type)
+}
+
+// transition is what one event changes in a sandbox's upgrade record.
+type transition struct {
+	Attempt string
+	// New is true when the event begins the attempt; From is the reason the
+	// attempt was at otherwise.
+	New  bool
+	From string
+	// To is the reason it moves to; Message explains a failure.
+	To      string
+	Message string
+}
+
+// decide says how an event for attempt moves a sandbox whose status records
+// curAttempt at curReason, or why it changes nothing (a non-empty skip):
+//   - an event of another attempt begins that attempt if it is `requested`,
+//     or if it comes from an ops (the sandbox is labelled with that ops, so
+//     `requested` was only handled late); a direct upgrade's other events of
+//     another attempt are stale;
+//   - within the attempt, a terminal reason (Succeeded, *Failed) is final;
+//   - a failure ends the attempt from any stage;
+//   - any other event must move forward along stageRank (a redelivered
+//     earlier event changes nothing).
+func decide(curAttempt, curReason string, ev events.Event, target string) (transition, string) {
+	tr := transition{Attempt: ev.Data.Attempt, To: target}
+	if agentsv1alpha1.IsUpgradingFailedReason(target) {
+		tr.Message = agentsv1alpha1.TruncateConditionMessage(ev.Data.Message)
+	}
+	if ev.Data.Attempt != curAttempt {
+		if ev.Type != events.TypeRequested && ev.Data.Ops.Name == "" {
+			return transition{}, fmt.Sprintf("event of attempt %s, status records attempt %q", ev.Data.Attempt, curAttempt)
+		}
+		tr.New = true
+		return tr, ""
+	}
+	tr.From = curReason
+	switch {
+	case isTerminal(curReason):
+		return transition{}, "attempt already ended with " + curReason
+	case agentsv1alpha1.IsUpgradingFailedReason(target):
+		return tr, ""
+	case stageRank[target] <= stageRank[curReason]:
+		return transition{}, fmt.Sprintf("attempt already at %s, event reports %s", curReason, target)
+	}
+	return tr, ""
+}
