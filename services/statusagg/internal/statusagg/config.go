@@ -31,10 +31,6 @@ type Config struct {
 	// EventWorkers is how many events (of different sandboxes) are handled at once.
 	EventWorkers int
 
-	// onStart, when set (by tests), is called with the runtime once every
-	// loop has been started.
-	onStart func(rt *service.Runtime)
-
 	envErrs []error
 }
 

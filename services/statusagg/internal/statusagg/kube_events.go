@@ -4,8 +4,8 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"

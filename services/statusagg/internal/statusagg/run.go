@@ -2,14 +2,133 @@ package statusagg
 
 import (
 	"context"
+	"fmt"
 
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"molt.dev/pkg/controller"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/generated/clientset/versioned"
+	"molt.dev/pkg/generated/informers/externalversions"
+	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
 	"molt.dev/pkg/service"
 )
 
+// server is statusagg's shared state: clients, listers, the two controllers,
+// metrics and the Event recorder.
+type server struct {
+	agents     versioned.Interface
+	sandboxes  agentslisters.SandboxLister
+	ops        agentslisters.SandboxUpdateOpsLister
+	pods       corelisters.PodLister
+	sandboxCtl *controller.Controller
+	opsCtl     *controller.Controller
+	metrics    *metrics
+	clock      *stageClock
+	recorder   record.EventRecorder
+}
+
 // Run starts statusagg and blocks until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		<-ctx.Done()
+		return run(ctx, cfg, rt)
+	})
+}
+
+// run wires the informers, the two controllers and the event consumer, and
+// runs them until ctx is cancelled or one of them fails.
+func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
+	agents, err := versioned.NewForConfig(rt.RestConfig)
+	if err != nil {
+		return fmt.Errorf("build agents client: %w", err)
+	}
+	m, err := newMetrics(rt.Registry)
+	if err != nil {
+		return err
+	}
+	evMetrics, err := events.NewMetrics(rt.Registry)
+	if err != nil {
+		return fmt.Errorf("register event metrics: %w", err)
+	}
+	recorder, stopRecorder := newRecorder(ctx, rt.Kube)
+	defer stopRecorder()
+
+	agentInformers := externalversions.NewSharedInformerFactory(agents, 0)
+	kubeInformers := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0,
+		informers.WithTransform(stripManagedFields))
+	sandboxInf := agentInformers.Agents().V1alpha1().Sandboxes()
+	opsInf := agentInformers.Agents().V1alpha1().SandboxUpdateOps()
+	podInf := kubeInformers.Core().V1().Pods()
+
+	s := &server{
+		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), pods: podInf.Lister(),
+		metrics: m, clock: newStageClock(), recorder: recorder,
+	}
+	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox)
+	s.opsCtl = controller.New("statusagg-ops", s.syncOps)
+	for _, h := range []struct {
+		inf     cache.SharedIndexInformer
+		handler cache.ResourceEventHandler
+	}{
+		{sandboxInf.Informer(), s.sandboxCtl.Handler()},
+		{sandboxInf.Informer(), s.namespaceHandler()},
+		{opsInf.Informer(), s.opsCtl.Handler()},
+		{opsInf.Informer(), s.namespaceHandler()},
+		{podInf.Informer(), s.podHandler()},
+	} {
+		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
+			return fmt.Errorf("add informer handler: %w", err)
+		}
+	}
+	synced := []cache.InformerSynced{sandboxInf.Informer().HasSynced, opsInf.Informer().HasSynced, podInf.Informer().HasSynced}
+
+	if _, err := events.EnsureStream(ctx, rt.JetStream, events.StreamConfig{}); err != nil {
+		return err
+	}
+	cons, err := events.EnsureConsumer(ctx, rt.JetStream, events.ConsumerStatusAgg, events.ConsumerConfig{})
+	if err != nil {
+		return err
+	}
+
+	agentInformers.Start(ctx.Done())
+	kubeInformers.Start(ctx.Done())
+	defer agentInformers.Shutdown()
+	defer kubeInformers.Shutdown()
+	rt.AddReadyCheck("informers", func() error {
+		for _, ok := range synced {
+			if !ok() {
+				return fmt.Errorf("caches not synced yet")
+			}
+		}
 		return nil
 	})
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.sandboxCtl.Run(gctx, cfg.SandboxWorkers, synced...) })
+	g.Go(func() error { return s.opsCtl.Run(gctx, cfg.OpsWorkers, synced...) })
+	g.Go(func() error {
+		if !cache.WaitForCacheSync(gctx.Done(), synced...) {
+			return nil
+		}
+		return events.Consume(gctx, cons, s.handleEvent, events.WithWorkers(cfg.EventWorkers), events.WithMetrics(evMetrics))
+	})
+	return g.Wait()
+}
+
+// stripManagedFields drops managedFields from cached pods: statusagg never
+// reads them, and every pod of the cluster is cached.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -1,0 +1,261 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/testenv"
+	"molt.dev/pkg/upgrade"
+	"molt.dev/services/statusagg/internal/statusagg"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestStatusAggregation runs one statusagg for every case, as in production
+// one process serves every namespace; each case has its own namespace.
+func TestStatusAggregation(t *testing.T) {
+	h := start(t)
+	t.Run("SandboxFollowsItsPod", func(t *testing.T) { sandboxFollowsItsPod(t, h.with(t)) })
+	t.Run("UpgradeProgressesAndOpsCompletes", func(t *testing.T) { upgradeProgressesAndOpsCompletes(t, h.with(t)) })
+	t.Run("FailureExhaustsTheBudget", func(t *testing.T) { failureExhaustsTheBudget(t, h.with(t)) })
+	t.Run("SecondOpsWaitsForTheFirst", func(t *testing.T) { secondOpsWaitsForTheFirst(t, h.with(t)) })
+	t.Run("PatchThatChangesNothingCompletes", func(t *testing.T) { patchThatChangesNothingCompletes(t, h.with(t)) })
+}
+
+// with returns the harness reporting to a subtest.
+func (h *harness) with(t *testing.T) *harness {
+	c := *h
+	c.t = t
+	return &c
+}
+
+// (a) A sandbox follows the pod named after it.
+func sandboxFollowsItsPod(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	sb := h.createSandbox(ns, "box", nil, imageV1)
+	h.waitSandbox(ns, "box", "Pending without a pod", func(sb *agentsv1alpha1.Sandbox) bool {
+		ready := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionReady)
+		return sb.Status.Phase == agentsv1alpha1.SandboxPending && ready != nil && ready.Status == metav1.ConditionFalse
+	})
+
+	pod := h.createPod(sb)
+	got := h.waitSandbox(ns, "box", "Running and Ready", func(sb *agentsv1alpha1.Sandbox) bool {
+		return sb.Status.Phase == agentsv1alpha1.SandboxRunning && meta.IsStatusConditionTrue(sb.Status.Conditions, agentsv1alpha1.ConditionReady)
+	})
+	ready := meta.FindStatusCondition(got.Status.Conditions, agentsv1alpha1.ConditionReady)
+	if ready.Reason != agentsv1alpha1.ReadyReasonPodReady {
+		t.Errorf("Ready reason = %q, want PodReady", ready.Reason)
+	}
+	st := got.Status
+	if st.PodInfo.PodUID != pod.UID || st.PodInfo.PodIP == "" || !strings.HasPrefix(st.PodInfo.NodeName, "kwok-node-") {
+		t.Errorf("podInfo = %+v, want uid %s, an IP and a kwok node", st.PodInfo, pod.UID)
+	}
+	if st.SandboxIP != st.PodInfo.PodIP || st.NodeName != st.PodInfo.NodeName {
+		t.Errorf("sandboxIp %q / nodeName %q differ from podInfo %+v", st.SandboxIP, st.NodeName, st.PodInfo)
+	}
+	if rev, _ := upgrade.Revision(got.Spec.Template); st.UpdateRevision != rev {
+		t.Errorf("updateRevision = %q, want %q", st.UpdateRevision, rev)
+	}
+	if st.ObservedGeneration != got.Generation {
+		t.Errorf("observedGeneration = %d, want %d", st.ObservedGeneration, got.Generation)
+	}
+}
+
+// (b) stages progress on events and never move back; (d) the ops completes
+// 2/2; (g) Events are recorded; (h) /metrics shows the counters.
+func upgradeProgressesAndOpsCompletes(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	claimed := map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-b"}
+	b1 := h.runningSandbox(ns, "b1", claimed)
+	b2 := h.runningSandbox(ns, "b2", claimed)
+	ops := h.createOps(ns, "ops-b", imageV2, 1)
+	h.waitOps(ns, "ops-b", "Updating 0/2", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsUpdating && o.Status.Replicas == 2 && o.Status.UpdatingReplicas == 2
+	})
+
+	for _, step := range []struct {
+		eventType string
+		reason    string
+	}{
+		{events.TypeRequested, agentsv1alpha1.UpgradingReasonPreUpgrade},
+		{events.TypePreHookDone, agentsv1alpha1.UpgradingReasonUpgradePod},
+		{events.TypePodReady, agentsv1alpha1.UpgradingReasonPostUpgrade},
+	} {
+		h.publish(event(step.eventType, b1, ops))
+		got := h.waitSandbox(ns, "b1", "Upgrading/"+step.reason, func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, step.reason) })
+		ready := meta.FindStatusCondition(got.Status.Conditions, agentsv1alpha1.ConditionReady)
+		attempt := meta.FindStatusCondition(got.Status.Conditions, upgrade.ConditionAttempt)
+		if got.Status.Phase != agentsv1alpha1.SandboxUpgrading || ready.Status != metav1.ConditionFalse ||
+			ready.Reason != agentsv1alpha1.ReadyReasonUpgrading || ready.Message != agentsv1alpha1.ReadyMessageUpgrading {
+			t.Errorf("at %s: phase %s, Ready %+v; want Upgrading, False/Upgrading %q", step.reason, got.Status.Phase, ready, agentsv1alpha1.ReadyMessageUpgrading)
+		}
+		if attempt == nil || attempt.Message != string(ops.UID) || attempt.Reason != step.reason {
+			t.Errorf("at %s: UpgradeAttempt = %+v, want message %s", step.reason, attempt, ops.UID)
+		}
+	}
+	// Mid-flight, redelivered earlier events do not move the attempt back.
+	h.redeliver(event(events.TypeRequested, b1, ops))
+	h.redeliver(event(events.TypePreHookDone, b1, ops))
+	h.drained()
+	if sb := h.waitSandbox(ns, "b1", "read", func(*agentsv1alpha1.Sandbox) bool { return true }); !upgrading(sb, agentsv1alpha1.UpgradingReasonPostUpgrade) {
+		t.Fatalf("after redelivering requested and prehook-done at PostUpgrade: status %s", statusJSON(sb.Status))
+	}
+
+	h.publish(event(events.TypePostHookDone, b1, ops))
+	h.waitSandbox(ns, "b1", "Succeeded, Running, Ready", func(sb *agentsv1alpha1.Sandbox) bool {
+		up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+		ready := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionReady)
+		return up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && up.Status == metav1.ConditionTrue &&
+			sb.Status.Phase == agentsv1alpha1.SandboxRunning && ready.Status == metav1.ConditionTrue && ready.Reason == agentsv1alpha1.ReadyReasonPodReady
+	})
+
+	// Redelivered earlier events do not move the sandbox back.
+	h.redeliver(event(events.TypePreHookDone, b1, ops))
+	h.redeliver(event(events.TypeRequested, b1, ops))
+	h.drained()
+	if sb := h.waitSandbox(ns, "b1", "still Succeeded", func(*agentsv1alpha1.Sandbox) bool { return true }); !upgrading(sb, agentsv1alpha1.UpgradingReasonSucceeded) ||
+		sb.Status.Phase != agentsv1alpha1.SandboxRunning {
+		t.Fatalf("after redelivery: phase %s, status %s", sb.Status.Phase, statusJSON(sb.Status))
+	}
+
+	for _, typ := range []string{events.TypeRequested, events.TypePatched, events.TypePreHookDone, events.TypePodReady, events.TypePostHookDone} {
+		h.publish(event(typ, b2, ops))
+	}
+	done := h.waitOps(ns, "ops-b", "Completed 2/2", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted
+	})
+	st := done.Status
+	if st.Replicas != 2 || st.UpdatedReplicas != 2 || st.UpdatingReplicas != 0 || st.FailedReplicas != 0 || st.ObservedGeneration != done.Generation {
+		t.Errorf("ops status = %s, want 2 updated of 2", statusJSON(st))
+	}
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != statusagg.ProgressingReasonCompleted {
+		t.Errorf("Progressing = %+v, want False/Completed", c)
+	}
+
+	h.waitEvent(ns, "b1", statusagg.EventUpgradeStarted, string(ops.UID))
+	h.waitEvent(ns, "b1", statusagg.EventUpgradeSucceeded, "")
+	h.waitEvent(ns, "ops-b", statusagg.EventOpsUpdating, "")
+	h.waitEvent(ns, "ops-b", statusagg.EventOpsCompleted, "")
+
+	series := fmt.Sprintf(`molt_ops_sandboxes{namespace=%q,ops="ops-b",state="updated"}`, ns)
+	testenv.Eventually(t, timeout, series+" = 2", func() (bool, error) {
+		v, ok := h.metric(series)
+		return ok && v == "2", fmt.Errorf("value %q found %v", v, ok)
+	})
+	for _, stage := range []string{"PreUpgrade", "UpgradePod", "PostUpgrade"} {
+		if _, ok := h.metric(fmt.Sprintf(`molt_stage_duration_seconds_count{stage=%q}`, stage)); !ok {
+			t.Errorf("/metrics has no duration of stage %s", stage)
+		}
+	}
+}
+
+// (c) a failure stays visible on the sandbox and, with maxUnavailable 1,
+// ends the ops Failed naming the sandbox; a redelivered failure is counted once.
+func failureExhaustsTheBudget(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	c1 := h.runningSandbox(ns, "c1", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-c"})
+	h.runningSandbox(ns, "c2", nil)
+	ops := h.createOps(ns, "ops-c", imageV2, 1)
+	h.waitOps(ns, "ops-c", "Updating 2", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsUpdating && o.Status.Replicas == 2
+	})
+
+	h.publish(event(events.TypeRequested, c1, ops))
+	h.waitSandbox(ns, "c1", "PreUpgrade", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgrade) })
+	const why = "container main: ErrImagePull - image registry.example.com/agent:v2 not found"
+	failed := event(events.TypeFailed, c1, ops)
+	failed.Data.Stage, failed.Data.Reason, failed.Data.Message = agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonUpgradePodFailed, why
+	h.publish(failed)
+	got := h.waitSandbox(ns, "c1", "UpgradePodFailed", func(sb *agentsv1alpha1.Sandbox) bool {
+		return upgrading(sb, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	})
+	up := meta.FindStatusCondition(got.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+	if up.Status != metav1.ConditionFalse || up.Message != why || got.Status.Message != why || got.Status.Phase != agentsv1alpha1.SandboxUpgrading {
+		t.Errorf("failed sandbox: phase %s, message %q, Upgrading %+v", got.Status.Phase, got.Status.Message, up)
+	}
+
+	done := h.waitOps(ns, "ops-c", "Failed", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
+	})
+	if st := done.Status; st.Replicas != 2 || st.FailedReplicas != 1 || st.UpdatingReplicas != 0 || st.UpdatedReplicas != 0 {
+		t.Errorf("ops status = %s, want 1 failed of 2 (the `kubectl get suo` columns)", statusJSON(st))
+	}
+	budget := meta.FindStatusCondition(done.Status.Conditions, agentsv1alpha1.ConditionFailureBudgetExhausted)
+	if budget == nil || budget.Status != metav1.ConditionTrue || !strings.Contains(budget.Message, "c1") || !strings.Contains(budget.Message, "1 not started") {
+		t.Errorf("FailureBudgetExhausted = %+v, want True naming c1 and 1 not started", budget)
+	}
+
+	h.redeliver(failed)
+	h.drained()
+	if v, ok := h.metric(`molt_upgrade_failures_total{reason="UpgradePodFailed"}`); v != "1" {
+		t.Errorf("molt_upgrade_failures_total{reason=UpgradePodFailed} = %q (found %v), want 1 after a redelivery", v, ok)
+	}
+	ev := h.waitEvent(ns, "c1", statusagg.EventUpgradeFailed, why)
+	if ev.Type != corev1.EventTypeWarning {
+		t.Errorf("UpgradeFailed Event type = %s, want Warning", ev.Type)
+	}
+	h.waitEvent(ns, "ops-c", statusagg.EventOpsFailed, "c1")
+}
+
+// (e) a second ops waits in Pending naming the active one, and starts by
+// itself once the first ends.
+func secondOpsWaitsForTheFirst(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	sb := h.createSandbox(ns, "e1", map[string]string{agentsv1alpha1.LabelUpdateOps: "a-first"}, imageV1)
+	first := h.createOps(ns, "a-first", imageV2, 1)
+	h.waitOps(ns, "a-first", "Updating", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsUpdating
+	})
+	h.createOps(ns, "b-second", imageV2, 1)
+	h.waitOps(ns, "b-second", "Pending, waiting for a-first", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		c := meta.FindStatusCondition(o.Status.Conditions, agentsv1alpha1.ConditionWaitingForNamespace)
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsPending && c != nil && c.Status == metav1.ConditionTrue &&
+			c.Message == "waiting for SandboxUpdateOps a-first to finish"
+	})
+	h.waitEvent(ns, "b-second", statusagg.EventOpsWaiting, "a-first")
+
+	h.publish(event(events.TypeRequested, sb, first))
+	h.publish(event(events.TypePostHookDone, sb, first))
+	h.waitOps(ns, "a-first", "Completed", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted
+	})
+	h.waitOps(ns, "b-second", "no longer waiting", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase != agentsv1alpha1.SandboxUpdateOpsPending &&
+			meta.IsStatusConditionFalse(o.Status.Conditions, agentsv1alpha1.ConditionWaitingForNamespace)
+	})
+}
+
+// (f) an ops whose patch changes nothing completes at once.
+func patchThatChangesNothingCompletes(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	h.runningSandbox(ns, "f1", nil)
+	h.createOps(ns, "ops-f", imageV1, 1)
+	done := h.waitOps(ns, "ops-f", "Completed", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted
+	})
+	c := meta.FindStatusCondition(done.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != statusagg.ProgressingReasonNothingToUpdate || c.Message != "no sandbox needs this patch" {
+		t.Errorf("Progressing = %+v, want False/NothingToUpdate", c)
+	}
+	if done.Status.Replicas != 0 {
+		t.Errorf("replicas = %d, want 0", done.Status.Replicas)
+	}
+	// failedReplicas and the other counters are serialised even when 0.
+	raw, err := h.agents.AgentsV1alpha1().RESTClient().Get().Namespace(ns).Resource("sandboxupdateops").Name("ops-f").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{`"replicas":0`, `"updatedReplicas":0`, `"updatingReplicas":0`, `"failedReplicas":0`} {
+		if !strings.Contains(string(raw), field) {
+			t.Errorf("ops JSON lacks %s: %s", field, raw)
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package statusagg
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// syncOps recomputes one SandboxUpdateOps' status:
+//  1. load the ops (gone → drop its metrics);
+//  2. skip a finished ops (Completed or Failed: its counters are frozen,
+//     its sandboxes move on) and one being deleted, keeping their gauges;
+//  3. select the namespace's sandboxes (upgrade.Select) and find the active
+//     ops; an empty selection is confirmed against the API server before the
+//     ops completes with nothing to update (the cache may not hold sandboxes
+//     created just before the ops);
+//  4. recompute the status (desiredOpsStatus), write it if it changed;
+//  5. record: gauges, and an Event when the write changed the phase.
+func (s *server) syncOps(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return fmt.Errorf("split key %q: %w", key, err)
+	}
+	logger := klog.FromContext(ctx).WithValues("ops", klog.KRef(ns, name))
+	ops, err := s.ops.SandboxUpdateOps(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		s.metrics.forgetOps(ns, name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get ops %s: %w", key, err)
+	}
+	if upgrade.IsFinished(ops) || ops.DeletionTimestamp != nil {
+		logger.V(4).Info("Skip: ops is finished or being deleted", "phase", ops.Status.Phase)
+		s.metrics.setOps(ops, ops.Status)
+		return nil
+	}
+
+	all, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list ops of namespace %s: %w", ns, err)
+	}
+	sandboxes, err := s.sandboxes.Sandboxes(ns).List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list sandboxes of namespace %s: %w", ns, err)
+	}
+	otherActive := activeByName(all, name)
+	sel, selErr := upgrade.Select(ops, sandboxes, otherActive)
+	if selErr == nil && sel.Total() == 0 {
+		if sandboxes, err = s.listSandboxes(ctx, ns); err != nil {
+			return err
+		}
+		sel, selErr = upgrade.Select(ops, sandboxes, otherActive)
+	}
+	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
+	if equality.Semantic.DeepEqual(ops.Status, want) {
+		s.metrics.setOps(ops, want)
+		return nil
+	}
+	upd := ops.DeepCopy()
+	upd.Status = want
+	written, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		logger.V(4).Info("Skip status write: the ops changed meanwhile", "err", err)
+		return nil
+	case err != nil:
+		return fmt.Errorf("update status of ops %s: %w", key, err)
+	}
+	logger.V(2).Info("Updated ops status", "phase", want.Phase, "total", want.Replicas,
+		"updated", want.UpdatedReplicas, "updating", want.UpdatingReplicas, "failed", want.FailedReplicas)
+	s.metrics.setOps(written, want)
+	if announced(ops.Status) != announced(want) {
+		eventType, reason := opsPhaseEvent(want)
+		s.recorder.Event(written, eventType, reason, opsMessage(want))
+	}
+	return nil
+}
+
+// listSandboxes reads a namespace's sandboxes from the API server.
+func (s *server) listSandboxes(ctx context.Context, ns string) ([]*agentsv1alpha1.Sandbox, error) {
+	list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes of namespace %s: %w", ns, err)
+	}
+	out := make([]*agentsv1alpha1.Sandbox, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// activeByName reports whether an ops other than self is unfinished and not
+// being deleted: the sandboxes it claims are not counted by self.
+func activeByName(all []*agentsv1alpha1.SandboxUpdateOps, self string) func(string) bool {
+	return func(name string) bool {
+		if name == self {
+			return false
+		}
+		for _, o := range all {
+			if o.Name == name {
+				return o.DeletionTimestamp == nil && !upgrade.IsFinished(o)
+			}
+		}
+		return false
+	}
+}
+
+// announced is what an ops Event announces: its phase, and for Pending
+// whether it waits or its spec is invalid.
+func announced(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
+	_, reason := opsPhaseEvent(st)
+	return string(st.Phase) + "/" + reason
+}
+
+// opsMessage is the message of the condition that explains the phase.
+func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
+	for _, t := range []string{agentsv1alpha1.ConditionFailureBudgetExhausted, agentsv1alpha1.ConditionWaitingForNamespace} {
+		if c := meta.FindStatusCondition(st.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			return c.Message
+		}
+	}
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c != nil {
+		return c.Message
+	}
+	return string(st.Phase)
+}
+
+// enqueueOpsOf enqueues every ops of a namespace.
+func (s *server) enqueueOpsOf(ns string) {
+	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, o := range list {
+		s.opsCtl.EnqueueKey(o.Namespace + "/" + o.Name)
+	}
+}
+
+// namespaceHandler enqueues every ops of the namespace of any changed object
+// (a sandbox moves an ops' counters; an ops finishing frees the namespace).
+func (s *server) namespaceHandler() cache.ResourceEventHandler {
+	enqueue := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if m, err := meta.Accessor(obj); err == nil {
+			s.enqueueOpsOf(m.GetNamespace())
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}
+}

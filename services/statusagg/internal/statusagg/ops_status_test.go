@@ -1,0 +1,90 @@
+package statusagg
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+func selection(maxUnavailable int, states ...upgrade.State) upgrade.Selection {
+	sel := upgrade.Selection{MaxUnavailable: maxUnavailable}
+	for i, s := range states {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sb-%02d", i)}}
+		sel.Candidates = append(sel.Candidates, upgrade.Candidate{Sandbox: sb, State: s})
+		switch s {
+		case upgrade.Updated:
+			sel.Updated++
+		case upgrade.Updating:
+			sel.Updating++
+		case upgrade.Failed:
+			sel.Failed++
+		default:
+			sel.NotStarted++
+		}
+	}
+	return sel
+}
+
+func TestDesiredOpsStatus(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "ops", Generation: 2}}
+	paused := ops.DeepCopy()
+	paused.Spec.Paused = true
+	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
+	u, f, n, d := upgrade.Updating, upgrade.Failed, upgrade.NotStarted, upgrade.Updated
+	for _, tc := range []struct {
+		name       string
+		ops        *agentsv1alpha1.SandboxUpdateOps
+		active     *agentsv1alpha1.SandboxUpdateOps
+		sel        upgrade.Selection
+		selErr     error
+		wantPhase  agentsv1alpha1.SandboxUpdateOpsPhase
+		wantCond   string
+		wantReason string
+	}{
+		{"another active ops makes it wait", ops, other, selection(1, n), nil, "Pending", "WaitingForNamespace", WaitingReasonAnotherOpsActive},
+		{"an unusable spec is reported", ops, ops, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Pending", "Progressing", ProgressingReasonInvalidSpec},
+		{"nothing to update completes", ops, ops, selection(1), nil, "Completed", "Progressing", ProgressingReasonNothingToUpdate},
+		{"all updated completes", ops, ops, selection(1, d, d), nil, "Completed", "Progressing", ProgressingReasonCompleted},
+		{"upgrading", ops, ops, selection(1, d, u, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
+		{"paused while upgrading", paused, paused, selection(1, u, n), nil, "Updating", "Progressing", ProgressingReasonPaused},
+		{"not yet admitted", ops, ops, selection(1, n, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
+		{"failure with budget left keeps going", ops, ops, selection(2, f, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
+		{"failure waiting for an upgrading one", ops, ops, selection(1, f, u), nil, "Updating", "Progressing", ProgressingReasonUpdating},
+		{"failures exhaust the budget", ops, ops, selection(1, d, f, n), nil, "Failed", "FailureBudgetExhausted", BudgetReasonSandboxesFailed},
+		{"failures with nothing left to start", ops, ops, selection(3, d, f), nil, "Failed", "FailureBudgetExhausted", BudgetReasonSandboxesFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := desiredOpsStatus(tc.ops, tc.active, tc.sel, tc.selErr)
+			c := meta.FindStatusCondition(st.Conditions, tc.wantCond)
+			if st.Phase != tc.wantPhase || c == nil || c.Reason != tc.wantReason {
+				t.Fatalf("status = %s, %s=%+v; want %s, reason %s", st.Phase, tc.wantCond, c, tc.wantPhase, tc.wantReason)
+			}
+			if st.Replicas != int32(tc.sel.Total()) || st.UpdatedReplicas != int32(tc.sel.Updated) ||
+				st.UpdatingReplicas != int32(tc.sel.Updating) || st.FailedReplicas != int32(tc.sel.Failed) || st.ObservedGeneration != 2 {
+				t.Fatalf("counters = %+v, selection %+v", st, tc.sel)
+			}
+		})
+	}
+}
+
+func TestFailureMessageNamesUpToTen(t *testing.T) {
+	states := []upgrade.State{upgrade.NotStarted, upgrade.NotStarted}
+	for range 12 {
+		states = append(states, upgrade.Failed)
+	}
+	msg := failureMessage(selection(12, states...))
+	for _, want := range []string{"12 of 14 sandboxes failed", "sb-02, sb-03", "sb-11", "and 2 more", "2 not started"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "sb-12") {
+		t.Errorf("message %q names more than ten sandboxes", msg)
+	}
+}

@@ -1,0 +1,104 @@
+package statusagg
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+func testSandbox() *agentsv1alpha1.Sandbox {
+	return &agentsv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: "sb", Namespace: "ns", UID: "sb-uid", Generation: 3},
+		Spec: agentsv1alpha1.SandboxSpec{EmbeddedSandboxTemplate: agentsv1alpha1.EmbeddedSandboxTemplate{
+			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "img:v1"}}}},
+		}},
+	}
+}
+
+func testPod(ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sb", Namespace: "ns", UID: "pod-uid"},
+		Spec:       corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	}
+}
+
+func withUpgrade(sb *agentsv1alpha1.Sandbox, reason, message string) *agentsv1alpha1.Sandbox {
+	recordTransition(&sb.Status.Conditions, transition{Attempt: "uid-1", To: reason, Message: message}, sb.Generation)
+	return sb
+}
+
+func TestDesiredSandboxStatus(t *testing.T) {
+	paused := testSandbox()
+	paused.Spec.Paused = true
+	for _, tc := range []struct {
+		name        string
+		sb          *agentsv1alpha1.Sandbox
+		pod         *corev1.Pod
+		wantPhase   agentsv1alpha1.SandboxPhase
+		wantReady   metav1.ConditionStatus
+		wantReason  string
+		wantMessage string
+	}{
+		{"no pod is Pending", testSandbox(), nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotCreated, ""},
+		{"paused without pod is Paused", paused, nil, agentsv1alpha1.SandboxPaused, metav1.ConditionFalse, ReadyReasonPaused, ""},
+		{"ready pod is Running", testSandbox(), testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
+		{"unready pod is Pending", testSandbox(), testPod(false), agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotReady, ""},
+		{"a stage in progress is Upgrading", withUpgrade(testSandbox(), "UpgradePod", ""), testPod(true),
+			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", ""},
+		{"a failure stays Upgrading with its message", withUpgrade(testSandbox(), "UpgradePodFailed", "container main: ErrImagePull - nope"), testPod(false),
+			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", "container main: ErrImagePull - nope"},
+		{"success falls back to the pod", withUpgrade(testSandbox(), "Succeeded", ""), testPod(true),
+			agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := desiredSandboxStatus(tc.sb, tc.pod)
+			ready := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionReady)
+			if st.Phase != tc.wantPhase || ready == nil || ready.Status != tc.wantReady || ready.Reason != tc.wantReason || st.Message != tc.wantMessage {
+				t.Fatalf("status = phase %s, ready %+v, message %q; want %s, %s/%s, %q", st.Phase, ready, st.Message, tc.wantPhase, tc.wantReady, tc.wantReason, tc.wantMessage)
+			}
+			if st.ObservedGeneration != 3 {
+				t.Errorf("observedGeneration = %d, want 3", st.ObservedGeneration)
+			}
+			if rev, _ := upgrade.Revision(tc.sb.Spec.Template); st.UpdateRevision != rev {
+				t.Errorf("updateRevision = %q, want %q", st.UpdateRevision, rev)
+			}
+			if tc.pod != nil && (st.PodInfo.PodUID != "pod-uid" || st.SandboxIP != "10.0.0.7" || st.NodeName != "node-1" || st.PodInfo.PodIP != "10.0.0.7") {
+				t.Errorf("pod fields = %+v ip %q node %q", st.PodInfo, st.SandboxIP, st.NodeName)
+			}
+			if tc.wantReady == metav1.ConditionFalse && tc.wantReason == "Upgrading" && ready.Message != "sandbox is upgrading" {
+				t.Errorf("ready message = %q", ready.Message)
+			}
+		})
+	}
+}
+
+func TestDesiredSandboxStatusIsStable(t *testing.T) {
+	sb := testSandbox()
+	pod := testPod(true)
+	sb.Status = desiredSandboxStatus(sb, pod)
+	before := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionReady).LastTransitionTime
+	again := desiredSandboxStatus(sb, pod)
+	if after := meta.FindStatusCondition(again.Conditions, agentsv1alpha1.ConditionReady).LastTransitionTime; !after.Equal(&before) {
+		t.Fatalf("lastTransitionTime moved without a status flip: %v → %v", before, after)
+	}
+}
+
+func TestConditionMessagesAreCapped(t *testing.T) {
+	sb := withUpgrade(testSandbox(), "PostUpgradeFailed", strings.Repeat("x", 5000))
+	st := desiredSandboxStatus(sb, nil)
+	if up := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionUpgrading); len(up.Message) != agentsv1alpha1.MaxConditionMessageLength {
+		t.Fatalf("Upgrading message is %d bytes, want %d", len(up.Message), agentsv1alpha1.MaxConditionMessageLength)
+	}
+}

@@ -1,0 +1,94 @@
+package statusagg
+
+import (
+	"testing"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+)
+
+func event(typ, attempt, opsName string) events.Event {
+	return events.Event{Type: typ, Data: events.Data{Attempt: attempt, Ops: events.OpsRef{Name: opsName}}}
+}
+
+func TestStageOf(t *testing.T) {
+	recreate := &agentsv1alpha1.Sandbox{}
+	checkpoint := &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{
+		UpgradePolicy: &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeCheckpointRestore}}}
+	started := func(stage string) events.Event {
+		ev := event(events.TypeStageStarted, "a", "ops")
+		ev.Data.Stage = stage
+		return ev
+	}
+	failed := func(reason string) events.Event {
+		ev := event(events.TypeFailed, "a", "ops")
+		ev.Data.Stage, ev.Data.Reason = "UpgradePod", reason
+		return ev
+	}
+	for _, tc := range []struct {
+		name    string
+		ev      events.Event
+		sb      *agentsv1alpha1.Sandbox
+		want    string
+		wantErr bool
+	}{
+		{"requested begins at PreUpgrade", event(events.TypeRequested, "a", "ops"), recreate, "PreUpgrade", false},
+		{"patched is PreUpgrade", event(events.TypePatched, "a", "ops"), recreate, "PreUpgrade", false},
+		{"prehook-done leads to UpgradePod", event(events.TypePreHookDone, "a", "ops"), recreate, "UpgradePod", false},
+		{"prehook-done leads to Checkpointing under CheckpointRestore", event(events.TypePreHookDone, "a", "ops"), checkpoint, "Checkpointing", false},
+		{"pod-ready leads to PostUpgrade", event(events.TypePodReady, "a", "ops"), recreate, "PostUpgrade", false},
+		{"posthook-done is Succeeded", event(events.TypePostHookDone, "a", "ops"), recreate, "Succeeded", false},
+		{"stage-started names its stage", started("Checkpointing"), recreate, "Checkpointing", false},
+		{"stage-started with an unknown stage", started("Nap"), recreate, "", true},
+		{"stage-started cannot claim success", started("Succeeded"), recreate, "", true},
+		{"failed carries its reason", failed("UpgradePodFailed"), recreate, "UpgradePodFailed", false},
+		{"failed with an unknown reason", failed("Oops"), recreate, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := stageOf(tc.ev, tc.sb)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("stageOf = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		curAttempt, curReason string
+		ev                    events.Event
+		target                string
+		wantSkip              bool
+		wantNew               bool
+	}{
+		{"requested begins a first attempt", "", "", event(events.TypeRequested, "a", "ops"), "PreUpgrade", false, true},
+		{"requested of a new attempt starts over", "old", "UpgradePodFailed", event(events.TypeRequested, "a", "ops"), "PreUpgrade", false, true},
+		{"a late requested adopts the ops' attempt", "old", "Succeeded", event(events.TypePatched, "a", "ops"), "PreUpgrade", false, true},
+		{"a direct upgrade's stray event of another attempt is stale", "direct-2", "UpgradePod", event(events.TypePodReady, "direct-1", ""), "PostUpgrade", true, false},
+		{"forward within the attempt", "a", "PreUpgrade", event(events.TypePreHookDone, "a", "ops"), "UpgradePod", false, false},
+		{"same stage again changes nothing", "a", "PreUpgrade", event(events.TypePatched, "a", "ops"), "PreUpgrade", true, false},
+		{"redelivered earlier event does not move back", "a", "PostUpgrade", event(events.TypePreHookDone, "a", "ops"), "UpgradePod", true, false},
+		{"redelivered requested of the same attempt", "a", "UpgradePod", event(events.TypeRequested, "a", "ops"), "PreUpgrade", true, false},
+		{"failure ends the attempt from any stage", "a", "PreUpgrade", event(events.TypeFailed, "a", "ops"), "UpgradePodFailed", false, false},
+		{"failure is final", "a", "UpgradePodFailed", event(events.TypePodReady, "a", "ops"), "PostUpgrade", true, false},
+		{"success is final", "a", "Succeeded", event(events.TypeFailed, "a", "ops"), "PostUpgradeFailed", true, false},
+		{"a second failure does not count again", "a", "PreUpgradeFailed", event(events.TypeFailed, "a", "ops"), "PreUpgradeFailed", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, skip := decide(tc.curAttempt, tc.curReason, tc.ev, tc.target)
+			if (skip != "") != tc.wantSkip {
+				t.Fatalf("decide skip = %q, want skip %v", skip, tc.wantSkip)
+			}
+			if skip != "" {
+				return
+			}
+			if tr.To != tc.target || tr.New != tc.wantNew || tr.Attempt != tc.ev.Data.Attempt {
+				t.Fatalf("decide = %+v, want to %s, new %v", tr, tc.target, tc.wantNew)
+			}
+			if !tc.wantNew && tr.From != tc.curReason {
+				t.Fatalf("decide from = %q, want %q", tr.From, tc.curReason)
+			}
+		})
+	}
+}
