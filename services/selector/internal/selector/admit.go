@@ -61,11 +61,14 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 	waiting := false
 	for _, c := range sel.Candidates {
 		sb := c.Sandbox
-		if c.State != upgrade.Updating || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
-			continue // not admitted, ended, or admitted but not yet in the cache
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+			continue // not admitted, or admitted but not yet in the cache
 		}
 		if _, ok := upgrade.ReasonFor(sb, attempt); ok {
-			s.inflight.forget(sb.UID, attempt)
+			s.inflight.forget(sb.UID, attempt) // statusagg has it: nothing left to recover
+			continue
+		}
+		if c.State != upgrade.Updating {
 			continue
 		}
 		waiting = true

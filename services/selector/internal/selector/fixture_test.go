@@ -296,7 +296,7 @@ func recordRequested(t *testing.T, natsURL, ns string) *recorder {
 		t.Fatal(err)
 	}
 	cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.SandboxSubject(ns, "*", events.TokenRequested)},
+		FilterSubjects: []string{events.SubjectPrefix + "." + events.EncodeToken(ns) + ".*." + events.TokenRequested},
 	})
 	if err != nil {
 		t.Fatalf("create ordered consumer: %v", err)

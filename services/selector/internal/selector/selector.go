@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -46,6 +47,7 @@ func (s *Selector) namespaceHandler(enqueue func(key string)) cache.ResourceEven
 		}
 		list, err := s.opsLister.SandboxUpdateOps(meta.GetNamespace()).List(labels.Everything())
 		if err != nil {
+			utilruntime.HandleError(fmt.Errorf("list ops of namespace %s: %w", meta.GetNamespace(), err))
 			return
 		}
 		for _, ops := range list {
@@ -104,6 +106,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if upgrade.IsFinished(ops) {
+		s.inflight.forgetAttempt(string(ops.UID))
 		logger.V(4).Info("Skip: ops is finished", "phase", ops.Status.Phase)
 		return nil
 	}

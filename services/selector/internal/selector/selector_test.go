@@ -1,0 +1,201 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// quiet is how long a test watches that nothing more is admitted.
+const quiet = 3 * time.Second
+
+func TestAdmitsInNameOrderWithinMaxUnavailable(t *testing.T) {
+	f := newFixture(t)
+	for i := range 5 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	ops := f.ops("upgrade", 2, newImage, nil)
+
+	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
+	f.waitRequested("sbx-0", "sbx-1")
+	f.waitFinalizer("upgrade")
+	consistently(t, quiet, "two sandboxes claimed", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && len(got) == 2, fmt.Errorf("claimed %v, err %v", got, err)
+	})
+	for _, ev := range f.events.all() {
+		if ev.Data.Ops.Name != "upgrade" || ev.Data.Ops.UID != ops.UID || ev.Data.Attempt != string(ops.UID) || ev.Source != Source {
+			t.Errorf("event %+v: want ops upgrade/%s, attempt %s, source %s", ev.Data, ops.UID, ops.UID, Source)
+		}
+		if sb := f.getSandbox(ev.Data.Sandbox.Name); ev.Data.Sandbox.UID != sb.UID || ev.Data.Sandbox.Namespace != f.ns {
+			t.Errorf("event names sandbox %+v, want uid %s in %s", ev.Data.Sandbox, sb.UID, f.ns)
+		}
+	}
+
+	// statusagg would record these two as upgraded: the next two start.
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.finish("sbx-1", ops, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.waitClaimed("upgrade", "sbx-0", "sbx-1", "sbx-2", "sbx-3")
+	f.waitRequested("sbx-0", "sbx-1", "sbx-2", "sbx-3")
+
+	// Only one replica admits: this one holds the Lease.
+	lease, err := testenv.Get(t).Kube.CoordinationV1().Leases(f.ns).Get(context.Background(), LeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get lease %s: %v", LeaseName, err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Errorf("lease %s has no holder", LeaseName)
+	}
+}
+
+func TestFailedUsesBudgetAndIsLabelled(t *testing.T) {
+	f := newFixture(t)
+	for i := range 3 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	ops := f.ops("upgrade", 1, newImage, nil)
+	f.waitClaimed("upgrade", "sbx-0")
+
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	testenv.Eventually(t, 30*time.Second, "sbx-0 labelled upgrade-failed=true", func() (bool, error) {
+		v := f.getSandbox("sbx-0").Labels[agentsv1alpha1.LabelUpgradeFailed]
+		return v == "true", fmt.Errorf("label = %q", v)
+	})
+	consistently(t, quiet, "the failure holds the only slot", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && slices.Equal(got, []string{"sbx-0"}), fmt.Errorf("claimed %v, err %v", got, err)
+	})
+	f.waitRequested("sbx-0")
+
+	// A retried attempt that succeeds clears the label and frees the slot.
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonSucceeded)
+	testenv.Eventually(t, 30*time.Second, "upgrade-failed removed from sbx-0", func() (bool, error) {
+		v, ok := f.getSandbox("sbx-0").Labels[agentsv1alpha1.LabelUpgradeFailed]
+		return !ok, fmt.Errorf("label = %q", v)
+	})
+	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
+}
+
+func TestPausedOpsAdmitsNothingUntilResumed(t *testing.T) {
+	f := newFixture(t)
+	for i := range 2 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	f.ops("upgrade", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = true })
+	f.waitFinalizer("upgrade")
+	consistently(t, quiet, "nothing claimed while paused", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && len(got) == 0, fmt.Errorf("claimed %v, err %v", got, err)
+	})
+
+	f.updateOps("upgrade", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
+	f.waitClaimed("upgrade", "sbx-0")
+	f.waitRequested("sbx-0")
+}
+
+func TestSecondOpsWaitsForTheActiveOne(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, map[string]string{"group": "a"})
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	first := f.ops("first", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Selector.MatchLabels["group"] = "a"
+	})
+	f.waitClaimed("first", "sbx-0")
+	f.ops("second", 1, "registry.example/agent:v3", nil)
+	f.waitFinalizer("second")
+	consistently(t, quiet, "second admits nothing while first is active", func() (bool, error) {
+		got, err := f.claimed("second")
+		return err == nil && len(got) == 0, fmt.Errorf("claimed %v, err %v", got, err)
+	})
+
+	// statusagg would end the first ops; the second starts by itself.
+	f.finish("sbx-0", first, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.updateOps("first", true, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+	})
+	f.waitClaimed("second", "sbx-0")
+	f.waitRequested("sbx-0", "sbx-0")
+}
+
+func TestDeletingOpsReleasesItsSandboxes(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxPaused, nil)
+	f.startSelector()
+	f.ops("upgrade", 2, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.StateFilter = &agentsv1alpha1.UpgradeStateFilter{
+			States: []agentsv1alpha1.SandboxPhase{agentsv1alpha1.SandboxRunning, agentsv1alpha1.SandboxPaused},
+		}
+	})
+	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
+	if v := f.getSandbox("sbx-1").Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; v != "true" {
+		t.Errorf("paused sbx-1: annotation %s = %q, want true", agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
+	}
+
+	err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Delete(context.Background(), "upgrade", metav1.DeleteOptions{})
+	if err != nil {
+		t.Fatalf("delete ops: %v", err)
+	}
+	f.waitOpsGone("upgrade")
+	for _, name := range []string{"sbx-0", "sbx-1"} {
+		sb := f.getSandbox(name)
+		if v, ok := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ok {
+			t.Errorf("%s still labelled %s=%s", name, agentsv1alpha1.LabelUpdateOps, v)
+		}
+		if v, ok := sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; ok {
+			t.Errorf("%s still annotated %s=%s", name, agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
+		}
+	}
+}
+
+func TestSkipsUpToDateAndFilteredSandboxes(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", newImage, agentsv1alpha1.SandboxRunning, nil)   // already patched
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxPaused, nil)    // outside the default filter
+	f.sandbox("sbx-2", oldImage, agentsv1alpha1.SandboxRunning, nil)   // to upgrade
+	f.sandbox("sbx-3", oldImage, agentsv1alpha1.SandboxSucceeded, nil) // finished
+	f.sandbox("other", oldImage, agentsv1alpha1.SandboxRunning, nil)   // also to upgrade
+	f.startSelector()
+	f.ops("upgrade", 5, newImage, nil)
+
+	f.waitClaimed("upgrade", "other", "sbx-2")
+	consistently(t, quiet, "only sandboxes that need the upgrade are claimed", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && slices.Equal(got, []string{"other", "sbx-2"}), fmt.Errorf("claimed %v, err %v", got, err)
+	})
+	f.waitRequested("other", "sbx-2")
+}
+
+func TestRepublishesRequestedAfterRestart(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	// A selector crashed after labelling sbx-0 and before publishing.
+	f.ops("upgrade", 2, newImage, nil)
+	sb := f.getSandbox("sbx-0")
+	sb.Labels[agentsv1alpha1.LabelUpdateOps] = "upgrade"
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Update(context.Background(), sb, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("label sbx-0: %v", err)
+	}
+
+	f.startSelector()
+	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
+	testenv.Eventually(t, 30*time.Second, "requested for sbx-0 and sbx-1", func() (bool, error) {
+		got, err := f.events.sandboxes()
+		slices.Sort(got)
+		return err == nil && slices.Equal(got, []string{"sbx-0", "sbx-1"}), fmt.Errorf("requested %v, err %v", got, err)
+	})
+}
