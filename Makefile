@@ -64,7 +64,7 @@ verify: ## fail if generated code or CRDs are stale
 	hack/verify-codegen.sh
 
 vet: ## go vet every module
-	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/...
+	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./test/e2e/...
 	@for m in tools/*/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
 test: tools build verify vet ## run every unit and integration test (real control plane and NATS)

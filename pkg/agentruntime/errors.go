@@ -1,0 +1,98 @@
+package agentruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// The kinds of error Exec returns, matched with errors.Is. Every error
+// Exec returns reads, after "hook execution error: ", as the cause a user
+// sees; ErrorMessage adds that prefix.
+var (
+	// ErrTimeout: the call did not end within ExecRequest.Timeout
+	// ("timed out after N seconds").
+	ErrTimeout = errors.New("timed out")
+	// ErrUnreachable: nothing answered at the base URL ("agent-runtime at
+	// <url> is not reachable: <cause>").
+	ErrUnreachable = errors.New("agent-runtime is not reachable")
+	// ErrUnauthenticated: the agent-runtime refused X-Access-Token.
+	ErrUnauthenticated = errors.New("agent-runtime rejected the access token")
+	// ErrNoEndEvent: the stream closed cleanly before an end event.
+	ErrNoEndEvent = errors.New("stream ended without an end event")
+)
+
+// execError is an error of a known kind with the text users read.
+type execError struct {
+	kind  error
+	msg   string
+	cause error
+}
+
+func (e *execError) Error() string { return e.msg }
+
+func (e *execError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
+
+// ErrorMessage is the condition message for a hook whose call failed:
+// "hook execution error: <cause>".
+func ErrorMessage(err error) string {
+	return "hook execution error: " + err.Error()
+}
+
+// Succeeded reports whether the command exited with code 0.
+func (r Result) Succeeded() bool {
+	return r.Exited && r.ExitCode == 0 && r.Error == ""
+}
+
+// FailureMessage is the condition message for a hook that ran and did not
+// succeed, "" when it succeeded:
+//
+//	hook failed with exit code N, stderr: <tail>, stdout: <tail>
+//
+// for a command that exited non-zero or was killed (a signal is a negative
+// code), or "hook execution error: <error>" when the agent-runtime could not
+// run it and said why in the end event.
+func (r Result) FailureMessage() string {
+	switch {
+	case r.Succeeded():
+		return ""
+	case !r.Exited && r.Error != "":
+		return ErrorMessage(errors.New(r.Error))
+	default:
+		return fmt.Sprintf("hook failed with exit code %d, stderr: %s, stdout: %s",
+			r.ExitCode, strings.TrimSpace(r.Stderr), strings.TrimSpace(r.Stdout))
+	}
+}
+
+// classify turns a failed call into the error Exec returns. callCtx is the
+// context of the call (carrying timeout), parent the caller's.
+func classify(parent, callCtx context.Context, err error, baseURL string, timeout time.Duration) error {
+	var dial *net.OpError
+	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("call agent-runtime at %s: %w", baseURL, parent.Err())
+	case errors.Is(callCtx.Err(), context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded:
+		return &execError{kind: ErrTimeout, msg: "timed out after " + seconds(timeout) + " seconds", cause: err}
+	case errors.As(err, &dial) && dial.Op == "dial":
+		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, dial), cause: err}
+	case connect.CodeOf(err) == connect.CodeUnauthenticated:
+		return &execError{kind: ErrUnauthenticated, msg: ErrUnauthenticated.Error(), cause: err}
+	default:
+		return fmt.Errorf("call agent-runtime at %s: %w", baseURL, err)
+	}
+}
+
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
