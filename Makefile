@@ -35,7 +35,7 @@ tools: $(TOOL_BINS) ## build the control plane, kwok and the nats CLI from pinne
 
 build: ## build molt's services and local-stack commands into bin/ (Go's cache skips unchanged work)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/pkg/cmd/molt-local molt.dev/pkg/cmd/molt-devnode molt.dev/pkg/cmd/molt-bench
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/pkg/cmd/molt-local molt.dev/pkg/cmd/molt-devnode molt.dev/pkg/cmd/molt-devruntime molt.dev/pkg/cmd/molt-bench
 
 $(BIN)/kube-apiserver: tools/kube/go.mod tools/kube/go.sum
 	cd tools/kube && $(TOOLGO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
@@ -57,11 +57,13 @@ $(BIN)/nats-server: pkg/go.mod pkg/go.sum
 
 ##@ Develop
 .PHONY: generate verify vet test test-unit bench
-generate: ## regenerate deepcopy, clients, informers, listers and CRDs
+generate: ## regenerate deepcopy, clients, informers, listers, CRDs and protobuf code
 	hack/update-codegen.sh
+	hack/update-proto.sh
 
-verify: ## fail if generated code or CRDs are stale
+verify: ## fail if generated code, CRDs or protobuf code are stale
 	hack/verify-codegen.sh
+	hack/update-proto.sh --verify
 
 vet: ## go vet every module
 	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./test/e2e/...

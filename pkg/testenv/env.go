@@ -12,9 +12,13 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"math/rand/v2"
+	"sync"
 
+	"molt.dev/pkg/agentruntime/devruntime"
 	"molt.dev/pkg/devcluster"
 	"molt.dev/pkg/devnode"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
 
 // Env is what every test of a package shares.
@@ -42,6 +46,9 @@ var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manag
 // Main starts the environment, runs the package's tests and stops it. Use it
 // as `func TestMain(m *testing.M) { testenv.Main(m) }`.
 func Main(m *testing.M) {
+	// The development agent-runtime re-executes the test binary to set up
+	// a pod's filesystem view; that child must not run the tests.
+	devruntime.MaybeRunInit()
 	env, err := Start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
@@ -92,7 +99,11 @@ func Start() (*Env, error) {
 		StateDir:   stateDir,
 		Nodes:      3,
 		KwokConfig: filepath.Join(root, "deploy", "kwok", "stages.yaml"),
-		CRDDir:     filepath.Join(root, "deploy", "crds"),
+		// A loopback range of this environment's own, so that test packages
+		// running side by side (and `make up`, on 127.100.0.0/16) never
+		// serve each other's pod IPs.
+		PodCIDR: fmt.Sprintf("127.%d.0.1/16", 101+rand.IntN(150)),
+		CRDDir:  filepath.Join(root, "deploy", "crds"),
 	})
 	if err != nil {
 		cancel()
@@ -114,12 +125,27 @@ func Start() (*Env, error) {
 	}
 	env.NATSURL = env.NATS.ClientURL()
 
+	agents, err := versioned.NewForConfig(cluster.RestConfig)
+	if err != nil {
+		env.Stop()
+		return nil, fmt.Errorf("build agents client: %w", err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(env.done)
+		defer wg.Done()
 		if err := devnode.RunReaper(ctx, env.Kube); err != nil && !errors.Is(err, context.Canceled) {
 			fmt.Fprintf(os.Stderr, "testenv: devnode reaper: %v\n", err)
 		}
 	}()
+	go func() {
+		defer wg.Done()
+		err := devruntime.Serve(ctx, devruntime.Config{Kube: env.Kube, Agents: agents, StateDir: filepath.Join(stateDir, "devruntime")})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(os.Stderr, "testenv: development agent-runtime: %v\n", err)
+		}
+	}()
+	go func() { wg.Wait(); close(env.done) }()
 	return env, nil
 }
 
@@ -168,4 +194,3 @@ func StartNATS(storeDir string) (*natsserver.Server, error) {
 	}
 	return srv, nil
 }
-

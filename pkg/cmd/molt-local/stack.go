@@ -34,7 +34,7 @@ var services = []struct{ name, addr string }{
 }
 
 // stopOrder stops dependents before what they depend on.
-var stopOrder = []string{"selector", "patcher", "hookrunner", "podcycler", "statusagg", "molt-devnode", "nats-server", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"}
+var stopOrder = []string{"selector", "patcher", "hookrunner", "podcycler", "statusagg", "molt-devruntime", "molt-devnode", "nats-server", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"}
 
 func loadConfig() (stackConfig, error) {
 	root, err := devcluster.RepoRoot()
@@ -99,6 +99,14 @@ func up(c stackConfig) error {
 	}
 	kubeconfig := c.cluster.KubeconfigPath()
 	if _, err := c.cluster.Launch("molt-devnode", filepath.Join(c.binDir, "molt-devnode"), []string{"--kubeconfig=" + kubeconfig}, nil); err != nil {
+		_ = down(c)
+		return err
+	}
+	// The development agent-runtime answers the envd process protocol on
+	// each pod's IP (127.100.x.y:49983) with a per-pod filesystem view.
+	if _, err := c.cluster.Launch("molt-devruntime", filepath.Join(c.binDir, "molt-devruntime"), []string{
+		"serve", "--kubeconfig=" + kubeconfig, "--state-dir=" + filepath.Join(c.stateDir, "devruntime"),
+	}, nil); err != nil {
 		_ = down(c)
 		return err
 	}
