@@ -192,3 +192,28 @@ func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxU
 func IsFinished(o *agentsv1alpha1.SandboxUpdateOps) bool {
 	return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
 }
+
+// ResumeStage is the stage a new attempt continues from for a sandbox left
+// in phase Upgrading with a failed reason ("" when it is not resumable):
+// PreUpgradeFailed → PreUpgrade, CheckpointFailed → Checkpointing,
+// UpgradePodFailed → UpgradePod (preUpgrade is not rerun; its backup is
+// kept), PostUpgradeFailed → PostUpgrade (the patcher falls back to
+// UpgradePod when the pod does not carry the target revision).
+func ResumeStage(sb *agentsv1alpha1.Sandbox) string {
+	if !IsResumable(sb) {
+		return ""
+	}
+	for _, c := range sb.Status.Conditions {
+		if c.Type == agentsv1alpha1.ConditionUpgrading {
+			return resumeFrom[c.Reason]
+		}
+	}
+	return ""
+}
+
+var resumeFrom = map[string]string{
+	agentsv1alpha1.UpgradingReasonPreUpgradeFailed:  agentsv1alpha1.UpgradingReasonPreUpgrade,
+	agentsv1alpha1.UpgradingReasonCheckpointFailed:  agentsv1alpha1.UpgradingReasonCheckpointing,
+	agentsv1alpha1.UpgradingReasonUpgradePodFailed:  agentsv1alpha1.UpgradingReasonUpgradePod,
+	agentsv1alpha1.UpgradingReasonPostUpgradeFailed: agentsv1alpha1.UpgradingReasonPostUpgrade,
+}

@@ -137,6 +137,10 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		pod, why = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps]), reasonUpgrade
 	}
 	created, err := c.createPod(ctx, pod, why)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		logger.V(2).Info("Skip: namespace is being deleted, and the sandbox with it")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

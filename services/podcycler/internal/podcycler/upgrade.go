@@ -36,8 +36,7 @@ func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) err
 	if err == nil || errors.Is(err, context.Canceled) || !msg.LastDelivery() {
 		return err
 	}
-	d := msg.Event.Data
-	d.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+	d := stageData(msg.Event.Data)
 	d.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
 	d.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s not replaced: %v", d.Sandbox.Name, err))
 	if perr := c.publisher.Publish(ctx, events.Event{Type: events.TypeFailed, Data: d}); perr != nil {
@@ -105,8 +104,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		return c.adopt(ctx, old, d)
 	}
 
-	started := events.Event{Type: events.TypeStageStarted, Data: d}
-	started.Data.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+	started := events.Event{Type: events.TypeStageStarted, Data: stageData(d)}
 	started.Data.TargetRevision = target
 	if err := c.publisher.Publish(ctx, started); err != nil {
 		return fmt.Errorf("report stage UpgradePod of sandbox %s: %w", key, err)
@@ -143,6 +141,19 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		return c.adopt(ctx, taken, d)
 	}
 	return events.Retry(fmt.Errorf("create pod %s/%s: name still taken", ns, name), nameTakenRetry)
+}
+
+// stageData is what podcycler's events about the UpgradePod stage carry from the
+// prehook-done that started it.
+func stageData(in events.Data) events.Data {
+	return events.Data{
+		Ops:            in.Ops,
+		Sandbox:        in.Sandbox,
+		Attempt:        in.Attempt,
+		Stage:          agentsv1alpha1.UpgradingReasonUpgradePod,
+		TargetRevision: in.TargetRevision,
+		OldPodUID:      in.OldPodUID,
+	}
 }
 
 // isAttemptPod reports whether pod is the one this attempt wants: controlled by sb, not

@@ -95,6 +95,11 @@ func (s *Selector) publishRequested(ctx context.Context, ops *agentsv1alpha1.San
 			Attempt: string(ops.UID),
 		},
 	}
+	// A sandbox left failed by an earlier attempt continues from the failed
+	// step; its status still shows that attempt until statusagg sees this one.
+	if upgrade.CurrentAttempt(sb) != string(ops.UID) {
+		ev.Data.Stage = upgrade.ResumeStage(sb)
+	}
 	if err := s.publisher.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("request upgrade of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}

@@ -1,0 +1,171 @@
+package podcycler_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/testenv"
+	"molt.dev/pkg/upgrade"
+)
+
+const (
+	testOps     = "ops1"
+	testAttempt = "uid-1"
+)
+
+// upgradeRun is one sandbox taken through the upgrade up to prehook-done, as the selector,
+// patcher and hookrunner would: a running pod, the ops label, the patched template.
+type upgradeRun struct {
+	ns, name string
+	sandbox  *agentsv1alpha1.Sandbox
+	oldPod   *corev1.Pod
+	target   string
+	prehook  events.Event
+	bus      *bus
+	pods     *podCreations
+}
+
+// startUpgrade creates a running sandbox, labels it with the ops and patches its template
+// with mutate; it does not publish prehook-done yet.
+func startUpgrade(t *testing.T, name string, mutate func(*corev1.PodSpec)) *upgradeRun {
+	t.Helper()
+	env := testenv.Get(t)
+	r := &upgradeRun{ns: env.Namespace(t), name: name, bus: connectBus(t)}
+	sb := createSandbox(t, r.ns, name, "registry.example/sandbox:v1")
+	r.oldPod = waitPodReady(t, r.ns, name, "")
+	r.pods = watchPodCreations(t, r.ns)
+
+	r.sandbox = updateSandbox(t, r.ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[agentsv1alpha1.LabelUpdateOps] = testOps
+		mutate(&s.Spec.Template.Spec)
+	})
+	var err error
+	if r.target, err = upgrade.Revision(r.sandbox.Spec.Template); err != nil {
+		t.Fatal(err)
+	}
+	r.prehook = events.Event{Type: events.TypePreHookDone, Data: events.Data{
+		Ops:            events.OpsRef{Name: testOps, UID: types.UID(testAttempt)},
+		Sandbox:        events.SandboxRef{Namespace: r.ns, Name: name, UID: sb.UID},
+		Attempt:        testAttempt,
+		TargetRevision: r.target,
+		OldPodUID:      r.oldPod.UID,
+	}}
+	return r
+}
+
+func (r *upgradeRun) publishPreHookDone(t *testing.T) {
+	t.Helper()
+	if err := r.bus.publisher.Publish(context.Background(), r.prehook); err != nil {
+		t.Fatalf("publish prehook-done: %v", err)
+	}
+}
+
+// The pod is replaced exactly once with one of the patched template, pod-ready follows,
+// and a redelivered prehook-done replaces nothing.
+func TestUpgradeRecreatesPodOnceAndReportsReady(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-up", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
+	started := r.bus.subscribe(t, r.ns, r.name, events.TokenStageStarted)
+	ready := r.bus.subscribe(t, r.ns, r.name, events.TokenPodReady)
+	r.publishPreHookDone(t)
+
+	ev := next(t, ready, "pod-ready", 60*time.Second)
+	pod := waitPodReady(t, r.ns, r.name, string(r.oldPod.UID))
+	switch {
+	case ev.Data.Attempt != testAttempt || ev.Data.Ops.Name != testOps || ev.Data.Ops.UID != testAttempt:
+		t.Errorf("pod-ready ops/attempt = %+v / %q", ev.Data.Ops, ev.Data.Attempt)
+	case ev.Data.NewPodUID != pod.UID:
+		t.Errorf("pod-ready newPodUID = %s, want %s", ev.Data.NewPodUID, pod.UID)
+	case ev.Data.Sandbox.UID != r.sandbox.UID:
+		t.Errorf("pod-ready sandbox = %+v", ev.Data.Sandbox)
+	}
+	if got := pod.Spec.Containers[0].Image; got != "registry.example/sandbox:v2" {
+		t.Errorf("new pod image = %q, want v2", got)
+	}
+	if got := pod.Labels[agentsv1alpha1.LabelPodTemplateHash]; got != r.target {
+		t.Errorf("new pod pod-template-hash = %q, want %q", got, r.target)
+	}
+	if got := pod.Annotations[upgrade.AnnotationPodAttempt]; got != testAttempt {
+		t.Errorf("new pod %s = %q, want %q", upgrade.AnnotationPodAttempt, got, testAttempt)
+	}
+	if got := r.pods.of(r.name); len(got) != 1 || got[0] != string(pod.UID) {
+		t.Fatalf("pods created for the upgrade = %v, want exactly [%s]", got, pod.UID)
+	}
+	if st := next(t, started, "stage-started", 5*time.Second); st.Data.Stage != agentsv1alpha1.UpgradingReasonUpgradePod {
+		t.Errorf("stage-started stage = %q, want UpgradePod", st.Data.Stage)
+	}
+
+	// Redelivery: the same prehook-done handled a second time changes nothing.
+	seq := r.bus.redeliver(t, r.prehook)
+	r.bus.waitHandled(t, seq)
+	if got := r.pods.of(r.name); len(got) != 1 {
+		t.Fatalf("pods created after redelivery = %v, want still exactly one", got)
+	}
+	if again := waitPodReady(t, r.ns, r.name, string(r.oldPod.UID)); again.UID != pod.UID {
+		t.Fatalf("pod replaced again on redelivery: %s → %s", pod.UID, again.UID)
+	}
+}
+
+// A new image that cannot be pulled fails the upgrade with the container's reason.
+func TestUpgradeReportsImagePullFailure(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-pull", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:non-existent" })
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 60*time.Second)
+	assertUpgradePodFailed(t, ev, "container main: ErrImagePull - ", "container main: ImagePullBackOff - ")
+	if got := r.pods.of(r.name); len(got) != 1 {
+		t.Fatalf("pods created for the upgrade = %v, want exactly one", got)
+	}
+}
+
+// A new image that crashes fails the upgrade with CrashLoopBackOff.
+func TestUpgradeReportsCrashLoop(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-crash", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:crash" })
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 60*time.Second)
+	assertUpgradePodFailed(t, ev, "container main: CrashLoopBackOff - ")
+}
+
+// A new pod that never becomes Ready fails the upgrade at --pod-ready-timeout, saying
+// what it waits for.
+func TestUpgradeReportsReadyDeadline(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-late", func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{"molt.dev/no-such-node": "true"} })
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 60*time.Second)
+	assertUpgradePodFailed(t, ev, fmt.Sprintf("pod sbx-late not Ready after %s: not scheduled", readyTimeout))
+}
+
+func assertUpgradePodFailed(t *testing.T, ev events.Event, prefixes ...string) {
+	t.Helper()
+	if ev.Data.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed || ev.Data.Stage != agentsv1alpha1.UpgradingReasonUpgradePod {
+		t.Errorf("failed reason/stage = %q/%q, want UpgradePodFailed/UpgradePod", ev.Data.Reason, ev.Data.Stage)
+	}
+	if ev.Data.Attempt != testAttempt {
+		t.Errorf("failed attempt = %q", ev.Data.Attempt)
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(ev.Data.Message, p) {
+			return
+		}
+	}
+	t.Errorf("failed message = %q, want a prefix in %q", ev.Data.Message, prefixes)
+}
