@@ -2,6 +2,8 @@ package hookrunner
 
 import (
 	"flag"
+	"fmt"
+	"time"
 
 	"molt.dev/pkg/service"
 )
@@ -12,9 +14,26 @@ const DefaultHTTPAddr = "127.0.0.1:9103"
 // Config is everything hookrunner needs to run.
 type Config struct {
 	service.Options
+	// MaxHooks bounds how many hooks (and event handlers) run at once.
+	MaxHooks int
+	// ReachWait is how long an unreachable agent-runtime is retried.
+	ReachWait time.Duration
 }
 
 // RegisterFlags adds hookrunner's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "hookrunner", DefaultHTTPAddr)
+	fs.IntVar(&c.MaxHooks, "max-hooks", 64, "how many hooks run at once")
+	fs.DurationVar(&c.ReachWait, "runtime-reach-wait", 15*time.Second, "how long an agent-runtime that refuses connections is retried before the hook fails")
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	if c.MaxHooks < 1 {
+		return fmt.Errorf("flag --max-hooks=%d: must be at least 1", c.MaxHooks)
+	}
+	if c.ReachWait < 0 {
+		return fmt.Errorf("flag --runtime-reach-wait=%s: must not be negative", c.ReachWait)
+	}
+	return c.Options.Validate()
 }

@@ -2,41 +2,69 @@ package hookrunner
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
-// HookRunner runs a sandbox's lifecycle hooks between the pipeline's stages.
+// HookRunner runs a sandbox's lifecycle hooks inside the sandbox through its
+// agent-runtime, between the pipeline's stages.
 type HookRunner struct {
+	kube      kubernetes.Interface
 	sandboxes listers.SandboxLister
 	publisher *events.Publisher
+	exec      func(context.Context, agentruntime.ExecRequest) (agentruntime.Result, error)
+	// reachWait is how long an unreachable runtime is retried before the
+	// hook fails (a new pod's runtime may start a moment after Ready).
+	reachWait time.Duration
 }
 
+// step is one of the two hook points.
+type step struct {
+	stage, failReason, next string
+}
+
+var (
+	preStep  = step{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonPreUpgradeFailed, events.TypePreHookDone}
+	postStep = step{agentsv1alpha1.UpgradingReasonPostUpgrade, agentsv1alpha1.UpgradingReasonPostUpgradeFailed, events.TypePostHookDone}
+)
+
 // Handle reacts to `patched` (preUpgrade) and `pod-ready` (postUpgrade):
-//  1. load the sandbox; skip if it is gone or no longer claimed by the ops;
-//  2. without a hook for this step, pass the sandbox straight on;
-//  3. with a hook, fail the step visibly: running hooks through the
-//     agent-runtime is not built yet, and skipping a backup silently could
-//     lose the user's workspace.
+//  1. load the sandbox; skip if it is gone or no longer claimed by the ops,
+//     or if this attempt is already past the step;
+//  2. a resumed attempt that continues after PreUpgrade skips preUpgrade
+//     (the backup it made is kept);
+//  3. without a hook, pass the sandbox straight on;
+//  4. check the pod: preUpgrade runs only on the pod that existed when the
+//     upgrade began (by UID), postUpgrade only on the new, Ready pod;
+//  5. run the hook through the agent-runtime with its timeout (the consume
+//     loop keeps the message alive meanwhile);
+//  6. publish the next event, or `failed` with exit code and output tails.
 func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	ev := msg.Event
 	d := ev.Data
-	var stage, next, failReason string
+	var st step
 	switch ev.Type {
 	case events.TypePatched:
-		stage, next, failReason = agentsv1alpha1.UpgradingReasonPreUpgrade, events.TypePreHookDone, agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+		st = preStep
 	case events.TypePodReady:
-		stage, next, failReason = agentsv1alpha1.UpgradingReasonPostUpgrade, events.TypePostHookDone, agentsv1alpha1.UpgradingReasonPostUpgradeFailed
+		st = postStep
 	default:
 		return nil
 	}
-	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", stage)
+	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", st.stage)
 	ctx = klog.NewContext(ctx, logger)
 
 	sb, err := h.sandboxes.Sandboxes(d.Sandbox.Namespace).Get(d.Sandbox.Name)
@@ -51,19 +79,117 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip: sandbox is no longer claimed by this ops")
 		return nil
 	}
-
-	out := events.Event{Type: next, Data: d}
-	out.Data.Stage, out.Data.Reason, out.Data.Message = "", "", ""
-	if hook := hookFor(sb, stage); hook != nil {
-		out.Type = events.TypeFailed
-		out.Data.Stage = stage
-		out.Data.Reason = failReason
-		out.Data.Message = "hook execution error: this molt build cannot run lifecycle hooks yet (the agent-runtime client is not built); " + notRunConsequence[stage]
+	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastStep(st, reason) {
+		logger.Info("skip: attempt already past this step", "reason", reason)
+		return nil
 	}
-	if err := h.publisher.Publish(ctx, out); err != nil {
-		return fmt.Errorf("publish %s for %s: %w", out.Type, ev.SandboxKey(), err)
+
+	next := events.Event{Type: st.next, Data: d}
+	next.Data.Stage, next.Data.Reason, next.Data.Message = "", "", ""
+	if st == preStep && d.Stage != "" && d.Stage != agentsv1alpha1.UpgradingReasonPreUpgrade {
+		logger.Info("skip preUpgrade: the resumed attempt continues from " + d.Stage)
+		next.Data.Stage = d.Stage
+		return h.publish(ctx, next)
+	}
+	hook := hookFor(sb, st.stage)
+	if hook == nil {
+		return h.publish(ctx, next)
+	}
+
+	pod, reason := h.hookPod(ctx, sb, st, d)
+	if pod == nil {
+		if reason == "" {
+			logger.Info("skip preUpgrade: there is no old pod to run it on")
+			return h.publish(ctx, next)
+		}
+		return h.fail(ctx, next, st, "hook execution error: "+reason, nil)
+	}
+	if err := h.publish(ctx, events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage)}); err != nil {
+		return err
+	}
+	res, err := h.run(ctx, sb, pod, hook)
+	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return err // shutting down: redeliver to the next runner
+	case err != nil:
+		return h.fail(ctx, next, st, agentruntime.ErrorMessage(err), nil)
+	case !res.Succeeded():
+		code := res.ExitCode
+		return h.fail(ctx, next, st, res.FailureMessage(), &code)
+	}
+	code := res.ExitCode
+	next.Data.HookExitCode = &code
+	logger.Info("hook succeeded")
+	return h.publish(ctx, next)
+}
+
+// hookPod returns the pod the hook may run on. A nil pod with an empty
+// reason means there is nothing to run on (preUpgrade without a pod).
+func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st step, d events.Data) (*corev1.Pod, string) {
+	pod, err := h.kube.CoreV1().Pods(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if st == preStep && d.OldPodUID == "" {
+			return nil, ""
+		}
+		return nil, fmt.Sprintf("pod %s/%s is gone", sb.Namespace, sb.Name)
+	}
+	if err != nil {
+		return nil, fmt.Sprintf("get pod %s/%s: %v", sb.Namespace, sb.Name, err)
+	}
+	if st == preStep {
+		if d.OldPodUID == "" || pod.UID != d.OldPodUID {
+			return nil, fmt.Sprintf("preUpgrade must run on the pod that existed when the upgrade began (uid %s), but pod %s now has uid %s; it was not run", d.OldPodUID, pod.Name, pod.UID)
+		}
+		return pod, ""
+	}
+	if d.NewPodUID != "" && pod.UID != d.NewPodUID {
+		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s", d.NewPodUID, pod.Name, pod.UID)
+	}
+	return pod, ""
+}
+
+// run calls the agent-runtime, retrying only while it is not reachable yet.
+func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, hook *agentsv1alpha1.UpgradeAction) (agentruntime.Result, error) {
+	req := agentruntime.ExecRequest{
+		BaseURL:     agentruntime.BaseURL(sb.Annotations, pod.Status.PodIP),
+		AccessToken: agentruntime.AccessToken(sb.Annotations),
+		Command:     hook.Exec.Command,
+		Timeout:     hook.Timeout(),
+	}
+	deadline := time.Now().Add(h.reachWait)
+	for {
+		res, err := h.exec(ctx, req)
+		if !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (h *HookRunner) fail(ctx context.Context, next events.Event, st step, message string, code *int32) error {
+	klog.FromContext(ctx).Info("hook failed", "message", message)
+	out := events.Event{Type: events.TypeFailed, Data: next.Data}
+	out.Data.Stage = st.stage
+	out.Data.Reason = st.failReason
+	out.Data.Message = agentsv1alpha1.TruncateConditionMessage(message)
+	out.Data.HookExitCode = code
+	return h.publish(ctx, out)
+}
+
+func (h *HookRunner) publish(ctx context.Context, ev events.Event) error {
+	if err := h.publisher.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("publish %s for %s: %w", ev.Type, ev.SandboxKey(), err)
 	}
 	return nil
+}
+
+func withStage(d events.Data, stage string) events.Data {
+	d.Stage, d.Reason, d.Message = stage, "", ""
+	return d
 }
 
 func hookFor(sb *agentsv1alpha1.Sandbox, stage string) *agentsv1alpha1.UpgradeAction {
@@ -76,8 +202,16 @@ func hookFor(sb *agentsv1alpha1.Sandbox, stage string) *agentsv1alpha1.UpgradeAc
 	return sb.Spec.Lifecycle.PostUpgrade
 }
 
-// notRunConsequence tells the user what a hook that did not run means.
-var notRunConsequence = map[string]string{
-	agentsv1alpha1.UpgradingReasonPreUpgrade:  "nothing was run and the old pod is untouched: remove spec.lifecycle from the ops to upgrade without hooks",
-	agentsv1alpha1.UpgradingReasonPostUpgrade: "the new pod runs but its state was not restored: restore it by hand",
+// pastStep is true when the attempt's status shows it beyond st.
+func pastStep(st step, reason string) bool {
+	order := map[string]int{
+		agentsv1alpha1.UpgradingReasonPreUpgrade: 1, agentsv1alpha1.UpgradingReasonCheckpointing: 2,
+		agentsv1alpha1.UpgradingReasonUpgradePod: 3, agentsv1alpha1.UpgradingReasonPostUpgrade: 4,
+		agentsv1alpha1.UpgradingReasonSucceeded: 5,
+	}
+	cur, ok := order[reason]
+	if !ok {
+		return agentsv1alpha1.IsUpgradingFailedReason(reason)
+	}
+	return cur > order[st.stage]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"molt.dev/pkg/agentruntime"
 	"molt.dev/pkg/events"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 	informers "molt.dev/pkg/generated/informers/externalversions"
@@ -12,6 +13,9 @@ import (
 
 // Run starts hookrunner and blocks until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
 		agents, err := versioned.NewForConfig(rt.RestConfig)
 		if err != nil {
@@ -19,7 +23,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		factory := informers.NewSharedInformerFactory(agents, 0)
 		sandboxes := factory.Agents().V1alpha1().Sandboxes()
-		h := &HookRunner{sandboxes: sandboxes.Lister()}
+		h := &HookRunner{kube: rt.Kube, sandboxes: sandboxes.Lister(), exec: agentruntime.Exec, reachWait: cfg.ReachWait}
 		factory.Start(ctx.Done())
 		defer factory.Shutdown()
 		rt.AddReadyCheck("informers", func() error {
@@ -34,6 +38,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		h.publisher = ep.Publisher
 		factory.WaitForCacheSync(ctx.Done())
-		return ep.Consume(ctx, h.Handle, events.WithWorkers(64))
+		return ep.Consume(ctx, h.Handle, events.WithWorkers(cfg.MaxHooks))
 	})
 }

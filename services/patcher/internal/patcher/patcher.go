@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -36,7 +35,10 @@ type Patcher struct {
 //     invalid patch fails the sandbox with a message and touches nothing;
 //  4. write template, lifecycle and upgradePolicy in one update carrying the
 //     resourceVersion read (nothing is written when nothing changes);
-//  5. publish `patched` with the target revision and the pod that exists now.
+//  5. publish `patched` with the target revision and the pod that exists now
+//     (and the stage a resumed attempt continues from); a resume at
+//     PostUpgrade whose pod already runs the target revision goes straight
+//     to `pod-ready`, so the pod is not recreated.
 func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	ev := msg.Event
 	d := ev.Data
@@ -82,14 +84,38 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	if err := p.writeSpec(ctx, sb, ops, target); err != nil {
 		return err
 	}
-	oldPod, err := p.currentPodUID(ctx, sb)
+	pod, err := p.currentPod(ctx, sb)
 	if err != nil {
 		return err
 	}
+	resume := d.Stage
+	if resume == agentsv1alpha1.UpgradingReasonPostUpgrade {
+		if pod != nil && pod.DeletionTimestamp == nil && pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision && podReady(pod) {
+			logger.Info("resume at PostUpgrade: the pod already runs the target revision")
+			return p.publish(ctx, ev, events.TypePodReady, func(out *events.Data) {
+				out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+				out.TargetRevision = revision
+				out.NewPodUID = pod.UID
+			})
+		}
+		resume = agentsv1alpha1.UpgradingReasonUpgradePod
+	}
 	return p.publish(ctx, ev, events.TypePatched, func(out *events.Data) {
+		out.Stage = resume
 		out.TargetRevision = revision
-		out.OldPodUID = oldPod
+		if pod != nil {
+			out.OldPodUID = pod.UID
+		}
 	})
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // writeSpec updates template, lifecycle and upgradePolicy if they differ.
@@ -116,15 +142,15 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 	return nil
 }
 
-func (p *Patcher) currentPodUID(ctx context.Context, sb *agentsv1alpha1.Sandbox) (types.UID, error) {
+func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*corev1.Pod, error) {
 	pod, err := p.kube.CoreV1().Pods(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("get pod %s/%s: %w", sb.Namespace, sb.Name, err)
+		return nil, fmt.Errorf("get pod %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
-	return pod.UID, nil
+	return pod, nil
 }
 
 func (p *Patcher) fail(ctx context.Context, in events.Event, message string) error {
