@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,4 +412,268 @@ func TestInProgressKeepsSlowHandlerAlive(t *testing.T) {
 			t.Errorf("attempt %s delivered %d times, want once", m.Event.Data.Attempt, m.NumDelivered)
 		}
 	}
+}
+
+// TestConsumeStopsPromptlyUnderLoad stops and restarts Consume on one durable while events
+// keep arriving (the production pattern behind rolling restarts). Each stop must return
+// within 3s with a 1s pull wait: a loop that goes on pulling after the cancel (a random
+// select between a free slot and ctx.Done) would show as a slow return on some of the 15
+// cycles. No message may reach the handler once the cancel has returned, every message
+// delivered after it is Nak'd at once, and nothing is left for AckWait (1m) to redeliver.
+func TestConsumeStopsPromptlyUnderLoad(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t, ctx, ConsumerHookRunner, ConsumerConfig{AckWait: time.Minute, MaxDeliver: -1})
+
+	// A publish every 50ms, one in five for the sandbox "slow", whose handler runs until
+	// its context is cancelled (an interrupted hook).
+	var published atomic.Int64
+	pubCtx, stopPublishing := context.WithCancel(ctx)
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			name := fmt.Sprintf("s%d", i%4)
+			if i%5 == 0 {
+				name = "slow"
+			}
+			if err := f.pub.Publish(pubCtx, testEvent(TypePatched, "team-a", name, i)); err != nil {
+				if pubCtx.Err() == nil {
+					t.Errorf("publish %d: %v", i, err)
+				}
+				return
+			}
+			published.Store(int64(i + 1))
+			select {
+			case <-pubCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { stopPublishing(); <-pubDone }()
+
+	const (
+		cycles      = 15
+		pullWait    = time.Second
+		stopBound   = 3 * time.Second
+		nakBound    = 500 * time.Millisecond // "at once", with -race on two busy cores
+		schedulerMs = 100                    // a handler the loop committed to just before the cancel
+	)
+	for cycle := range cycles {
+		rc := &recordingConsumer{Consumer: f.cons}
+		var (
+			cancelled atomic.Bool
+			inFlight  atomic.Int32
+			mu        sync.Mutex
+			handled   []*recordedMsg
+			late      []time.Time // handler entries seen after the cancel returned
+		)
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- Consume(runCtx, rc, func(ctx context.Context, m *Message) error {
+				inFlight.Add(1)
+				defer inFlight.Add(-1)
+				now := time.Now()
+				mu.Lock()
+				handled = append(handled, m.h.msg.(*recordedMsg))
+				if cancelled.Load() {
+					late = append(late, now)
+				}
+				mu.Unlock()
+				if m.Event.Data.Sandbox.Name == "slow" {
+					<-ctx.Done()
+					return fmt.Errorf("run hook: %w", ctx.Err())
+				}
+				time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+				return nil
+			}, WithMetrics(f.metrics), WithPullWait(pullWait), WithWorkers(8))
+		}()
+		// Cancel at a random point of the pull cycle.
+		time.Sleep(100*time.Millisecond + rand.N(pullWait))
+		cancel()
+		cancelledAt := time.Now()
+		cancelled.Store(true)
+
+		var returnedAt time.Time
+		select {
+		case err := <-done:
+			returnedAt = time.Now()
+			if err != nil {
+				t.Fatalf("cycle %d: Consume: %v", cycle, err)
+			}
+		case <-time.After(pollTimeout):
+			t.Fatalf("cycle %d: Consume did not return within %s of cancel", cycle, pollTimeout)
+		}
+		took := returnedAt.Sub(cancelledAt)
+		t.Logf("cycle %d: Consume returned %s after cancel", cycle, took)
+		if took > stopBound {
+			t.Errorf("cycle %d: Consume returned %s after cancel, want at most %s", cycle, took, stopBound)
+		}
+		if n := inFlight.Load(); n != 0 {
+			t.Errorf("cycle %d: %d handlers still running when Consume returned", cycle, n)
+		}
+
+		mu.Lock()
+		for _, rm := range handled {
+			if rm.received.After(cancelledAt) {
+				t.Errorf("cycle %d: seq %d received %s after cancel and handed to the handler",
+					cycle, rm.seq, rm.received.Sub(cancelledAt))
+			}
+		}
+		for _, at := range late {
+			if d := at.Sub(cancelledAt); d > schedulerMs*time.Millisecond {
+				t.Errorf("cycle %d: a handler started %s after cancel returned", cycle, d)
+			}
+		}
+		mu.Unlock()
+
+		nakedAfterCancel := map[uint64]bool{}
+		for _, rm := range rc.deliveries() {
+			how, settledAt := rm.settlement()
+			switch {
+			case how == "":
+				t.Errorf("cycle %d: seq %d (delivery %d) not settled when Consume returned", cycle, rm.seq, rm.delivered)
+				continue
+			case settledAt.After(returnedAt):
+				t.Errorf("cycle %d: seq %d settled (%s) %s after Consume returned", cycle, rm.seq, how, settledAt.Sub(returnedAt))
+			}
+			if !rm.received.After(cancelledAt) {
+				continue
+			}
+			if how != "nak" {
+				t.Errorf("cycle %d: seq %d received after cancel was settled with %s, want nak", cycle, rm.seq, how)
+			}
+			// The server may hand a Nak'd message straight back to this loop's last pull
+			// request (no other replica waits here); that copy is Nak'd when the pull ends.
+			if !nakedAfterCancel[rm.seq] {
+				if d := settledAt.Sub(rm.received); d > nakBound {
+					t.Errorf("cycle %d: seq %d received after cancel was Nak'd after %s, want at once", cycle, rm.seq, d)
+				}
+			}
+			nakedAfterCancel[rm.seq] = true
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	stopPublishing()
+	<-pubDone
+
+	// Everything published is handled by the next consumer well within AckWait: no stop
+	// left a message held without an ack.
+	total := int(published.Load())
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	f.consume(t, ctx, func(ctx context.Context, m *Message) error {
+		mu.Lock()
+		acked[m.Event.Data.Attempt] = true
+		mu.Unlock()
+		return nil
+	}, WithWorkers(8))
+	deadline := time.Now().Add(pollTimeout)
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n == total && settled(t, ctx, f.cons) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var missing []int
+			mu.Lock()
+			for i := range total {
+				if !acked[fmt.Sprint(i)] {
+					missing = append(missing, i)
+				}
+			}
+			mu.Unlock()
+			info := consumerInfo(t, ctx, f.cons)
+			t.Fatalf("after %s: %d of %d events acked (missing attempts %v); consumer pending %d, ack pending %d, redelivered %d",
+				pollTimeout, n, total, missing, info.NumPending, info.NumAckPending, info.NumRedelivered)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// recordingConsumer records every message its Fetch delivers and how Consume settles it.
+type recordingConsumer struct {
+	jetstream.Consumer
+	mu   sync.Mutex
+	msgs []*recordedMsg
+}
+
+func (c *recordingConsumer) Fetch(n int, opts ...jetstream.FetchOpt) (jetstream.MessageBatch, error) {
+	b, err := c.Consumer.Fetch(n, opts...)
+	if err != nil {
+		return nil, err
+	}
+	rb := &recordedBatch{inner: b, msgs: make(chan jetstream.Msg, n)}
+	go func() {
+		defer close(rb.msgs)
+		for m := range b.Messages() {
+			rm := &recordedMsg{Msg: m, received: time.Now()}
+			if meta, err := m.Metadata(); err == nil {
+				rm.seq, rm.delivered = meta.Sequence.Stream, meta.NumDelivered
+			}
+			c.mu.Lock()
+			c.msgs = append(c.msgs, rm)
+			c.mu.Unlock()
+			rb.msgs <- rm
+		}
+	}()
+	return rb, nil
+}
+
+func (c *recordingConsumer) deliveries() []*recordedMsg {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.msgs)
+}
+
+type recordedBatch struct {
+	inner jetstream.MessageBatch
+	msgs  chan jetstream.Msg
+}
+
+func (b *recordedBatch) Messages() <-chan jetstream.Msg { return b.msgs }
+
+// Error is read once Messages is closed, i.e. after the inner batch's channel closed.
+func (b *recordedBatch) Error() error { return b.inner.Error() }
+
+type recordedMsg struct {
+	jetstream.Msg
+	received       time.Time
+	seq, delivered uint64
+	mu             sync.Mutex
+	how            string // ack, nak or term: the first settlement
+	settledAt      time.Time
+}
+
+func (m *recordedMsg) settle(how string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.how == "" {
+		m.how, m.settledAt = how, time.Now()
+	}
+}
+
+func (m *recordedMsg) settlement() (string, time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.how, m.settledAt
+}
+
+func (m *recordedMsg) Ack() error { m.settle("ack"); return m.Msg.Ack() }
+func (m *recordedMsg) Nak() error { m.settle("nak"); return m.Msg.Nak() }
+func (m *recordedMsg) NakWithDelay(d time.Duration) error {
+	m.settle("nak")
+	return m.Msg.NakWithDelay(d)
+}
+func (m *recordedMsg) Term() error { m.settle("term"); return m.Msg.Term() }
+func (m *recordedMsg) TermWithReason(r string) error {
+	m.settle("term")
+	return m.Msg.TermWithReason(r)
 }

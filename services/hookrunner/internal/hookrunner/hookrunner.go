@@ -15,7 +15,7 @@ import (
 	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
-	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -23,7 +23,7 @@ import (
 // agent-runtime, between the pipeline's stages.
 type HookRunner struct {
 	kube      kubernetes.Interface
-	sandboxes listers.SandboxLister
+	agents    versioned.Interface
 	publisher *events.Publisher
 	exec      func(context.Context, agentruntime.ExecRequest) (agentruntime.Result, error)
 	// reachWait is how long an unreachable runtime is retried before the
@@ -67,7 +67,9 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", st.stage)
 	ctx = klog.NewContext(ctx, logger)
 
-	sb, err := h.sandboxes.Sandboxes(d.Sandbox.Namespace).Get(d.Sandbox.Name)
+	// Read the sandbox from the API server, not a cache: the patcher has
+	// just written the lifecycle this step runs.
+	sb, err := h.agents.AgentsV1alpha1().Sandboxes(d.Sandbox.Namespace).Get(ctx, d.Sandbox.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		logger.Info("skip: sandbox is gone")
 		return nil

@@ -22,7 +22,6 @@ import (
 type Patcher struct {
 	agents    versioned.Interface
 	kube      kubernetes.Interface
-	sandboxes listers.SandboxLister
 	ops       listers.SandboxUpdateOpsLister
 	publisher *events.Publisher
 }
@@ -48,7 +47,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 
-	sb, err := p.sandboxes.Sandboxes(d.Sandbox.Namespace).Get(d.Sandbox.Name)
+	// Read the sandbox from the API server, not a cache: the selector has
+	// just labelled it, and the update below must start from the latest.
+	sb, err := p.agents.AgentsV1alpha1().Sandboxes(d.Sandbox.Namespace).Get(ctx, d.Sandbox.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		logger.Info("skip: sandbox is gone")
 		return nil
@@ -61,6 +62,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 	ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
+	if apierrors.IsNotFound(err) {
+		ops, err = p.agents.AgentsV1alpha1().SandboxUpdateOps(d.Sandbox.Namespace).Get(ctx, d.Ops.Name, metav1.GetOptions{})
+	}
 	if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
 		logger.Info("skip: ops is gone")
 		return nil

@@ -24,11 +24,9 @@ func Run(ctx context.Context, cfg Config) error {
 		p := &Patcher{
 			agents:    agents,
 			kube:      rt.Kube,
-			sandboxes: factory.Agents().V1alpha1().Sandboxes().Lister(),
 			ops:       factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
 		}
 		synced := []func() bool{
-			factory.Agents().V1alpha1().Sandboxes().Informer().HasSynced,
 			factory.Agents().V1alpha1().SandboxUpdateOps().Informer().HasSynced,
 		}
 		factory.Start(ctx.Done())
@@ -36,7 +34,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rt.AddReadyCheck("informers", func() error {
 			for _, s := range synced {
 				if !s() {
-					return fmt.Errorf("sandbox and ops caches not synced yet")
+					return fmt.Errorf("ops cache not synced yet")
 				}
 			}
 			return nil
