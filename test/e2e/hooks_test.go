@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/pkg/agentruntime"
+	"molt.dev/pkg/agentruntime/devruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/testenv"
+)
+
+// sh runs a bash script inside a sandbox through its agent-runtime, the way
+// the hookrunner does, and returns stdout and the exit code.
+func sh(t *testing.T, s *stack, ns, name, script string) (string, int32) {
+	t.Helper()
+	ctx := context.Background()
+	var res agentruntime.Result
+	testenv.Eventually(t, 30*time.Second, "agent-runtime of "+name+" answers", func() (bool, error) {
+		url, token, err := devruntime.SandboxEndpoint(ctx, s.env.Kube, s.agents, ns, name)
+		if err != nil {
+			return false, err
+		}
+		res, err = agentruntime.Exec(ctx, agentruntime.ExecRequest{BaseURL: url, AccessToken: token, Command: []string{"/bin/bash", "-c", script}, Timeout: 20 * time.Second})
+		return err == nil, err
+	})
+	return res.Stdout, res.ExitCode
+}
+
+// workspaceSandboxes makes n Running sandboxes whose container mounts a
+// hostPath volume at mountPath (persistent) and writes a file into the
+// container-local /home/user/workspace of each.
+func workspaceSandboxes(t *testing.T, s *stack, ns, prefix, pool, mountPath, hostPath string, n int) []string {
+	t.Helper()
+	names := makeSandboxes(t, s, ns, prefix, n, pool, func(sb *agentsv1alpha1.Sandbox) {
+		path := strings.ReplaceAll(hostPath, "$NAME", sb.Name)
+		sb.Spec.Runtimes = []agentsv1alpha1.RuntimeConfig{{Name: "agent-runtime"}, {Name: "csi"}}
+		// The workspace is pod-local (an emptyDir, as the image's own
+		// directory would be): it exists in every new pod and starts empty.
+		sb.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: mountPath}, {Name: "workspace", MountPath: "/home/user/workspace"}}
+		sb.Spec.Template.Spec.Volumes = []corev1.Volume{
+			{Name: "shared", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}},
+			{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}
+	})
+	for _, n := range names {
+		if _, code := sh(t, s, ns, n, "mkdir -p /home/user/workspace/sub && echo data-$(hostname) > /home/user/workspace/sub/file.txt && mkdir -p /root/.openclaw && echo claw-$(hostname) > /root/.openclaw/state"); code != 0 {
+			t.Fatalf("seed files into %s: exit %d", n, code)
+		}
+	}
+	return names
+}
+
+func workspaceFile(t *testing.T, s *stack, ns, name string) string {
+	out, _ := sh(t, s, ns, name, "cat /home/user/workspace/sub/file.txt 2>/dev/null")
+	return strings.TrimSpace(out)
+}
+
+// TestSeedUpgradeWithBackup applies seed 000's full example verbatim: the
+// preUpgrade backs the workspace up to /mnt/shared, the pod is recreated,
+// the postUpgrade restores it and removes the archive. Without hooks the
+// files are lost, which proves the recreation is real.
+func TestSeedUpgradeWithBackup(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	const ns = "default"
+	const pool = "my-sandbox-pool"
+	t.Cleanup(func() {
+		for _, o := range []string{"upgrade-with-backup", "no-hooks"} {
+			_ = s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Delete(ctx, o, metav1.DeleteOptions{})
+		}
+		_ = s.agents.AgentsV1alpha1().Sandboxes(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: poolLabel + "=" + pool})
+	})
+	testenv.Eventually(t, time.Minute, "no other ops active in default", func() (bool, error) {
+		list, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, err
+	})
+	names := workspaceSandboxes(t, s, ns, "bk", pool, "/mnt/shared", "/data/shared", 5)
+	oldUID := map[string]string{}
+	for _, n := range names {
+		pod, _ := s.env.Kube.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+		oldUID[n] = string(pod.UID)
+	}
+
+	kubectl(t, seed(t, "000-02-sandboxupdateops-upgrade-with-backup.yaml"), "apply", "-f", "-")
+	waitOps(t, s, ns, "upgrade-with-backup", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	for _, n := range names {
+		pod, _ := s.env.Kube.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+		if string(pod.UID) == oldUID[n] {
+			t.Fatalf("%s: pod was not recreated", n)
+		}
+		if got := workspaceFile(t, s, ns, n); got != "data-"+n {
+			t.Errorf("%s: workspace file after upgrade = %q, want data-%s", n, got, n)
+		}
+		if out, _ := sh(t, s, ns, n, "ls /mnt/shared/backup-$(hostname).tar.gz 2>&1 || true"); !strings.Contains(out, "No such file") {
+			t.Errorf("%s: backup archive still there: %s", n, out)
+		}
+	}
+
+	// The same upgrade without hooks loses the workspace.
+	kubectl(t, opsYAML("no-hooks", pool, "5", "my-registry/sandbox-image:v3"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "no-hooks", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	for _, n := range names {
+		if got := workspaceFile(t, s, ns, n); got != "" {
+			t.Errorf("%s: workspace survived an upgrade without hooks: %q", n, got)
+		}
+	}
+}
+
+// TestSeedOpenClawBackup applies seed 001's OpenClaw example verbatim:
+// /root/.openclaw is archived to the persistent /backup and restored.
+func TestSeedOpenClawBackup(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	names := workspaceSandboxes(t, s, ns, "claw", "openclaw-sbs", "/backup", "/data/$NAME/backup", 3)
+	kubectl(t, seed(t, "001-01-sandboxupdateops-upgrade-demo.yaml"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "upgrade-demo", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	for _, n := range names {
+		out, _ := sh(t, s, ns, n, "cat /root/.openclaw/state")
+		if strings.TrimSpace(out) != "claw-"+n {
+			t.Errorf("%s: /root/.openclaw/state = %q, want claw-%s", n, out, n)
+		}
+		pod, _ := s.env.Kube.CoreV1().Pods(ns).Get(context.Background(), n, metav1.GetOptions{})
+		if img := pod.Spec.Containers[0].Image; img != "ghcr.io/openclaw/openclaw:2026.4.11" {
+			t.Errorf("%s: image %s", n, img)
+		}
+	}
+}
+
+func hookOps(name, pool, image, pre, post string, timeout int) string {
+	y := opsYAML(name, pool, "1", image)
+	if image == "" {
+		y = fmt.Sprintf("apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxUpdateOps\nmetadata:\n  name: %s\nspec:\n  selector:\n    matchLabels:\n      %s: %s\n", name, poolLabel, pool)
+	}
+	if pre == "" && post == "" {
+		return y
+	}
+	y += "  lifecycle:\n"
+	for _, h := range []struct{ name, script string }{{"preUpgrade", pre}, {"postUpgrade", post}} {
+		if h.script == "" {
+			continue
+		}
+		y += fmt.Sprintf("    %s:\n      exec:\n        command: [\"/bin/bash\", \"-c\", %q]\n      timeoutSeconds: %d\n", h.name, h.script, timeout)
+	}
+	return y
+}
+
+const (
+	backupHook  = `echo run >> /mnt/shared/pre-runs-$(hostname); tar czf /mnt/shared/ws-$(hostname).tgz -C /home/user/workspace .`
+	restoreHook = `tar xzf /mnt/shared/ws-$(hostname).tgz -C /home/user/workspace && rm -f /mnt/shared/ws-$(hostname).tgz`
+)
+
+func upgradingCondition(t *testing.T, s *stack, ns, name string) *metav1.Condition {
+	sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+}
+
+func TestPreUpgradeFailureLeavesThePodAlone(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "pre", "pre-pool", "/mnt/shared", "/data/shared", 1)
+	before, _ := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "pre-00", metav1.GetOptions{})
+	kubectl(t, hookOps("pre", "pre-pool", "my-registry/sandbox-image:v2", `echo disk full >&2; exit 1`, "", 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "pre", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	c := upgradingCondition(t, s, ns, "pre-00")
+	if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(c.Message, "exit code 1") || !strings.Contains(c.Message, "disk full") {
+		t.Fatalf("Upgrading = %+v, want PreUpgradeFailed with exit code 1 and stderr", c)
+	}
+	after, _ := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "pre-00", metav1.GetOptions{})
+	if after.UID != before.UID {
+		t.Fatalf("pod was replaced after a failed preUpgrade: %s -> %s", before.UID, after.UID)
+	}
+	if got := workspaceFile(t, s, ns, "pre-00"); got != "data-pre-00" {
+		t.Fatalf("workspace after failed preUpgrade = %q", got)
+	}
+}
+
+// TestFixPostUpgradeWithANewOps: a failing postUpgrade, then (as the guides
+// say) delete the ops and create one with only a fixed postUpgrade.
+func TestFixPostUpgradeWithANewOps(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "post", "post-pool", "/mnt/shared", "/data/shared", 1)
+	kubectl(t, hookOps("broken", "post-pool", "my-registry/sandbox-image:v2", backupHook, `echo restore failed >&2; exit 7`, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "broken", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "post-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPostUpgradeFailed || !strings.Contains(c.Message, "exit code 7") {
+		t.Fatalf("Upgrading = %+v, want PostUpgradeFailed exit code 7", c)
+	}
+	kubectl(t, "", "delete", "suo", "broken", "-n", ns, "--wait=true", "--timeout=60s")
+	kubectl(t, hookOps("fix", "post-pool", "", "", restoreHook, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "fix", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "post-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonSucceeded {
+		t.Fatalf("Upgrading = %+v, want Succeeded", c)
+	}
+	if got := workspaceFile(t, s, ns, "post-00"); got != "data-post-00" {
+		t.Fatalf("workspace after the fix = %q", got)
+	}
+	if out, _ := sh(t, s, ns, "post-00", "cat /mnt/shared/pre-runs-$(hostname)"); strings.Count(out, "run") != 1 {
+		t.Fatalf("preUpgrade ran %d times, want once", strings.Count(out, "run"))
+	}
+}
+
+// TestResumeAfterBadImage: UpgradePodFailed, then a new ops with a good
+// image and only postUpgrade continues from UpgradePod.
+func TestResumeAfterBadImage(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "img", "img-pool", "/mnt/shared", "/data/shared", 1)
+	kubectl(t, hookOps("bad", "img-pool", "my-registry/sandbox-image:non-existent", backupHook, restoreHook, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "bad", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "img-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+		t.Fatalf("Upgrading = %+v, want UpgradePodFailed", c)
+	}
+	kubectl(t, "", "delete", "suo", "bad", "-n", ns, "--wait=true", "--timeout=60s")
+	kubectl(t, hookOps("good", "img-pool", "my-registry/sandbox-image:v2", "", restoreHook, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "good", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if got := workspaceFile(t, s, ns, "img-00"); got != "data-img-00" {
+		t.Fatalf("workspace after resume = %q", got)
+	}
+	if out, _ := sh(t, s, ns, "img-00", "cat /mnt/shared/pre-runs-$(hostname)"); strings.Count(out, "run") != 1 {
+		t.Fatalf("preUpgrade ran %d times, want once", strings.Count(out, "run"))
+	}
+}
+
+func TestHookTimeout(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "slow", "slow-pool", "/mnt/shared", "/data/shared", 1)
+	kubectl(t, hookOps("slow", "slow-pool", "my-registry/sandbox-image:v2", "sleep 30", "", 2), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "slow", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "slow-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(c.Message, "timed out after 2 seconds") {
+		t.Fatalf("Upgrading = %+v, want PreUpgradeFailed timed out after 2 seconds", c)
+	}
+}
