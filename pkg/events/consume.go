@@ -78,12 +78,17 @@ type Terminated struct {
 // marked InProgress every AckWait/3, so a long hook does not cause a redelivery; only a
 // crashed or stalled process lets AckWait (and the consumer's BackOff) expire.
 //
-// Stopping takes two steps, so that no Nak is redelivered into this loop's own pull
-// request (the server would hand it to a subscription that is going away, and it would sit
-// unseen until AckWait): when ctx is cancelled no new pull is sent and the outstanding one
-// runs to its end (at most the pull wait, WithPullWait); then handlers' contexts are
-// cancelled, messages not yet started are Nak'd for other replicas, and Consume waits for
-// the running handlers to return and settles their messages.
+// Stopping: once ctx is cancelled no pull request is sent and no handler is started.
+// Messages not started (waiting for their subject or a worker, or delivered after the cancel
+// by the pull request still outstanding) are Nak'd at once, so another replica takes them.
+// The outstanding pull request is not abandoned but read to its end, at most the pull wait
+// (WithPullWait) after it was sent, plus a second: the server would go on delivering into
+// it, and a message delivered to a request nobody reads sits unseen until AckWait. When no
+// other replica's request is waiting, the server may hand a Nak'd message straight back
+// into it; such a message is kept until the request is over and Nak'd then (see decline).
+// Then handlers' contexts are cancelled, and Consume waits for the running handlers to
+// return and settles their messages. So Consume returns about the pull wait after ctx is
+// cancelled at worst, plus the time its handlers take to return.
 func Consume(ctx context.Context, cons jetstream.Consumer, handler Handler, opts ...ConsumeOption) error {
 	if cons == nil || handler == nil {
 		return errors.New("consume: nil consumer or handler")
@@ -127,6 +132,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, handler Handler, opts
 		running:    make(chan struct{}, o.workers),
 		queues:     map[string][]*held{},
 		held:       map[*held]struct{}{},
+		declined:   map[uint64]struct{}{},
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("consumer", l.name))
 	// stopping ends when ctx does or pulling fails for good; handlers keep ctx's values but
@@ -142,6 +148,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, handler Handler, opts
 
 	err := l.pull(stopping, handlers)
 	stop()
+	l.endPull(handlers)
 	cancelHandlers()
 	l.workers.Wait()
 	close(stopKeepAlive)

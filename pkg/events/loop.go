@@ -33,7 +33,18 @@ type loop struct {
 	mu     sync.Mutex
 	queues map[string][]*held // per subject; key present while its worker runs
 	held   map[*held]struct{} // every message received and not yet settled, for keepAlive
+	// While stopping and the last pull request is not over (see decline): stream sequences
+	// Nak'd since stopping began, and messages kept to be Nak'd when that request is over.
+	declined map[uint64]struct{}
+	kept     []*held
+	pullOver bool
 }
+
+// pullGrace is how long past its expiry pull waits for a pull request to end before it
+// stops reading it (the server ends it at expiry with a 408 status; only a lost status or a
+// lost connection leaves it open, and nats.go's Fetch restarts its own fallback timer for
+// every message it receives).
+const pullGrace = time.Second
 
 // held is a received message not yet acked, nak'd or terminated.
 type held struct {
@@ -60,8 +71,9 @@ func (h *held) settle(ack func() error) error {
 }
 
 // pull requests as many messages as there are free slots, one pull request at a time (so
-// messages reach dispatch in delivery order), until stopping ends. It returns only when no
-// pull request of this loop is outstanding at the server.
+// messages reach dispatch in delivery order), until stopping ends. It sends no pull request
+// and dispatches no message once stopping is done; messages that still arrive are declined.
+// It returns only when no pull request of this loop is outstanding at the server.
 func (l *loop) pull(stopping, handlers context.Context) error {
 	logger := klog.FromContext(stopping)
 	for {
@@ -70,15 +82,12 @@ func (l *loop) pull(stopping, handlers context.Context) error {
 			return nil
 		}
 		// Not cancelled by stopping: a pull request abandoned by the client stays at the
-		// server until it expires, and would swallow messages Nak'd in the meantime.
+		// server until it expires, and messages it delivers would sit unseen until AckWait.
+		deadline := time.Now().Add(l.o.pullWait + pullGrace)
 		batch, err := l.cons.Fetch(n, jetstream.FetchMaxWait(l.o.pullWait))
 		got := 0
 		if err == nil {
-			for m := range batch.Messages() {
-				got++
-				l.dispatch(stopping, handlers, m)
-			}
-			err = batch.Error()
+			got, err = l.receive(stopping, handlers, batch, deadline)
 		}
 		l.release(n - got)
 		switch {
@@ -98,21 +107,84 @@ func (l *loop) pull(stopping, handlers context.Context) error {
 	}
 }
 
-// acquire blocks for one free slot, then takes every other free one.
+// receive reads one pull request's batch until it ends, dispatching its messages, or
+// declining them once stopping is done. It returns how many it dispatched (each keeps its
+// slot until its worker is through with it). If the batch is still open at deadline, well
+// past the request's expiry, it stops waiting: whatever the batch still delivers is Nak'd.
+func (l *loop) receive(stopping, handlers context.Context, batch jetstream.MessageBatch, deadline time.Time) (int, error) {
+	msgs := batch.Messages()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	got := 0
+	take := func(m jetstream.Msg) {
+		// Checked for every message, not selected against: nothing is handed out once
+		// stopping is done.
+		if stopping.Err() != nil {
+			l.decline(handlers, &held{msg: m})
+			return
+		}
+		got++
+		l.dispatch(stopping, handlers, m)
+	}
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return got, batch.Error()
+			}
+			take(m)
+		case <-t.C:
+		arrived: // what has arrived already is taken as usual
+			for {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						return got, batch.Error()
+					}
+					take(m)
+				default:
+					break arrived
+				}
+			}
+			logger := klog.FromContext(stopping)
+			logger.Info("Pull request still open past its expiry; no longer waiting for it", "pullWait", l.o.pullWait)
+			go func() {
+				for m := range msgs {
+					if err := m.Nak(); err != nil {
+						logger.Error(err, "Nak of a late message failed; the server will redeliver after AckWait", "subject", m.Subject())
+					}
+				}
+			}()
+			return got, nil
+		}
+	}
+}
+
+// acquire blocks for one free slot, then takes every other free one. It reports false, and
+// holds no slot, once ctx is done: checked before and after waiting, because a select whose
+// cases are both ready picks one at random.
 func (l *loop) acquire(ctx context.Context) (int, bool) {
+	if ctx.Err() != nil {
+		return 0, false
+	}
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
 		return 0, false
 	}
 	n := 1
+more:
 	for n < cap(l.slots) {
 		select {
 		case l.slots <- struct{}{}:
 			n++
 		default:
-			return n, true
+			break more
 		}
+	}
+	if ctx.Err() != nil {
+		l.release(n)
+		return 0, false
 	}
 	return n, true
 }
@@ -159,33 +231,69 @@ func (l *loop) work(stopping, handlers context.Context, subject string) {
 
 		select {
 		case l.running <- struct{}{}:
-			if stopping.Err() == nil {
-				l.process(handlers, h)
-			} else {
-				l.handBack(handlers, h)
-			}
+			l.process(stopping, handlers, h)
 			<-l.running
 		case <-stopping.Done():
-			l.handBack(handlers, h)
+			l.decline(handlers, h)
 		}
-
-		l.mu.Lock()
-		delete(l.held, h)
-		l.mu.Unlock()
 		l.release(1)
 	}
 }
 
-// handBack Naks a message that was never started, once handlers is cancelled.
-func (l *loop) handBack(handlers context.Context, h *held) {
-	<-handlers.Done()
-	if err := h.settle(h.msg.Nak); err != nil {
-		klog.FromContext(handlers).Error(err, "Nak on shutdown failed; the server will redeliver after AckWait", "subject", h.msg.Subject())
+// decline gives back a message this loop will not handle because it is stopping, with a Nak
+// at once, so that another replica's waiting pull request takes it now. If no other request
+// is waiting, the server hands it straight back to this loop's last pull request, still open;
+// it is then kept (marked InProgress by keepAlive) and Nak'd when that request is over, and
+// so is a message whose extra delivery could be its last one. So a decline costs a message
+// at most one delivery more than a Nak after the pull would.
+func (l *loop) decline(ctx context.Context, h *held) {
+	var seq, delivered uint64
+	meta, err := h.msg.Metadata()
+	if err == nil {
+		seq, delivered = meta.Sequence.Stream, meta.NumDelivered
+	}
+	l.mu.Lock()
+	if !l.pullOver {
+		_, again := l.declined[seq]
+		lastChance := l.maxDeliver > 0 && delivered+1 >= uint64(l.maxDeliver)
+		if err != nil || again || lastChance {
+			l.held[h] = struct{}{}
+			l.kept = append(l.kept, h)
+			l.mu.Unlock()
+			return
+		}
+		l.declined[seq] = struct{}{}
+	}
+	delete(l.held, h)
+	l.mu.Unlock()
+	l.nak(ctx, h)
+}
+
+// endPull is called once no pull request of this loop is outstanding: it Naks the messages
+// decline kept, and from now on decline Naks at once.
+func (l *loop) endPull(ctx context.Context) {
+	l.mu.Lock()
+	l.pullOver = true
+	kept := l.kept
+	l.kept = nil
+	for _, h := range kept {
+		delete(l.held, h)
+	}
+	l.mu.Unlock()
+	for _, h := range kept {
+		l.nak(ctx, h)
 	}
 }
 
-// process decodes, handles and settles one message.
-func (l *loop) process(ctx context.Context, h *held) {
+func (l *loop) nak(ctx context.Context, h *held) {
+	if err := h.settle(h.msg.Nak); err != nil {
+		klog.FromContext(ctx).Error(err, "Nak on shutdown failed; the server will redeliver after AckWait", "subject", h.msg.Subject())
+	}
+}
+
+// process decodes, handles and settles one message; once stopping is done it declines it
+// instead of calling the handler.
+func (l *loop) process(stopping, ctx context.Context, h *held) {
 	logger := klog.FromContext(ctx)
 	msg := &Message{Subject: h.msg.Subject(), maxDeliver: l.maxDeliver, h: h}
 	if meta, err := h.msg.Metadata(); err == nil {
@@ -202,6 +310,10 @@ func (l *loop) process(ctx context.Context, h *held) {
 			"stage", d.Stage, "attempt", d.Attempt, "type", ev.Type)
 		if d.Ops.Name != "" { // empty for a direct upgrade
 			logger = logger.WithValues("ops", klog.KRef(d.Sandbox.Namespace, d.Ops.Name))
+		}
+		if stopping.Err() != nil { // the last check before the handler
+			l.decline(ctx, h)
+			return
 		}
 		err = l.call(klog.NewContext(ctx, logger), msg)
 	}
@@ -234,6 +346,9 @@ func (l *loop) process(ctx context.Context, h *held) {
 			l.o.onTerminated(ctx, t)
 		}
 	}
+	l.mu.Lock()
+	delete(l.held, h)
+	l.mu.Unlock()
 	if settleErr != nil {
 		logger.Error(settleErr, "Acknowledgement failed; the server will redeliver", "result", a.result)
 	}

@@ -40,7 +40,8 @@ func WithProgressInterval(d time.Duration) ConsumeOption {
 }
 
 // WithPullWait sets how long one pull request waits for messages (default 5s). Stopping
-// waits for the outstanding pull request to end, so this also bounds the shutdown delay.
+// waits for the outstanding pull request to end (at most the pull wait plus a second after
+// it was sent), so this also bounds the shutdown delay.
 func WithPullWait(d time.Duration) ConsumeOption { return func(o *consumeOptions) { o.pullWait = d } }
 
 // WithHandlerTimeout bounds each handler call with a context deadline (default: none; a

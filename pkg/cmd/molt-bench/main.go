@@ -16,6 +16,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
 )
@@ -30,6 +32,8 @@ type config struct {
 	burst      int
 	pidDir     string
 	timeout    time.Duration
+	hookN      int
+	hookSleep  int
 }
 
 func main() {
@@ -51,6 +55,8 @@ func run() error {
 	fs.IntVar(&c.burst, "kube-burst", 1000, "client-side burst of the benchmark's own client")
 	fs.StringVar(&c.pidDir, "pid-dir", ".molt/pids", "pid files of the local stack (for peak RSS)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a run after this long")
+	fs.IntVar(&c.hookN, "hook-n", 50, "sandboxes of the hook run (0 skips it): a preUpgrade that sleeps, maxUnavailable 100%")
+	fs.IntVar(&c.hookSleep, "hook-seconds", 2, "how long the hook run's preUpgrade sleeps")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -74,16 +80,30 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout*time.Duration(len(strings.Split(c.maxUnavail, ","))+1))
 	defer cancel()
 
+	// Namespaces of earlier runs may still be terminating: each run gets its own.
+	runID := time.Now().Format("150405")
 	var results []runResult
 	for i, mu := range strings.Split(c.maxUnavail, ",") {
-		r, err := b.upgradeRun(ctx, fmt.Sprintf("bench-%d", i), strings.TrimSpace(mu))
+		r, err := b.upgradeRun(ctx, fmt.Sprintf("bench-%s-%d", runID, i), strings.TrimSpace(mu), c.n, nil)
 		if err != nil {
 			return err
 		}
 		results = append(results, r)
 		fmt.Printf("maxUnavailable %s: %d sandboxes in %s\n", r.maxUnavailable, c.n, r.wall.Round(time.Millisecond))
 	}
-	floor, err := b.floorRun(ctx, "bench-floor")
+	if c.hookN > 0 {
+		hook := &agentsv1alpha1.UpgradeAction{
+			Exec:           &agentsv1alpha1.ExecAction{Command: []string{"/bin/bash", "-c", fmt.Sprintf("sleep %d", c.hookSleep)}},
+			TimeoutSeconds: int32(c.hookSleep + 60),
+		}
+		r, err := b.upgradeRun(ctx, fmt.Sprintf("bench-%s-hook", runID), "100%", c.hookN, hook)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		fmt.Printf("hook run: %d sandboxes with a %ds preUpgrade in %s\n", c.hookN, c.hookSleep, r.wall.Round(time.Millisecond))
+	}
+	floor, err := b.floorRun(ctx, "bench-"+runID+"-floor")
 	if err != nil {
 		return err
 	}

@@ -159,13 +159,17 @@ func writeResults(c config, runs []runResult, floor floorResult, rss map[string]
 	fmt.Fprintf(&b, "# molt bench results\n\n%s, %d sandboxes, image-only patch, no hooks.\n\n", time.Now().UTC().Format(time.RFC3339), c.n)
 	fmt.Fprintf(&b, "Floor: the minimal writes of one upgrade (patch sandbox, delete pod, create pod, 2 status writes) for %d sandboxes, issued directly with client-go at full concurrency: **%s** (%.0f writes/s).\n\n",
 		c.n, floor.wall.Round(time.Millisecond), float64(floor.writes*c.n)/floor.wall.Seconds())
-	b.WriteString("| maxUnavailable | result | apply → done | ratio to floor | API writes / sandbox | events | events/s |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| run | sandboxes | maxUnavailable | result | apply → done | ratio to floor | API writes / sandbox | events | events/s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range runs {
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2f× | %.1f | %d | %.0f |\n", r.maxUnavailable, r.phase, r.wall.Round(time.Millisecond),
-			r.wall.Seconds()/floor.wall.Seconds(), r.writes/float64(c.n), r.events, float64(r.events)/r.wall.Seconds())
+		ratio := fmt.Sprintf("%.2f×", r.wall.Seconds()/floor.wall.Seconds())
+		if r.n != c.n {
+			ratio = "n/a"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.1f | %d | %.0f |\n", r.name(c), r.n, r.maxUnavailable, r.phase, r.wall.Round(time.Millisecond),
+			ratio, r.writes/float64(r.n), r.events, float64(r.events)/r.wall.Seconds())
 	}
 	for _, r := range runs {
-		fmt.Fprintf(&b, "\n## Stage latency, maxUnavailable %s\n\n| stage | n | p50 | p90 | p99 | max |\n| --- | --- | --- | --- | --- | --- |\n", r.maxUnavailable)
+		fmt.Fprintf(&b, "\n## Stage latency, %s\n\n| stage | n | p50 | p90 | p99 | max |\n| --- | --- | --- | --- | --- | --- |\n", r.name(c))
 		for _, name := range sortedKeys(r.stages) {
 			d := r.stages[name]
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", name, len(d), percentile(d, 0.5).Round(time.Millisecond),
@@ -186,4 +190,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+func (r runResult) name(c config) string {
+	if r.hook {
+		return fmt.Sprintf("%ds preUpgrade hook", c.hookSleep)
+	}
+	return "image only"
 }
