@@ -28,7 +28,8 @@ type Patcher struct {
 
 // Handle reacts to `requested`:
 //  1. load the sandbox and the ops; skip if either is gone or the sandbox is
-//     no longer claimed by this ops (a stale event);
+//     no longer claimed by this ops (a stale event); a direct upgrade (no
+//     ops) keeps the template the user wrote;
 //  2. skip if this attempt already went past patching;
 //  3. apply the ops patch to the template (strategic merge on raw bytes); an
 //     invalid patch fails the sandbox with a message and touches nothing;
@@ -61,32 +62,34 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip: sandbox is no longer claimed by this ops")
 		return nil
 	}
-	ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
-	if apierrors.IsNotFound(err) {
-		ops, err = p.agents.AgentsV1alpha1().SandboxUpdateOps(d.Sandbox.Namespace).Get(ctx, d.Ops.Name, metav1.GetOptions{})
-	}
-	if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
-		logger.Info("skip: ops is gone")
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
-	}
 	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastPatching(reason) {
 		logger.Info("skip: attempt already past patching", "reason", reason)
 		return nil
 	}
-
-	target, err := upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
-	if err != nil {
-		return p.fail(ctx, ev, fmt.Sprintf("invalid patch in SandboxUpdateOps %s: %v; the sandbox was not changed: delete the ops and create one with a valid spec.patch", ops.Name, err))
+	target := sb.Spec.Template
+	if d.Ops.Name != "" {
+		ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
+		if apierrors.IsNotFound(err) {
+			ops, err = p.agents.AgentsV1alpha1().SandboxUpdateOps(d.Sandbox.Namespace).Get(ctx, d.Ops.Name, metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
+			logger.Info("skip: ops is gone")
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
+		}
+		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
+		if err != nil {
+			return p.fail(ctx, ev, fmt.Sprintf("invalid patch in SandboxUpdateOps %s: %v; the sandbox was not changed: delete the ops and create one with a valid spec.patch", ops.Name, err))
+		}
+		if err := p.writeSpec(ctx, sb, ops, target); err != nil {
+			return err
+		}
 	}
 	revision, err := upgrade.Revision(target)
 	if err != nil {
 		return events.Permanent(fmt.Errorf("revision of patched template of %s: %w", ev.SandboxKey(), err))
-	}
-	if err := p.writeSpec(ctx, sb, ops, target); err != nil {
-		return err
 	}
 	pod, err := p.currentPod(ctx, sb)
 	if err != nil {

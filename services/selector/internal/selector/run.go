@@ -2,7 +2,15 @@ package selector
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 
 	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
@@ -36,7 +44,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("build agents client: %w", err)
 		}
-		admit := func(ctx context.Context) error { return runController(ctx, cfg, client, pub) }
+		admit := func(ctx context.Context) error { return runController(ctx, cfg, client, rt.Kube, pub) }
 		if !cfg.LeaderElect {
 			return admit(ctx)
 		}
@@ -46,7 +54,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 // runController starts the informers (one shared factory) and the ops
 // controller, and blocks until ctx is cancelled.
-func runController(ctx context.Context, cfg Config, client versioned.Interface, pub *events.Publisher) error {
+func runController(ctx context.Context, cfg Config, client versioned.Interface, kube kubernetes.Interface, pub *events.Publisher) error {
 	factory := externalversions.NewSharedInformerFactory(client, 0)
 	opsInformer := factory.Agents().V1alpha1().SandboxUpdateOps()
 	sandboxInformer := factory.Agents().V1alpha1().Sandboxes()
@@ -68,7 +76,27 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	if _, err := sandboxInformer.Informer().AddEventHandler(handler); err != nil {
 		return fmt.Errorf("watch Sandboxes: %w", err)
 	}
+	// Direct upgrades (spec.upgradePolicy, no ops) watch pods built by
+	// podcycler (they carry pod-template-hash) to compare revisions.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash
+	}))
+	podInformer := podFactory.Core().V1().Pods()
+	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub}
+	directCtl := controller.New("selector-direct", d.sync)
+	if _, err := sandboxInformer.Informer().AddEventHandler(directCtl.Handler()); err != nil {
+		return fmt.Errorf("watch Sandboxes: %w", err)
+	}
+	if _, err := podInformer.Informer().AddEventHandler(podOwnerHandler(directCtl.EnqueueKey)); err != nil {
+		return fmt.Errorf("watch Pods: %w", err)
+	}
 	factory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
 	defer factory.Shutdown()
-	return ctl.Run(ctx, cfg.Workers, opsInformer.Informer().HasSynced, sandboxInformer.Informer().HasSynced)
+	defer podFactory.Shutdown()
+	synced := []cache.InformerSynced{opsInformer.Informer().HasSynced, sandboxInformer.Informer().HasSynced, podInformer.Informer().HasSynced}
+	errs := make(chan error, 1)
+	go func() { errs <- directCtl.Run(ctx, 1, synced...) }()
+	err := ctl.Run(ctx, cfg.Workers, synced...)
+	return errors.Join(err, <-errs)
 }

@@ -1,0 +1,117 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
+	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// DirectAttemptPrefix starts the attempt id of an upgrade without an ops:
+// "direct-<target revision>", so one template change is one attempt.
+const DirectAttemptPrefix = "direct-"
+
+// direct admits sandboxes that carry spec.upgradePolicy and whose template
+// no longer matches their pod: they are upgraded the same way, without any
+// ops (API.md "Direct upgrade").
+type direct struct {
+	client    versioned.Interface
+	sandboxes listers.SandboxLister
+	ops       listers.SandboxUpdateOpsLister
+	pods      corelisters.PodLister
+	publisher *events.Publisher
+}
+
+// podOwnerHandler maps a pod event to its sandbox's key (same name).
+func podOwnerHandler(enqueue func(string)) cache.ResourceEventHandler {
+	on := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			enqueue(pod.Namespace + "/" + pod.Name)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o any) { on(o) }, DeleteFunc: on}
+}
+
+// sync starts a direct upgrade of one sandbox when:
+//  1. it has spec.upgradePolicy and a template and is not being deleted;
+//  2. no active ops claims it, and no attempt of it is in progress;
+//  3. its pod exists and was built from another revision than the template;
+//  4. this revision has not already failed (a new template change retries).
+//
+// A label left by a finished ops is removed first, so every stage sees a
+// sandbox claimed by no ops; then `requested` is published.
+func (d *direct) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	sb, err := d.sandboxes.Sandboxes(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if sb.DeletionTimestamp != nil || sb.Spec.UpgradePolicy == nil || sb.Spec.Template == nil || sb.Spec.Paused {
+		return nil
+	}
+	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != "" {
+		if o, err := d.ops.SandboxUpdateOps(ns).Get(claimed); err == nil && o.DeletionTimestamp == nil && !upgrade.IsFinished(o) {
+			return nil // the ops drives this sandbox
+		}
+	}
+	attempt := upgrade.CurrentAttempt(sb)
+	reason, _ := upgrade.ReasonFor(sb, attempt)
+	if attempt != "" && reason != agentsv1alpha1.UpgradingReasonSucceeded && !agentsv1alpha1.IsUpgradingFailedReason(reason) {
+		return nil // an attempt is in progress
+	}
+	pod, err := d.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	revision, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		return nil
+	}
+	if pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision {
+		return nil
+	}
+	next := DirectAttemptPrefix + revision
+	if attempt == next {
+		return nil // this revision already ran (and failed, or is finishing)
+	}
+	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
+	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
+		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion, Labels: map[string]*string{agentsv1alpha1.LabelUpdateOps: nil}}}
+		if _, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("remove finished ops label from sandbox %s: %w", key, err)
+		}
+	}
+	ev := events.Event{Type: events.TypeRequested, Data: events.Data{
+		Sandbox: events.SandboxRef{Namespace: ns, Name: name, UID: sb.UID},
+		Attempt: next,
+	}}
+	if err := d.publisher.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("request direct upgrade of sandbox %s: %w", key, err)
+	}
+	logger.Info("Direct upgrade requested: the template changed and spec.upgradePolicy is set", "revision", revision, "podRevision", pod.Labels[agentsv1alpha1.LabelPodTemplateHash])
+	return nil
+}
