@@ -455,10 +455,10 @@ func TestConsumeStopsPromptlyUnderLoad(t *testing.T) {
 	defer func() { stopPublishing(); <-pubDone }()
 
 	const (
-		cycles      = 15
-		pullWait    = time.Second
-		stopBound   = 3 * time.Second
-		nakBound    = 500 * time.Millisecond // "at once", with -race on two busy cores
+		cycles    = 15
+		pullWait  = time.Second
+		stopBound = 3 * time.Second
+		nakBound  = 500 * time.Millisecond // "at once", with -race on two busy cores
 		// A worker that passed its stop check just before the cancel may enter the handler
 		// a scheduling delay later; a loop still handing out work would start handlers later.
 		commitSlack = 100 * time.Millisecond
@@ -503,9 +503,9 @@ func TestConsumeStopsPromptlyUnderLoad(t *testing.T) {
 				}
 				ack(m)
 				return nil
-			// 64 slots: more than one pull request gets in its 1s at 20 events/s, so pulls
-			// end at their expiry with free slots, the state in which a loop that selected
-			// between a free slot and ctx.Done went on pulling after the cancel.
+				// 64 slots: more than one pull request gets in its 1s at 20 events/s, so pulls
+				// end at their expiry with free slots, the state in which a loop that selected
+				// between a free slot and ctx.Done went on pulling after the cancel.
 			}, WithMetrics(f.metrics), WithPullWait(pullWait), WithWorkers(32))
 		}()
 		// Cancel at a random point of the pull cycle.

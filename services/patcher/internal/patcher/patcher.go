@@ -79,6 +79,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
 		}
+		if ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore {
+			return p.failCheckpoint(ctx, ev, ops)
+		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("invalid patch in SandboxUpdateOps %s: %v; the sandbox was not changed: delete the ops and create one with a valid spec.patch", ops.Name, err))
@@ -166,6 +169,21 @@ func (p *Patcher) fail(ctx context.Context, in events.Event, message string) err
 		out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
 		out.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
 		out.Message = agentsv1alpha1.TruncateConditionMessage(message)
+	})
+}
+
+// failCheckpoint refuses CheckpointRestore visibly: an image change cannot
+// be checkpointed (API.md), and this build has no checkpoint runtime.
+func (p *Patcher) failCheckpoint(ctx context.Context, in events.Event, ops *agentsv1alpha1.SandboxUpdateOps) error {
+	msg := fmt.Sprintf("SandboxUpdateOps %s uses updateStrategy.type CheckpointRestore, which this molt build does not support yet; the sandbox was not changed: use type Recreate", ops.Name)
+	if sets, _ := upgrade.SetsImage(ops.Spec.Patch.Raw); sets {
+		msg = fmt.Sprintf("SandboxUpdateOps %s changes a container image under CheckpointRestore, which cannot restore a checkpoint onto a new image; the sandbox was not changed: use updateStrategy.type Recreate", ops.Name)
+	}
+	klog.FromContext(ctx).Info("sandbox failed", "message", msg)
+	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
+		out.Stage = agentsv1alpha1.UpgradingReasonCheckpointing
+		out.Reason = agentsv1alpha1.UpgradingReasonCheckpointFailed
+		out.Message = msg
 	})
 }
 
