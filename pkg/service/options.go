@@ -1,11 +1,8 @@
 package service
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 )
 
@@ -27,25 +24,27 @@ type Options struct {
 	// ShutdownTimeout bounds how long a clean shutdown may take.
 	ShutdownTimeout time.Duration
 
-	envErrs []error
+	// Env is where the flag defaults came from; services register their
+	// own flags through it too, and Validate reports what did not parse.
+	Env Env
 }
 
 // RegisterFlags adds the common flags to fs with defaults taken from the
 // environment. defaultAddr is the service's own default listen address.
 func (o *Options) RegisterFlags(fs *flag.FlagSet, name, defaultAddr string) {
 	o.Name = name
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.envString("KUBECONFIG", ""), "path to a kubeconfig file; empty means in-cluster config (env KUBECONFIG)")
-	fs.StringVar(&o.NATSURL, "nats-url", o.envString("MOLT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env MOLT_NATS_URL)")
-	fs.StringVar(&o.HTTPAddr, "http-addr", o.envString("MOLT_HTTP_ADDR", defaultAddr), "address for /healthz, /readyz and /metrics (env MOLT_HTTP_ADDR)")
-	fs.Float64Var(&o.KubeQPS, "kube-qps", o.envFloat("MOLT_KUBE_QPS", 200), "client-side QPS limit towards the API server (env MOLT_KUBE_QPS)")
-	fs.IntVar(&o.KubeBurst, "kube-burst", int(o.envFloat("MOLT_KUBE_BURST", 400)), "client-side burst towards the API server (env MOLT_KUBE_BURST)")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.envDuration("MOLT_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a clean shutdown may take (env MOLT_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Env.String("KUBECONFIG", ""), "path to a kubeconfig file; empty means in-cluster config (env KUBECONFIG)")
+	fs.StringVar(&o.NATSURL, "nats-url", o.Env.String("MOLT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env MOLT_NATS_URL)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.Env.String("MOLT_HTTP_ADDR", defaultAddr), "address for /healthz, /readyz and /metrics (env MOLT_HTTP_ADDR)")
+	fs.Float64Var(&o.KubeQPS, "kube-qps", o.Env.Float("MOLT_KUBE_QPS", 200), "client-side QPS limit towards the API server (env MOLT_KUBE_QPS)")
+	fs.IntVar(&o.KubeBurst, "kube-burst", o.Env.Int("MOLT_KUBE_BURST", 400), "client-side burst towards the API server (env MOLT_KUBE_BURST)")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.Env.Duration("MOLT_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a clean shutdown may take (env MOLT_SHUTDOWN_TIMEOUT)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
 func (o *Options) Validate() error {
-	if len(o.envErrs) > 0 {
-		return errors.Join(o.envErrs...)
+	if err := o.Env.Err(); err != nil {
+		return err
 	}
 	switch {
 	case o.Name == "":
@@ -64,35 +63,3 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-func (o *Options) envString(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
-
-func (o *Options) envFloat(key string, def float64) float64 {
-	v, ok := os.LookupEnv(key)
-	if !ok {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		o.envErrs = append(o.envErrs, fmt.Errorf("env %s=%q: not a number", key, v))
-		return def
-	}
-	return f
-}
-
-func (o *Options) envDuration(key string, def time.Duration) time.Duration {
-	v, ok := os.LookupEnv(key)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		o.envErrs = append(o.envErrs, fmt.Errorf("env %s=%q: not a duration such as 30s", key, v))
-		return def
-	}
-	return d
-}

@@ -20,7 +20,7 @@ type Config struct {
 // RegisterFlags adds patcher's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "patcher", DefaultHTTPAddr)
-	fs.IntVar(&c.Workers, "workers", 16, "how many sandboxes are patched at once")
+	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_PATCHER_WORKERS", 16), "how many sandboxes are patched at once (env MOLT_PATCHER_WORKERS)")
 }
 
 // Validate reports the first setting that cannot work.

@@ -3,8 +3,6 @@ package podcycler
 import (
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"molt.dev/pkg/service"
@@ -29,16 +27,14 @@ type Config struct {
 	// PodReadyTimeout is how long a pod created by an upgrade may take to become Ready
 	// before the upgrade fails with UpgradePodFailed.
 	PodReadyTimeout time.Duration
-
-	envErrs []error
 }
 
 // RegisterFlags adds podcycler's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "podcycler", DefaultHTTPAddr)
-	fs.IntVar(&c.Workers, "workers", c.envInt("MOLT_WORKERS", DefaultWorkers),
+	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_WORKERS", DefaultWorkers),
 		"sandboxes synced and prehook-done events handled at once (env MOLT_WORKERS)")
-	fs.DurationVar(&c.PodReadyTimeout, "pod-ready-timeout", c.envDuration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
+	fs.DurationVar(&c.PodReadyTimeout, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
 		"how long an upgraded pod may take to become Ready before the upgrade fails (env MOLT_POD_READY_TIMEOUT)")
 }
 
@@ -47,9 +43,6 @@ func (c *Config) Validate() error {
 	if err := c.Options.Validate(); err != nil {
 		return err
 	}
-	if len(c.envErrs) > 0 {
-		return c.envErrs[0]
-	}
 	switch {
 	case c.Workers < 1:
 		return fmt.Errorf("flag --workers=%d: must be at least 1", c.Workers)
@@ -57,30 +50,4 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --pod-ready-timeout=%s: must be greater than 0", c.PodReadyTimeout)
 	}
 	return nil
-}
-
-func (c *Config) envInt(key string, def int) int {
-	v, ok := os.LookupEnv(key)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("env %s=%q: not an integer", key, v))
-		return def
-	}
-	return n
-}
-
-func (c *Config) envDuration(key string, def time.Duration) time.Duration {
-	v, ok := os.LookupEnv(key)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("env %s=%q: not a duration such as 5m", key, v))
-		return def
-	}
-	return d
 }

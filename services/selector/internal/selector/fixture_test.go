@@ -65,7 +65,7 @@ func (f *fixture) startSelector() {
 			Name: "selector", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, HTTPAddr: "127.0.0.1:0",
 			KubeQPS: 50, KubeBurst: 100, ShutdownTimeout: 5 * time.Second,
 		},
-		LeaderElect: true, LeaderElectionNamespace: f.ns, Workers: 2, RepublishAfter: DefaultRepublishAfter,
+		LeaderElection: service.LeaderElection{Enabled: true, Namespace: f.ns, LeaseName: LeaseName}, Workers: 2, RepublishAfter: DefaultRepublishAfter,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/service"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -81,7 +82,7 @@ func TestInflightUnseenUntilTheCacheMoves(t *testing.T) {
 
 func TestConfigValidateNamesTheFlag(t *testing.T) {
 	valid := func() Config {
-		c := Config{LeaderElect: true, LeaderElectionNamespace: "kube-system", Workers: 1, RepublishAfter: DefaultRepublishAfter}
+		c := Config{LeaderElection: service.LeaderElection{Enabled: true, Namespace: "kube-system", LeaseName: LeaseName}, Workers: 1, RepublishAfter: DefaultRepublishAfter}
 		c.Options.Name, c.Options.NATSURL, c.Options.HTTPAddr = "selector", "nats://x", ":0"
 		c.Options.KubeQPS, c.Options.KubeBurst, c.Options.ShutdownTimeout = 1, 1, 1
 		return c
@@ -94,8 +95,8 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{name: "valid", mutate: func(*Config) {}, want: ""},
 		{name: "no workers", mutate: func(c *Config) { c.Workers = 0 }, want: "--workers"},
 		{name: "no republish interval", mutate: func(c *Config) { c.RepublishAfter = 0 }, want: "--republish-after"},
-		{name: "no lease namespace", mutate: func(c *Config) { c.LeaderElectionNamespace = "" }, want: "--leader-election-namespace"},
-		{name: "no lease namespace without election", mutate: func(c *Config) { c.LeaderElectionNamespace, c.LeaderElect = "", false }, want: ""},
+		{name: "no lease namespace", mutate: func(c *Config) { c.LeaderElection.Namespace = "" }, want: "--leader-election-namespace"},
+		{name: "no lease namespace without election", mutate: func(c *Config) { c.LeaderElection.Namespace, c.LeaderElection.Enabled = "", false }, want: ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,10 +45,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("build agents client: %w", err)
 		}
 		admit := func(ctx context.Context) error { return runController(ctx, cfg, client, rt.Kube, pub) }
-		if !cfg.LeaderElect {
-			return admit(ctx)
-		}
-		return runLeaderElected(ctx, rt.Kube, cfg.LeaderElectionNamespace, admit)
+		return cfg.LeaderElection.Run(ctx, rt.Kube, admit)
 	})
 }
 

@@ -1,17 +1,17 @@
 package statusagg
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 
 	"molt.dev/pkg/service"
 )
 
 // DefaultHTTPAddr is where statusagg serves /healthz, /readyz and /metrics by default.
 const DefaultHTTPAddr = "127.0.0.1:9105"
+
+// LeaseName is the Lease statusagg replicas elect their one writer with.
+const LeaseName = "molt-statusagg"
 
 // Defaults of statusagg's own flags.
 const (
@@ -31,24 +31,27 @@ type Config struct {
 	// EventWorkers is how many events (of different sandboxes) are handled at once.
 	EventWorkers int
 
-	envErrs []error
+	// LeaderElection makes replicas elect one writer of status, Events and
+	// metrics (Lease LeaseName).
+	LeaderElection service.LeaderElection
 }
 
 // RegisterFlags adds statusagg's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "statusagg", DefaultHTTPAddr)
-	fs.IntVar(&c.SandboxWorkers, "sandbox-workers", c.envInt("MOLT_STATUSAGG_SANDBOX_WORKERS", DefaultSandboxWorkers),
+	c.LeaderElection.RegisterFlags(fs, &c.Env, LeaseName)
+	fs.IntVar(&c.SandboxWorkers, "sandbox-workers", c.Env.Int("MOLT_STATUSAGG_SANDBOX_WORKERS", DefaultSandboxWorkers),
 		"sandbox statuses recomputed at once (env MOLT_STATUSAGG_SANDBOX_WORKERS)")
-	fs.IntVar(&c.OpsWorkers, "ops-workers", c.envInt("MOLT_STATUSAGG_OPS_WORKERS", DefaultOpsWorkers),
+	fs.IntVar(&c.OpsWorkers, "ops-workers", c.Env.Int("MOLT_STATUSAGG_OPS_WORKERS", DefaultOpsWorkers),
 		"SandboxUpdateOps statuses recomputed at once (env MOLT_STATUSAGG_OPS_WORKERS)")
-	fs.IntVar(&c.EventWorkers, "event-workers", c.envInt("MOLT_STATUSAGG_EVENT_WORKERS", DefaultEventWorkers),
+	fs.IntVar(&c.EventWorkers, "event-workers", c.Env.Int("MOLT_STATUSAGG_EVENT_WORKERS", DefaultEventWorkers),
 		"events of different sandboxes handled at once (env MOLT_STATUSAGG_EVENT_WORKERS)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
 func (c *Config) Validate() error {
-	if len(c.envErrs) > 0 {
-		return errors.Join(c.envErrs...)
+	if err := c.LeaderElection.Validate(); err != nil {
+		return err
 	}
 	if err := c.Options.Validate(); err != nil {
 		return err
@@ -62,17 +65,4 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --event-workers=%d: must be greater than 0", c.EventWorkers)
 	}
 	return nil
-}
-
-func (c *Config) envInt(key string, def int) int {
-	v, ok := os.LookupEnv(key)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("env %s=%q: not an integer", key, v))
-		return def
-	}
-	return n
 }
