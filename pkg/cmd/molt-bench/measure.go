@@ -196,5 +196,5 @@ func (r runResult) name(c config) string {
 	if r.hook {
 		return fmt.Sprintf("%ds preUpgrade hook", c.hookSleep)
 	}
-	return "image only"
+	return "image only, maxUnavailable " + r.maxUnavailable
 }
