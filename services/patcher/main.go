@@ -3,33 +3,12 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
-	"k8s.io/klog/v2"
-
+	"molt.dev/pkg/service"
 	"molt.dev/services/patcher/internal/patcher"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "patcher:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	fs := flag.NewFlagSet("patcher", flag.ExitOnError)
 	var cfg patcher.Config
-	cfg.RegisterFlags(fs)
-	klog.InitFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	return patcher.Run(ctx, cfg)
+	service.Main("patcher", cfg.RegisterFlags, func(ctx context.Context) error { return patcher.Run(ctx, cfg) })
 }

@@ -3,33 +3,12 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
-	"k8s.io/klog/v2"
-
+	"molt.dev/pkg/service"
 	"molt.dev/services/selector/internal/selector"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "selector:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	fs := flag.NewFlagSet("selector", flag.ExitOnError)
 	var cfg selector.Config
-	cfg.RegisterFlags(fs)
-	klog.InitFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	return selector.Run(ctx, cfg)
+	service.Main("selector", cfg.RegisterFlags, func(ctx context.Context) error { return selector.Run(ctx, cfg) })
 }
