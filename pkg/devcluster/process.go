@@ -77,6 +77,16 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// WaitExit waits up to timeout for the process to end and reports whether it did.
+func (p *Process) WaitExit(timeout time.Duration) bool {
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
 // Stop sends SIGTERM and escalates to SIGKILL after grace.
 func (p *Process) Stop(grace time.Duration) {
 	if p.Exited() {

@@ -121,8 +121,8 @@ func (s *stack) Kill9AndRestart(t *testing.T, name string) {
 	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %s: %v", name, err)
 	}
-	for !p.Exited() {
-		time.Sleep(20 * time.Millisecond)
+	if !p.WaitExit(10 * time.Second) {
+		t.Fatalf("%s still runs 10s after SIGKILL", name)
 	}
 	if err := s.start(name); err != nil {
 		t.Fatalf("restart %s: %v", name, err)
