@@ -140,13 +140,17 @@ func (s *server) loadSandbox(ctx context.Context, ns, name string, fresh bool) (
 // announce records the Kubernetes Event of a written transition: the start
 // of an attempt, its success or its failure.
 func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
+	by := "a direct upgrade (spec.upgradePolicy)"
+	if ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ops != "" {
+		by = "SandboxUpdateOps " + ops
+	}
 	if tr.New {
-		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeStarted, "upgrade attempt %s started at %s", tr.Attempt, tr.To)
+		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeStarted, "upgrade by %s started at %s (attempt %s)", by, tr.To, tr.Attempt)
 	}
 	switch {
 	case agentsv1alpha1.IsUpgradingFailedReason(tr.To):
 		s.recorder.Eventf(sb, corev1.EventTypeWarning, EventUpgradeFailed, "%s: %s", tr.To, tr.Message)
 	case tr.To == agentsv1alpha1.UpgradingReasonSucceeded:
-		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade attempt %s succeeded", tr.Attempt)
+		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade by %s succeeded (attempt %s)", by, tr.Attempt)
 	}
 }
