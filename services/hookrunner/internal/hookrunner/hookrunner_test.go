@@ -1,0 +1,51 @@
+package hookrunner
+
+import (
+	"testing"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+func TestPastStep(t *testing.T) {
+	cases := []struct {
+		name   string
+		step   step
+		reason string
+		want   bool
+	}{
+		{"pre at PreUpgrade", preStep, "PreUpgrade", false},
+		{"pre at UpgradePod", preStep, "UpgradePod", true},
+		{"pre after a failure", preStep, "PreUpgradeFailed", true},
+		{"post at UpgradePod", postStep, "UpgradePod", false},
+		{"post at PostUpgrade", postStep, "PostUpgrade", false},
+		{"post at Succeeded", postStep, "Succeeded", true},
+		{"post after its failure", postStep, "PostUpgradeFailed", true},
+		{"unknown reason", postStep, "Resuming", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pastStep(tc.step, tc.reason); got != tc.want {
+				t.Fatalf("pastStep(%s, %s) = %v, want %v", tc.step.stage, tc.reason, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHookFor(t *testing.T) {
+	pre := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"true"}}}
+	sb := &agentsv1alpha1.Sandbox{}
+	if hookFor(sb, preStep.stage) != nil {
+		t.Fatal("hook without lifecycle")
+	}
+	sb.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: pre}
+	if hookFor(sb, preStep.stage) != pre || hookFor(sb, postStep.stage) != nil {
+		t.Fatal("hookFor picked the wrong hook")
+	}
+}
+
+func TestConfigNamesTheFlag(t *testing.T) {
+	c := Config{MaxHooks: 0}
+	if err := c.Validate(); err == nil || err.Error() != "flag --max-hooks=0: must be at least 1" {
+		t.Fatalf("Validate = %v", err)
+	}
+}
