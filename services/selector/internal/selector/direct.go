@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,7 +50,8 @@ func podOwnerHandler(enqueue func(string)) cache.ResourceEventHandler {
 
 // sync starts a direct upgrade of one sandbox when:
 //  1. it has spec.upgradePolicy and a template and is not being deleted;
-//  2. no active ops claims it, and no attempt of it is in progress;
+//  2. no active ops claims it, no attempt of it is in progress, and it is
+//     not left failed by an ops (that is resumed by a new ops);
 //  3. its pod exists and was built from another revision than the template;
 //  4. this revision has not already failed (a new template change retries).
 //
@@ -76,6 +78,9 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		}
 	}
 	attempt := upgrade.CurrentAttempt(sb)
+	if upgrade.IsResumable(sb) && !strings.HasPrefix(attempt, DirectAttemptPrefix) {
+		return nil // an ops's failed upgrade waits for a new ops to resume it
+	}
 	reason, _ := upgrade.ReasonFor(sb, attempt)
 	if attempt != "" && reason != agentsv1alpha1.UpgradingReasonSucceeded && !agentsv1alpha1.IsUpgradingFailedReason(reason) {
 		return nil // an attempt is in progress
