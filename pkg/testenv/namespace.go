@@ -56,3 +56,17 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Consistently checks cond every interval for the whole of d and fails the
+// test the first time it does not hold: for proving that something does not
+// happen (no extra admission while paused, say).
+func Consistently(t testing.TB, d time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if ok, err := cond(); !ok {
+			t.Fatalf("%s no longer holds: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

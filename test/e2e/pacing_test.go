@@ -134,13 +134,10 @@ func TestPauseAndDelete(t *testing.T) {
 	}
 	before := labelled()
 	// Give the selector several reconcile rounds; none may admit.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if n := labelled(); n != before {
-			t.Fatalf("paused ops admitted more sandboxes: %d -> %d", before, n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Consistently(t, 3*time.Second, "paused ops admits nothing", func() (bool, error) {
+		n := labelled()
+		return n == before, fmt.Errorf("%d -> %d sandboxes claimed", before, n)
+	})
 	if settled >= 4 {
 		t.Fatalf("all sandboxes updated before the pause took effect; the test proves nothing")
 	}

@@ -238,19 +238,6 @@ func (f *fixture) waitClaimed(ops string, want ...string) {
 	})
 }
 
-// consistently fails the test if cond turns false within d. It proves that
-// nothing more happens (no extra admission), so it polls for the whole window.
-func consistently(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if ok, err := cond(); !ok {
-			t.Fatalf("%s no longer holds: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // hasFinalizer waits until the ops carries the protection finalizer (which
 // also proves the selector has reconciled it).
 func (f *fixture) waitFinalizer(name string) {

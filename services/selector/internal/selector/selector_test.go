@@ -29,7 +29,7 @@ func TestAdmitsInNameOrderWithinMaxUnavailable(t *testing.T) {
 	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
 	f.waitRequested("sbx-0", "sbx-1")
 	f.waitFinalizer("upgrade")
-	consistently(t, quiet, "two sandboxes claimed", func() (bool, error) {
+	testenv.Consistently(t, quiet, "two sandboxes claimed", func() (bool, error) {
 		got, err := f.claimed("upgrade")
 		return err == nil && len(got) == 2, fmt.Errorf("claimed %v, err %v", got, err)
 	})
@@ -72,7 +72,7 @@ func TestFailedUsesBudgetAndIsLabelled(t *testing.T) {
 		v := f.getSandbox("sbx-0").Labels[agentsv1alpha1.LabelUpgradeFailed]
 		return v == "true", fmt.Errorf("label = %q", v)
 	})
-	consistently(t, quiet, "the failure holds the only slot", func() (bool, error) {
+	testenv.Consistently(t, quiet, "the failure holds the only slot", func() (bool, error) {
 		got, err := f.claimed("upgrade")
 		return err == nil && slices.Equal(got, []string{"sbx-0"}), fmt.Errorf("claimed %v, err %v", got, err)
 	})
@@ -95,7 +95,7 @@ func TestPausedOpsAdmitsNothingUntilResumed(t *testing.T) {
 	f.startSelector()
 	f.ops("upgrade", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = true })
 	f.waitFinalizer("upgrade")
-	consistently(t, quiet, "nothing claimed while paused", func() (bool, error) {
+	testenv.Consistently(t, quiet, "nothing claimed while paused", func() (bool, error) {
 		got, err := f.claimed("upgrade")
 		return err == nil && len(got) == 0, fmt.Errorf("claimed %v, err %v", got, err)
 	})
@@ -116,7 +116,7 @@ func TestSecondOpsWaitsForTheActiveOne(t *testing.T) {
 	f.waitClaimed("first", "sbx-0")
 	f.ops("second", 1, "registry.example/agent:v3", nil)
 	f.waitFinalizer("second")
-	consistently(t, quiet, "second admits nothing while first is active", func() (bool, error) {
+	testenv.Consistently(t, quiet, "second admits nothing while first is active", func() (bool, error) {
 		got, err := f.claimed("second")
 		return err == nil && len(got) == 0, fmt.Errorf("claimed %v, err %v", got, err)
 	})
@@ -172,7 +172,7 @@ func TestSkipsUpToDateAndFilteredSandboxes(t *testing.T) {
 	f.ops("upgrade", 5, newImage, nil)
 
 	f.waitClaimed("upgrade", "other", "sbx-2")
-	consistently(t, quiet, "only sandboxes that need the upgrade are claimed", func() (bool, error) {
+	testenv.Consistently(t, quiet, "only sandboxes that need the upgrade are claimed", func() (bool, error) {
 		got, err := f.claimed("upgrade")
 		return err == nil && slices.Equal(got, []string{"other", "sbx-2"}), fmt.Errorf("claimed %v, err %v", got, err)
 	})
