@@ -217,3 +217,20 @@ var resumeFrom = map[string]string{
 	agentsv1alpha1.UpgradingReasonUpgradePodFailed:  agentsv1alpha1.UpgradingReasonUpgradePod,
 	agentsv1alpha1.UpgradingReasonPostUpgradeFailed: agentsv1alpha1.UpgradingReasonPostUpgrade,
 }
+
+// OtherActive returns the otherActive argument of Select for ops named self
+// among all ops of its namespace: a claiming ops counts when it exists, is
+// not finished and is not being deleted.
+func OtherActive(all []*agentsv1alpha1.SandboxUpdateOps, self string) func(name string) bool {
+	return func(name string) bool {
+		if name == self {
+			return false
+		}
+		for _, o := range all {
+			if o.Name == name {
+				return o.DeletionTimestamp == nil && !IsFinished(o)
+			}
+		}
+		return false
+	}
+}

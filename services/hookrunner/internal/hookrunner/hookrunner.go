@@ -67,19 +67,12 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", st.stage)
 	ctx = klog.NewContext(ctx, logger)
 
-	// Read the sandbox from the API server, not a cache: the patcher has
-	// just written the lifecycle this step runs.
-	sb, err := h.agents.AgentsV1alpha1().Sandboxes(d.Sandbox.Namespace).Get(ctx, d.Sandbox.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		logger.Info("skip: sandbox is gone")
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get sandbox %s: %w", ev.SandboxKey(), err)
-	}
-	if sb.UID != d.Sandbox.UID || sb.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name {
-		logger.Info("skip: sandbox is no longer claimed by this ops")
-		return nil
+	sb, skip, err := upgrade.LoadClaimed(ctx, h.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name)
+	if err != nil || sb == nil {
+		if skip != "" {
+			logger.Info("skip: " + skip)
+		}
+		return err
 	}
 	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastStep(st, reason) {
 		logger.Info("skip: attempt already past this step", "reason", reason)

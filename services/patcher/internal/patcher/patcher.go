@@ -48,19 +48,12 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 
-	// Read the sandbox from the API server, not a cache: the selector has
-	// just labelled it, and the update below must start from the latest.
-	sb, err := p.agents.AgentsV1alpha1().Sandboxes(d.Sandbox.Namespace).Get(ctx, d.Sandbox.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		logger.Info("skip: sandbox is gone")
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get sandbox %s: %w", ev.SandboxKey(), err)
-	}
-	if sb.UID != d.Sandbox.UID || sb.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name {
-		logger.Info("skip: sandbox is no longer claimed by this ops")
-		return nil
+	sb, skip, err := upgrade.LoadClaimed(ctx, p.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name)
+	if err != nil || sb == nil {
+		if skip != "" {
+			logger.Info("skip: " + skip)
+		}
+		return err
 	}
 	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastPatching(reason) {
 		logger.Info("skip: attempt already past patching", "reason", reason)

@@ -22,9 +22,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		factory := informers.NewSharedInformerFactory(agents, 0)
 		p := &Patcher{
-			agents:    agents,
-			kube:      rt.Kube,
-			ops:       factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
+			agents: agents,
+			kube:   rt.Kube,
+			ops:    factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
 		}
 		synced := []func() bool{
 			factory.Agents().V1alpha1().SandboxUpdateOps().Informer().HasSynced,

@@ -119,7 +119,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return nil
 	}
 
-	sel, err := upgrade.Select(ops, sandboxes, otherActive(all, ops.Name))
+	sel, err := upgrade.Select(ops, sandboxes, upgrade.OtherActive(all, ops.Name))
 	if err != nil {
 		// Bad input: statusagg reports it on the ops; nothing is touched.
 		logger.Info("Skip: ops cannot select sandboxes", "err", err)
@@ -136,23 +136,6 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	return s.admit(ctx, ops, sel)
-}
-
-// otherActive reports whether a sandbox claimed by the ops named name is
-// held by another live ops: one that exists, is not finished and is not
-// being deleted.
-func otherActive(all []*agentsv1alpha1.SandboxUpdateOps, self string) func(name string) bool {
-	return func(name string) bool {
-		if name == self {
-			return false
-		}
-		for _, o := range all {
-			if o.Name == name {
-				return o.DeletionTimestamp == nil && !upgrade.IsFinished(o)
-			}
-		}
-		return false
-	}
 }
 
 func activeName(o *agentsv1alpha1.SandboxUpdateOps) string {

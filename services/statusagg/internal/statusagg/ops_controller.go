@@ -54,7 +54,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("list sandboxes of namespace %s: %w", ns, err)
 	}
-	otherActive := activeByName(all, name)
+	otherActive := upgrade.OtherActive(all, name)
 	sel, selErr := upgrade.Select(ops, sandboxes, otherActive)
 	if selErr == nil && sel.Total() == 0 {
 		if sandboxes, err = s.listSandboxes(ctx, ns); err != nil {
@@ -98,22 +98,6 @@ func (s *server) listSandboxes(ctx context.Context, ns string) ([]*agentsv1alpha
 		out[i] = &list.Items[i]
 	}
 	return out, nil
-}
-
-// activeByName reports whether an ops other than self is unfinished and not
-// being deleted: the sandboxes it claims are not counted by self.
-func activeByName(all []*agentsv1alpha1.SandboxUpdateOps, self string) func(string) bool {
-	return func(name string) bool {
-		if name == self {
-			return false
-		}
-		for _, o := range all {
-			if o.Name == name {
-				return o.DeletionTimestamp == nil && !upgrade.IsFinished(o)
-			}
-		}
-		return false
-	}
 }
 
 // announced is what an ops Event announces: its phase, and for Pending
