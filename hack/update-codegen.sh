@@ -4,7 +4,9 @@
 #   pkg/generated/clientset/versioned                    client-gen
 #   pkg/generated/listers                                lister-gen
 #   pkg/generated/informers/externalversions             informer-gen
-#   deploy/crds/agents.kruise.io_*.yaml                  controller-gen
+#   deploy/crds/agents.kruise.io_*.yaml                  controller-gen, then
+#                                                        tools/codegen/crd-overlay
+#                                                        with hack/crd-overlays
 #
 # The generators are pinned in tools/codegen/go.mod and built into bin/ when
 # a binary is missing or older than that go.mod.
@@ -107,3 +109,11 @@ rm -f "${CRD_DIR}"/agents.kruise.io_*.yaml
 	crd:crdVersions=v1 \
 	paths=./apis/... \
 	output:crd:artifacts:config="${CRD_DIR}"
+
+# controller-gen cannot declare fields inside a schemaless RawExtension; the
+# CEL rules that read them need them declared.
+echo "crd-overlay: SandboxUpdateOps spec.patch"
+(cd "${SCRIPT_ROOT}/tools/codegen" && go run ./crd-overlay \
+	-crd "${CRD_DIR}/agents.kruise.io_sandboxupdateops.yaml" \
+	-field spec.patch \
+	-properties "${SCRIPT_ROOT}/hack/crd-overlays/sandboxupdateops-patch.yaml")

@@ -27,6 +27,9 @@ func TestAPIServerRefusesBadOps(t *testing.T) {
 		{"maxUnavailable not int or percent", "  selector: {}\n  updateStrategy:\n    maxUnavailable: \"abc\"\n", "spec.updateStrategy.maxUnavailable"},
 		{"unknown state", "  selector: {}\n  stateFilter:\n    states: [Foo]\n", "spec.stateFilter.states[0]"},
 		{"hook without exec", "  selector: {}\n  lifecycle:\n    preUpgrade:\n      timeoutSeconds: 10\n", "spec.lifecycle.preUpgrade.exec"},
+		{"no selector", "  paused: true\n", "spec.selector: Required value: spec.selector is required"},
+		{"CheckpointRestore changes an image", "  selector: {}\n  updateStrategy: {type: CheckpointRestore}\n  patch:\n    spec:\n      initContainers: [{name: init, image: registry/init:v2}]\n",
+			"spec.patch: Invalid value: a CheckpointRestore upgrade cannot change a container or initContainer image; use updateStrategy.type Recreate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,15 +64,27 @@ func TestOpsSelectorIsImmutable(t *testing.T) {
 	}
 }
 
+// seedsWithoutSelector are the guides' named SandboxUpdateOps that have no
+// spec.selector: fragments of a full object (issue 7), refused as upstream
+// does.
+var seedsWithoutSelector = map[string]bool{
+	"000-03-sandboxupdateops-patch-demo.yaml":           true,
+	"000-04-sandboxupdateops-upgrade-sidecar.yaml":      true,
+	"000-05-sandboxupdateops-upgrade-with-paused.yaml":  true,
+	"000-07-sandboxupdateops-rollback-sandboxes.yaml":   true,
+	"000-08-sandboxupdateops-upgrade-my-sandboxes.yaml": true,
+}
+
 // TestSeedManifestsApplyVerbatim applies every named manifest of the user
-// guides unchanged (as a fresh create).
+// guides unchanged (as a fresh create): those with a selector are
+// accepted, those without are refused with "spec.selector is required".
 func TestSeedManifestsApplyVerbatim(t *testing.T) {
 	env := testenv.Get(t)
 	files, err := filepath.Glob(filepath.Join(env.RootDir, "test", "seeds", "manifests", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no seed manifests under test/seeds/manifests: %v", err)
 	}
-	applied := 0
+	accepted, refused := 0, 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -88,14 +103,27 @@ func TestSeedManifestsApplyVerbatim(t *testing.T) {
 			// The guides name namespace "default"; a server-side dry run
 			// runs every admission and validation step without storing.
 			out, err := kubectl(t, env, string(data), "apply", "--dry-run=server", "-f", "-")
-			if err != nil {
-				t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
+			if !seedsWithoutSelector[filepath.Base(f)] {
+				if err != nil {
+					t.Fatalf("kubectl apply %s: %v\n%s", f, err, out)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("kubectl apply %s succeeded, want refusal for the missing selector:\n%s", f, out)
+			}
+			if !strings.Contains(out, "spec.selector: Required value: spec.selector is required") {
+				t.Fatalf("refusal of %s does not say spec.selector is required:\n%s", f, out)
 			}
 		})
-		applied++
+		if seedsWithoutSelector[filepath.Base(f)] {
+			refused++
+		} else {
+			accepted++
+		}
 	}
-	if applied < 10 {
-		t.Fatalf("only %d seed manifests applied; expected every named one", applied)
+	if accepted < 5 || refused != len(seedsWithoutSelector) {
+		t.Fatalf("%d seed manifests accepted and %d refused; expected every named one (%d without a selector)", accepted, refused, len(seedsWithoutSelector))
 	}
 }
 

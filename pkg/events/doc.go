@@ -35,10 +35,21 @@
 //
 // # Stream and consumers
 //
-// EnsureStream and EnsureConsumer create or update (idempotently) the stream MOLT_EVENTS
-// (file storage, limits by age and size, a duplicate window) and the durable pull consumers
-// selector, patcher, hookrunner, podcycler and statusagg, each filtered to the event types
-// its service reacts to (FilterSubjects). All replicas of a service share its consumer.
+// EnsureStream and EnsureConsumer create the stream MOLT_EVENTS (file storage, limits by age
+// and size, a duplicate window) and the durable pull consumers selector, patcher,
+// hookrunner, podcycler and statusagg, each filtered to the event types its service reacts
+// to (FilterSubjects). All replicas of a service share its consumer.
+//
+// They create, and never update: a stream or consumer that exists is kept as it runs, so an
+// operator's replicas, limits or ack wait survive every restart. A field that differs from
+// molt's config is reported, as a log line and as molt_events_config_drift{object, name,
+// field} = 1, not overwritten. Two exceptions: a consumer's filter subjects are set to
+// FilterSubjects (they are the contract between the services), and a stream none of whose
+// subjects lies within molt.> is refused at start-up. A consumer created on a stream that
+// already holds history starts at most ConsumerConfig.ReplayWindow (1 hour) back.
+//
+// Endpoint.Consume survives the stream or its consumer being deleted: it creates them anew
+// with the same config and consumes on, pausing 1s to 30s between attempts.
 //
 // # Publishing and consuming
 //

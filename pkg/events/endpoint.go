@@ -3,42 +3,107 @@ package events
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 )
 
 // Endpoint is a service's attachment to the event stream: the stream and its
 // durable consumer exist, and Publisher and Metrics are ready.
 type Endpoint struct {
 	Publisher *Publisher
-	Consumer  jetstream.Consumer
 	Metrics   *Metrics
-	name      string
+
+	js       jetstream.JetStream
+	name     string
+	stream   StreamConfig
+	consumer ConsumerConfig
+	cons     jetstream.Consumer // as attached by Open; Consume keeps its own after a re-attach
 }
 
-// Open ensures the stream and the service's durable consumer (name is one
-// of the Consumer constants) and registers the event metrics on reg.
+// Pauses between attempts to re-attach a deleted consumer: the first, then doubling while
+// attempts fail, up to the last.
+const (
+	reattachPause    = time.Second
+	reattachMaxPause = 30 * time.Second
+)
+
+// Open registers the event metrics on reg and ensures the stream and the
+// service's durable consumer (name is one of the Consumer constants), reporting
+// config drift on the metrics (EnsureStream, EnsureConsumer).
 func Open(ctx context.Context, js jetstream.JetStream, reg prometheus.Registerer, name string, stream StreamConfig, consumer ConsumerConfig) (*Endpoint, error) {
-	if _, err := EnsureStream(ctx, js, stream); err != nil {
-		return nil, err
-	}
-	cons, err := EnsureConsumer(ctx, js, name, consumer)
-	if err != nil {
-		return nil, err
-	}
 	m, err := NewMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register event metrics for %s: %w", name, err)
 	}
-	pub, err := NewPublisher(js, name, m)
-	if err != nil {
+	stream.Metrics, consumer.Metrics = m, m
+	e := &Endpoint{Metrics: m, js: js, name: name, stream: stream, consumer: consumer}
+	if e.cons, err = e.attach(ctx); err != nil {
 		return nil, err
 	}
-	return &Endpoint{Publisher: pub, Consumer: cons, Metrics: m, name: name}, nil
+	if e.Publisher, err = NewPublisher(js, name, m); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
-// Consume runs the consume loop of the endpoint's consumer with its metrics.
+// attach ensures the stream, then the consumer, with the config Open was given.
+func (e *Endpoint) attach(ctx context.Context) (jetstream.Consumer, error) {
+	if _, err := EnsureStream(ctx, e.js, e.stream); err != nil {
+		return nil, err
+	}
+	return EnsureConsumer(ctx, e.js, e.name, e.consumer)
+}
+
+// Consume runs Consume on the endpoint's consumer, with its metrics, until ctx is cancelled,
+// and returns what Consume returns, with one exception: when the consumer or the stream is
+// deleted, it does not return but re-attaches and consumes again. Re-attaching ensures the
+// stream and the consumer as Open did (so they are created anew, the consumer replaying at
+// most its ReplayWindow); it pauses 1s before the first attempt and twice as long before each
+// next one, up to 30s, and logs every attempt.
 func (e *Endpoint) Consume(ctx context.Context, h Handler, opts ...ConsumeOption) error {
-	return Consume(ctx, e.Consumer, h, append([]ConsumeOption{WithMetrics(e.Metrics)}, opts...)...)
+	logger := klog.FromContext(ctx).WithValues("consumer", e.name)
+	opts = append([]ConsumeOption{WithMetrics(e.Metrics)}, opts...)
+	cons, pause := e.cons, reattachPause
+	for {
+		started := time.Now()
+		err := Consume(ctx, cons, h, opts...)
+		switch {
+		case err == nil || !consumerGone(err):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		}
+		if time.Since(started) > reattachMaxPause { // it had been consuming: not flapping
+			pause = reattachPause
+		}
+		logger.Info("Consumer or stream deleted; re-attaching", "err", err, "pause", pause)
+		var ok bool
+		if cons, pause, ok = e.reattach(ctx, logger, pause); !ok {
+			return nil
+		}
+	}
+}
+
+// reattach attaches again, pausing before each attempt, the first pause long, doubling up
+// to reattachMaxPause. It returns the consumer and the next pause, or false once ctx is done.
+func (e *Endpoint) reattach(ctx context.Context, logger klog.Logger, pause time.Duration) (jetstream.Consumer, time.Duration, bool) {
+	for attempt := 1; ; attempt++ {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, pause, false
+		case <-t.C:
+		}
+		pause = min(2*pause, reattachMaxPause)
+		cons, err := e.attach(ctx)
+		if err == nil {
+			logger.Info("Re-attached", "attempt", attempt)
+			return cons, pause, true
+		}
+		logger.Error(err, "Re-attach failed, retrying", "attempt", attempt, "pause", pause)
+	}
 }

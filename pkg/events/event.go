@@ -110,6 +110,16 @@ type Data struct {
 	OldPodUID      types.UID `json:"oldPodUID,omitempty"`      // hookrunner (pre), podcycler
 	NewPodUID      types.UID `json:"newPodUID,omitempty"`      // podcycler, hookrunner (post)
 	HookExitCode   *int32    `json:"hookExitCode,omitempty"`   // hookrunner
+
+	// ResumedAttempt and ResumedReason name the failed attempt a new attempt continues
+	// (selector, on requested; carried along by every stage): the pods that attempt built
+	// are new pods, never a preUpgrade target.
+	ResumedAttempt string `json:"resumedAttempt,omitempty"`
+	ResumedReason  string `json:"resumedReason,omitempty"`
+	// Redrive counts how often the watchdog (statusagg) re-published a stalled stage's
+	// input; carried along by every stage. Part of the message id, so a re-driven chain is
+	// not dropped as a duplicate of the one that stalled.
+	Redrive int `json:"redrive,omitempty"`
 }
 
 // Event is one molt CloudEvent.
@@ -142,10 +152,14 @@ func (e Event) Subject() (string, error) {
 // Nats-Msg-Id: a hash of (ops uid, sandbox uid, attempt, type, stage). Stage is included
 // because one attempt reports stage-started (and may fail) once per stage. A handler that is
 // redelivered and publishes again produces the same id, and JetStream drops the copy within
-// the stream's duplicate window.
+// the stream's duplicate window. A re-driven event (Data.Redrive > 0) gets a new id.
 func MessageID(ev Event) string {
 	h := sha256.New()
-	for _, f := range []string{string(ev.Data.Ops.UID), string(ev.Data.Sandbox.UID), ev.Data.Attempt, ev.Type, ev.Data.Stage} {
+	fields := []string{string(ev.Data.Ops.UID), string(ev.Data.Sandbox.UID), ev.Data.Attempt, ev.Type, ev.Data.Stage}
+	if ev.Data.Redrive > 0 {
+		fields = append(fields, fmt.Sprintf("redrive-%d", ev.Data.Redrive))
+	}
+	for _, f := range fields {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
 		h.Write(n[:])

@@ -181,6 +181,7 @@ func TestMessageID(t *testing.T) {
 		{"type", func(e *Event) { e.Type = TypeFailed }},
 		{"stage", func(e *Event) { e.Data.Stage = "PostUpgrade" }},
 		{"field boundary", func(e *Event) { e.Data.Attempt, e.Data.Stage = "1P", "reUpgrade" }},
+		{"redrive", func(e *Event) { e.Data.Redrive = 1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/klog/v2"
 )
@@ -93,8 +94,14 @@ func (l *loop) pull(stopping, handlers context.Context) error {
 		switch {
 		case err == nil:
 			continue
-		case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
+		case consumerGone(err):
 			return fmt.Errorf("consume %s: %w", l.name, err)
+		case errors.Is(err, nats.ErrNoResponders):
+			// Nobody serves this consumer's pull requests: it (or its stream) may be gone
+			// between two pulls, or a cluster may be electing its leader. Ask.
+			if gone := l.gone(stopping); gone != nil {
+				return fmt.Errorf("consume %s: %w", l.name, gone)
+			}
 		}
 		logger.Error(err, "Pull failed, retrying", "pause", l.o.errorPause)
 		t := time.NewTimer(l.o.errorPause)
@@ -105,6 +112,23 @@ func (l *loop) pull(stopping, handlers context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// consumerGone reports whether err says that the consumer, or its stream, no longer exists.
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// gone asks the server whether the consumer still exists, and returns the answer's error
+// if it does not; nil if it does or the question failed otherwise.
+func (l *loop) gone(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.o.pullWait)
+	defer cancel()
+	if _, err := l.cons.Info(ctx); consumerGone(err) {
+		return err
+	}
+	return nil
 }
 
 // receive reads one pull request's batch until it ends, dispatching its messages, or

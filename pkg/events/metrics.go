@@ -7,12 +7,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics counts what Publisher and Consume do. A nil *Metrics records nothing, so tests and
-// tools may leave it out.
+// Metrics counts what Publisher and Consume do, and the config drift EnsureStream and
+// EnsureConsumer find. A nil *Metrics records nothing, so tests and tools may leave it out.
 type Metrics struct {
 	published      *prometheus.CounterVec
 	handled        *prometheus.CounterVec
 	handleDuration *prometheus.HistogramVec
+	configDrift    *prometheus.GaugeVec
 }
 
 // Publish result label values of molt_events_published_total.
@@ -49,8 +50,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			// Handlers range from a status write (ms) to a hook or pod wait (minutes).
 			Buckets: []float64{.005, .025, .1, .5, 1, 5, 15, 60, 180, 600},
 		}, []string{"consumer", "type"}),
+		configDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "molt",
+			Subsystem: "events",
+			Name:      "config_drift",
+			Help: "1 for each field whose running value differs from molt's config and was kept, not overwritten, " +
+				"by object (stream, consumer), name and field; set by EnsureStream and EnsureConsumer.",
+		}, []string{"object", "name", "field"}),
 	}
-	for _, c := range []prometheus.Collector{m.published, m.handled, m.handleDuration} {
+	for _, c := range []prometheus.Collector{m.published, m.handled, m.handleDuration, m.configDrift} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register events metrics: %w", err)
 		}
@@ -71,4 +79,16 @@ func (m *Metrics) recordHandled(consumer, eventType, result string, took time.Du
 	}
 	m.handled.WithLabelValues(consumer, eventType, result).Inc()
 	m.handleDuration.WithLabelValues(consumer, eventType).Observe(took.Seconds())
+}
+
+// recordDrift sets the drift gauge of one stream or consumer to exactly ds: 1 for each field
+// in ds, no series for the others.
+func (m *Metrics) recordDrift(object, name string, ds []drift) {
+	if m == nil {
+		return
+	}
+	m.configDrift.DeletePartialMatch(prometheus.Labels{"object": object, "name": name})
+	for _, d := range ds {
+		m.configDrift.WithLabelValues(object, name, d.field).Set(1)
+	}
 }

@@ -19,13 +19,14 @@ func TestMetricsPromlint(t *testing.T) {
 	}
 	m.recordPublish(TypePatched, publishStored)
 	m.recordHandled(ConsumerHookRunner, TypePatched, resultAck, 2*time.Second)
+	m.recordDrift(objectStream, StreamName, []drift{{field: "num_replicas", running: "3", wanted: "1"}})
 
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 3 {
-		t.Fatalf("gathered %d metric families, want 3", len(mfs))
+	if len(mfs) != 4 {
+		t.Fatalf("gathered %d metric families, want 4", len(mfs))
 	}
 	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
 	if err != nil {
@@ -47,6 +48,7 @@ func TestMetricsRegistration(t *testing.T) {
 	var nilMetrics *Metrics // records nothing, must not panic
 	nilMetrics.recordPublish(TypePatched, publishStored)
 	nilMetrics.recordHandled(ConsumerPatcher, TypePatched, resultAck, time.Second)
+	nilMetrics.recordDrift(objectConsumer, ConsumerPatcher, []drift{{field: "ack_wait"}})
 }
 
 func TestMetricsCount(t *testing.T) {

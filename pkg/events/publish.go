@@ -34,7 +34,7 @@ func NewPublisher(js jetstream.JetStream, source string, m *Metrics) (*Publisher
 // it on its sandbox subject as a structured-mode CloudEvent with Nats-Msg-Id = ID. It returns
 // once the stream has acknowledged it. A copy published again within the duplicate window
 // (a redelivered handler publishing the same outcome) is dropped by the server and reported
-// as success.
+// as success. When the stream does not exist, the error says so.
 func (p *Publisher) Publish(ctx context.Context, ev Event) error {
 	ev.Source = p.source
 	ev.ID = MessageID(ev)
@@ -57,6 +57,10 @@ func (p *Publisher) Publish(ctx context.Context, ev Event) error {
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID), jetstream.WithExpectStream(StreamName))
 	if err != nil {
 		p.metrics.recordPublish(ev.Type, publishError)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && p.streamMissing(ctx) {
+			return fmt.Errorf("publish %s to %s: stream %s does not exist (a consuming service creates it again when it re-attaches): %w",
+				ev.Type, subject, StreamName, err)
+		}
 		return fmt.Errorf("publish %s to %s: %w", ev.Type, subject, err)
 	}
 	result := publishStored
@@ -68,4 +72,11 @@ func (p *Publisher) Publish(ctx context.Context, ev Event) error {
 		"sandbox", klog.KRef(ev.Data.Sandbox.Namespace, ev.Data.Sandbox.Name), "attempt", ev.Data.Attempt,
 		"seq", ack.Sequence, "duplicate", ack.Duplicate)
 	return nil
+}
+
+// streamMissing reports whether the server says StreamName does not exist: the cause of a
+// publish that no stream answered, unless JetStream itself is unreachable.
+func (p *Publisher) streamMissing(ctx context.Context) bool {
+	_, err := p.js.Stream(ctx, StreamName)
+	return errors.Is(err, jetstream.ErrStreamNotFound)
 }

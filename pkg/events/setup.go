@@ -1,7 +1,6 @@
 package events
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -54,6 +53,9 @@ type StreamConfig struct {
 	Duplicates time.Duration
 	// Replicas is the stream replication factor; default 1 (use 3 on a JetStream cluster).
 	Replicas int
+	// Metrics, if not nil, receives molt_events_config_drift for the running stream (Open
+	// sets it). Nil: differences are only logged.
+	Metrics *Metrics
 }
 
 // Stream defaults.
@@ -78,7 +80,8 @@ func (c StreamConfig) jetstream() (jetstream.StreamConfig, error) {
 	}
 	switch {
 	case c.MaxAge < 0 || c.Duplicates < 0 || c.MaxBytes < 0 || c.Replicas < 0:
-		return jetstream.StreamConfig{}, fmt.Errorf("negative limit in %+v", c)
+		return jetstream.StreamConfig{}, fmt.Errorf("negative limit: max age %s, max bytes %d, duplicates %s, replicas %d",
+			c.MaxAge, c.MaxBytes, c.Duplicates, c.Replicas)
 	case c.Duplicates > c.MaxAge:
 		return jetstream.StreamConfig{}, fmt.Errorf("duplicates window %s exceeds max age %s", c.Duplicates, c.MaxAge)
 	}
@@ -97,20 +100,6 @@ func (c StreamConfig) jetstream() (jetstream.StreamConfig, error) {
 	}, nil
 }
 
-// EnsureStream creates StreamName or updates it to cfg (CreateOrUpdate), so every service can
-// call it at start-up, any number of times.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
-	sc, err := cfg.jetstream()
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", StreamName, err)
-	}
-	s, err := js.CreateOrUpdateStream(ctx, sc)
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", StreamName, err)
-	}
-	return s, nil
-}
-
 // ConsumerConfig tunes EnsureConsumer. The zero value is the production default.
 type ConsumerConfig struct {
 	// AckWait is how long the server waits for an ack before redelivering; default 30s.
@@ -126,6 +115,14 @@ type ConsumerConfig struct {
 	BackOff []time.Duration
 	// MaxAckPending bounds unacknowledged messages across all replicas; default 1000.
 	MaxAckPending int
+	// ReplayWindow bounds how far back into the stream's history a consumer created anew (a
+	// first start, or after it or the stream was deleted) begins: at the first message if
+	// none is older than this, else at now − ReplayWindow. Default 1 hour. Messages within
+	// the window are handled again, which idempotent handlers allow; older ones are not.
+	ReplayWindow time.Duration
+	// Metrics, if not nil, receives molt_events_config_drift for the running consumer (Open
+	// sets it). Nil: differences are only logged.
+	Metrics *Metrics
 }
 
 // Consumer defaults.
@@ -133,7 +130,15 @@ const (
 	DefaultAckWait       = 30 * time.Second
 	DefaultMaxDeliver    = 10
 	DefaultMaxAckPending = 1000
+	DefaultReplayWindow  = time.Hour
 )
+
+func (c ConsumerConfig) replayWindow() time.Duration {
+	if c.ReplayWindow == 0 {
+		return DefaultReplayWindow
+	}
+	return c.ReplayWindow
+}
 
 func (c ConsumerConfig) jetstream(name string) (jetstream.ConsumerConfig, error) {
 	filters, ok := consumerFilters[name]
@@ -161,6 +166,8 @@ func (c ConsumerConfig) jetstream(name string) (jetstream.ConsumerConfig, error)
 	switch {
 	case c.AckWait < 0 || slices.ContainsFunc(c.BackOff, func(d time.Duration) bool { return d <= 0 }):
 		return jetstream.ConsumerConfig{}, fmt.Errorf("ack wait and backoff must be positive: %s, %v", c.AckWait, c.BackOff)
+	case c.ReplayWindow < 0:
+		return jetstream.ConsumerConfig{}, fmt.Errorf("replay window %s: want >= 0", c.ReplayWindow)
 	case c.MaxDeliver < -1:
 		return jetstream.ConsumerConfig{}, fmt.Errorf("max deliver %d: want -1 or > 0", c.MaxDeliver)
 	case c.MaxDeliver != -1 && c.MaxDeliver < len(c.BackOff):
@@ -168,6 +175,7 @@ func (c ConsumerConfig) jetstream(name string) (jetstream.ConsumerConfig, error)
 		// small MaxDeliver chosen for a test or a quick-failing stage.
 		c.BackOff = c.BackOff[:c.MaxDeliver]
 	}
+	// DeliverPolicy is decided when the consumer is created (deliverFrom).
 	cc := jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   "molt " + name,
@@ -185,19 +193,4 @@ func (c ConsumerConfig) jetstream(name string) (jetstream.ConsumerConfig, error)
 		cc.FilterSubjects = slices.Clone(filters)
 	}
 	return cc, nil
-}
-
-// EnsureConsumer creates the durable pull consumer name (one of the Consumer constants) on
-// StreamName with its filter subjects, explicit ack, cfg's AckWait, MaxDeliver and BackOff,
-// or updates it to that configuration (CreateOrUpdate); calling it again is harmless.
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, name string, cfg ConsumerConfig) (jetstream.Consumer, error) {
-	cc, err := cfg.jetstream(name)
-	if err != nil {
-		return nil, fmt.Errorf("ensure consumer %s: %w", name, err)
-	}
-	c, err := js.CreateOrUpdateConsumer(ctx, StreamName, cc)
-	if err != nil {
-		return nil, fmt.Errorf("ensure consumer %s: %w", name, err)
-	}
-	return c, nil
 }

@@ -76,6 +76,7 @@ func TestConsumerConfig(t *testing.T) {
 		{"ack wait disagrees with backoff", ConsumerPatcher, ConsumerConfig{AckWait: s, BackOff: []time.Duration{2 * s}}, nil, "differs"},
 		{"negative ack wait", ConsumerPatcher, ConsumerConfig{AckWait: -s}, nil, "positive"},
 		{"bad max deliver", ConsumerPatcher, ConsumerConfig{MaxDeliver: -5}, nil, "max deliver"},
+		{"negative replay window", ConsumerPatcher, ConsumerConfig{ReplayWindow: -s}, nil, "replay window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,42 +102,30 @@ func TestEnsureIsIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := EnsureStream(ctx, js, StreamConfig{MaxAge: 24 * time.Hour})
-	if err != nil {
-		t.Fatalf("update stream: %v", err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := info.Config; c.Storage != jetstream.FileStorage || c.MaxAge != 24*time.Hour || c.Duplicates != DefaultDuplicates ||
-		!slices.Equal(c.Subjects, []string{StreamSubjects}) {
-		t.Errorf("stream config = %+v", c)
-	}
-
 	for name := range consumerFilters {
 		for range 2 {
-			if _, err := EnsureConsumer(ctx, js, name, ConsumerConfig{}); err != nil {
+			if _, err := EnsureConsumer(ctx, js, name, ConsumerConfig{AckWait: 5 * time.Second}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		c, err := EnsureConsumer(ctx, js, name, ConsumerConfig{AckWait: 5 * time.Second})
+		c, err := js.Consumer(ctx, StreamName, name)
 		if err != nil {
-			t.Fatalf("update consumer %s: %v", name, err)
+			t.Fatal(err)
 		}
 		cfg := consumerInfo(t, ctx, c).Config
-		filters := cfg.FilterSubjects
-		if cfg.FilterSubject != "" {
-			filters = []string{cfg.FilterSubject}
-		}
-		if !slices.Equal(filters, FilterSubjects(name)) || cfg.Durable != name || cfg.AckPolicy != jetstream.AckExplicitPolicy ||
-			cfg.AckWait != 5*time.Second || cfg.MaxDeliver != DefaultMaxDeliver || len(cfg.BackOff) != 4 {
+		if !slices.Equal(filtersOf(cfg), sortedSet(FilterSubjects(name))) || cfg.Durable != name || cfg.AckPolicy != jetstream.AckExplicitPolicy ||
+			cfg.DeliverPolicy != jetstream.DeliverAllPolicy || cfg.AckWait != 5*time.Second || cfg.MaxDeliver != DefaultMaxDeliver ||
+			len(cfg.BackOff) != 4 {
 			t.Errorf("consumer %s config = %+v", name, cfg)
 		}
 	}
 	stream, err := js.Stream(ctx, StreamName)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c := stream.CachedInfo().Config; c.Storage != jetstream.FileStorage || c.MaxAge != DefaultMaxAge ||
+		c.Duplicates != DefaultDuplicates || !slices.Equal(c.Subjects, []string{StreamSubjects}) {
+		t.Errorf("stream config = %+v", c)
 	}
 	names := stream.ConsumerNames(ctx)
 	var got []string

@@ -62,4 +62,3 @@ func (o *Options) Validate() error {
 	}
 	return nil
 }
-

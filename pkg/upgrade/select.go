@@ -193,29 +193,16 @@ func IsFinished(o *agentsv1alpha1.SandboxUpdateOps) bool {
 	return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
 }
 
-// ResumeStage is the stage a new attempt continues from for a sandbox left
-// in phase Upgrading with a failed reason ("" when it is not resumable):
-// PreUpgradeFailed → PreUpgrade, CheckpointFailed → Checkpointing,
-// UpgradePodFailed → UpgradePod (preUpgrade is not rerun; its backup is
-// kept), PostUpgradeFailed → PostUpgrade (the patcher falls back to
-// UpgradePod when the pod does not carry the target revision).
-func ResumeStage(sb *agentsv1alpha1.Sandbox) string {
+// FailedAttempt returns the attempt and failed reason of a sandbox left in
+// phase Upgrading with a failed reason (ok false when it is not resumable).
+// A new attempt continues it from ResumeAt.
+func FailedAttempt(sb *agentsv1alpha1.Sandbox) (attempt, reason string, ok bool) {
 	if !IsResumable(sb) {
-		return ""
+		return "", "", false
 	}
-	for _, c := range sb.Status.Conditions {
-		if c.Type == agentsv1alpha1.ConditionUpgrading {
-			return resumeFrom[c.Reason]
-		}
-	}
-	return ""
-}
-
-var resumeFrom = map[string]string{
-	agentsv1alpha1.UpgradingReasonPreUpgradeFailed:  agentsv1alpha1.UpgradingReasonPreUpgrade,
-	agentsv1alpha1.UpgradingReasonCheckpointFailed:  agentsv1alpha1.UpgradingReasonCheckpointing,
-	agentsv1alpha1.UpgradingReasonUpgradePodFailed:  agentsv1alpha1.UpgradingReasonUpgradePod,
-	agentsv1alpha1.UpgradingReasonPostUpgradeFailed: agentsv1alpha1.UpgradingReasonPostUpgrade,
+	attempt = CurrentAttempt(sb)
+	reason, _ = ReasonFor(sb, attempt)
+	return attempt, reason, reason != ""
 }
 
 // OtherActive returns the otherActive argument of Select for ops named self

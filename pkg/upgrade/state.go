@@ -1,6 +1,8 @@
 package upgrade
 
 import (
+	"strings"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -19,6 +21,15 @@ const (
 	// upgrade: the attempt that created it. Read by podcycler and statusagg.
 	AnnotationPodAttempt = "molt.dev/attempt"
 )
+
+// HookDoneAnnotation is the pod annotation hookrunner sets, to the attempt
+// id, once stage's hook (PreUpgrade or PostUpgrade) ran to success on that
+// pod: "molt.dev/preupgrade-done", "molt.dev/postupgrade-done". A redelivery
+// of the stage's input finds it and does not run the hook again. Written and
+// read by hookrunner.
+func HookDoneAnnotation(stage string) string {
+	return "molt.dev/" + strings.ToLower(stage) + "-done"
+}
 
 // State is where a sandbox stands for one ops.
 type State int
@@ -77,4 +88,49 @@ func CurrentAttempt(sb *agentsv1alpha1.Sandbox) string {
 		return a.Message
 	}
 	return ""
+}
+
+// AnnotationPatchCheck is the SandboxUpdateOps annotation in which selector
+// records, before it admits the first sandbox, whether the ops's patch can
+// work at all: PatchCheckOK, or the reason it cannot (a strategic merge
+// error, an unknown field, a pod the API server refuses). Written once by
+// selector (the patch is immutable); read by selector (nothing is admitted
+// under an invalid patch) and statusagg (the ops fails with condition
+// InvalidPatch carrying the reason).
+const AnnotationPatchCheck = "molt.dev/patch-check"
+
+// PatchCheckOK is AnnotationPatchCheck's value for a patch that passed.
+const PatchCheckOK = "ok"
+
+// PatchProblem returns why ops's patch cannot work, "" when it passed or was
+// not checked yet.
+func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
+	v, ok := ops.Annotations[AnnotationPatchCheck]
+	if !ok || v == PatchCheckOK {
+		return ""
+	}
+	return v
+}
+
+// AnnotationResumes is the Sandbox annotation selector writes, in the same
+// patch that admits the sandbox, when the new attempt continues a failed
+// one: "<attempt> <failed attempt> <failed reason>". It is the durable
+// record of what the attempt resumes, so a stage re-driven long after
+// `requested` (the watchdog) still knows which pod the failed attempt built
+// and never backs that pod up. Written by selector; read by statusagg.
+const AnnotationResumes = "molt.dev/resumes"
+
+// ResumesValue encodes AnnotationResumes.
+func ResumesValue(attempt, failedAttempt, failedReason string) string {
+	return attempt + " " + failedAttempt + " " + failedReason
+}
+
+// Resumes returns the failed attempt and reason that attempt continues, from
+// sb's AnnotationResumes (ok false when it continues none).
+func Resumes(sb *agentsv1alpha1.Sandbox, attempt string) (failedAttempt, failedReason string, ok bool) {
+	f := strings.Fields(sb.Annotations[AnnotationResumes])
+	if len(f) != 3 || f[0] != attempt {
+		return "", "", false
+	}
+	return f[1], f[2], true
 }

@@ -67,23 +67,3 @@ func TestRevisionIsStableAndSensitive(t *testing.T) {
 		t.Fatal("Revision(nil) did not fail")
 	}
 }
-
-func TestResumeStage(t *testing.T) {
-	cases := []struct{ reason, phase, want string }{
-		{"PreUpgradeFailed", "Upgrading", "PreUpgrade"},
-		{"UpgradePodFailed", "Upgrading", "UpgradePod"},
-		{"PostUpgradeFailed", "Upgrading", "PostUpgrade"},
-		{"CheckpointFailed", "Upgrading", "Checkpointing"},
-		{"UpgradePod", "Upgrading", ""},
-		{"UpgradePodFailed", "Running", ""},
-	}
-	for _, tc := range cases {
-		t.Run(tc.reason+"/"+tc.phase, func(t *testing.T) {
-			sb := sandbox("ops", "u1", tc.reason)
-			sb.Status.Phase = agentsv1alpha1.SandboxPhase(tc.phase)
-			if got := ResumeStage(sb); got != tc.want {
-				t.Fatalf("ResumeStage = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}

@@ -64,7 +64,13 @@ func startCommand(view View, argv []string, envs map[string]string, dir string) 
 		ExtraFiles:  []*os.File{reportW}, // fd 3, initErrFD
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	if view.Root != "" || view.Hostname != "" {
+	switch {
+	case view.Root != "":
+		// The init helper, then the command, is pid 1 of its own PID
+		// namespace: it sees and signals only its own processes, and when
+		// it exits the kernel kills whatever it left behind.
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS | syscall.CLONE_NEWPID
+	case view.Hostname != "":
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 	}
 	if err := cmd.Start(); err != nil {

@@ -26,13 +26,17 @@ const authorizationRoot = "Basic cm9vdDo="
 type Target struct {
 	// View is where commands run.
 	View View
-	// AccessToken returns the X-Access-Token requests must carry, "" when
-	// any will do. It is asked on every request (the sandbox's annotation
-	// may change). Nil means none.
+	// AccessToken returns the X-Access-Token every request must carry. It
+	// is asked on every request (the sandbox's annotation may change); when
+	// it returns "" (no token set) every request is refused. Nil turns the
+	// check off: only for tests of the protocol alone, never in Serve.
 	AccessToken func() string
 	// Keepalive is the keepalive period; zero means DefaultKeepalive.
 	Keepalive time.Duration
 }
+
+// headerAccessToken carries the sandbox's access token, as in envd.
+const headerAccessToken = "X-Access-Token"
 
 // NewHandler returns the path and handler of process.Process for target.
 // Serve it over HTTP/2 without TLS (see NewServer).
@@ -40,7 +44,25 @@ func NewHandler(target Target) (string, http.Handler) {
 	if target.Keepalive <= 0 {
 		target.Keepalive = DefaultKeepalive
 	}
-	return processconnect.NewProcessHandler(&processServer{target: target})
+	path, h := processconnect.NewProcessHandler(&processServer{target: target})
+	if target.AccessToken == nil {
+		return path, h
+	}
+	return path, requireToken(target.AccessToken, h)
+}
+
+// requireToken refuses, with HTTP 401 as envd does (code Unauthenticated
+// to a Connect or gRPC client), every request whose X-Access-Token is not
+// token(): a missing or wrong one, and any when token() is "".
+func requireToken(token func() string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		want := token()
+		if want == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(headerAccessToken)), []byte(want)) != 1 {
+			http.Error(w, "invalid access token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // NewServer returns an HTTP server of target's handler speaking HTTP/1.1
@@ -82,19 +104,11 @@ func (s *processServer) Start(ctx context.Context, req *connect.Request[processp
 	return s.stream(ctx, cmd, stream)
 }
 
+// authorize refuses any user but root (the access token is checked before,
+// by requireToken).
 func (s *processServer) authorize(h http.Header) error {
 	if auth := h.Get("Authorization"); auth != "" && auth != authorizationRoot {
 		return connect.NewError(connect.CodePermissionDenied, errors.New("only user root is supported"))
-	}
-	if s.target.AccessToken == nil {
-		return nil
-	}
-	want := s.target.AccessToken()
-	if want == "" {
-		return nil
-	}
-	if subtle.ConstantTimeCompare([]byte(h.Get("X-Access-Token")), []byte(want)) != 1 {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("invalid access token"))
 	}
 	return nil
 }

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
+	"runtime"
 	"syscall"
 )
 
@@ -29,10 +28,6 @@ type initSpec struct {
 // written with the reason otherwise.
 const initErrFD = 3
 
-// hostDirs are bound from the host into every pod root (or linked, where
-// the host has a symlink such as /bin -> usr/bin).
-var hostDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/dev", "/proc", "/sys"}
-
 // MaybeRunInit returns at once, unless this process was started as the init
 // helper of a command: then it sets up the command's view and execs it, and
 // never returns. Call it first thing in main and in TestMain.
@@ -46,9 +41,13 @@ func MaybeRunInit() {
 	os.Exit(127)
 }
 
-// runInit runs in the command's new mount and UTS namespaces: it builds the
-// view, then execs argv. It returns only on failure.
+// runInit runs as pid 1 of the command's new PID, mount and UTS namespaces
+// (see startCommand): it builds the view (enterRoot), sets the hostname,
+// drops the capabilities a command of a view must not have, then execs
+// argv, which becomes that pid 1. It returns only on failure.
 func runInit(argv []string) error {
+	// Capabilities are per thread: drop them on the thread that execs.
+	runtime.LockOSThread()
 	syscall.CloseOnExec(initErrFD)
 	var spec initSpec
 	if err := json.Unmarshal([]byte(os.Getenv(envSpec)), &spec); err != nil {
@@ -80,93 +79,10 @@ func runInit(argv []string) error {
 	if err != nil {
 		return err
 	}
+	if view.Root != "" {
+		if err := dropCapabilities(); err != nil {
+			return err
+		}
+	}
 	return syscall.Exec(bin, argv, os.Environ())
-}
-
-// enterRoot builds view.Root (host directories, the pod's private
-// directories, the volumes) and chroots into it.
-func enterRoot(view View) error {
-	// Nothing mounted from here on may reach the host.
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	root := view.Root
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fmt.Errorf("create root %s: %w", root, err)
-	}
-	for _, d := range hostDirs {
-		if err := bindHostDir(root, d); err != nil {
-			return err
-		}
-	}
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{"/root", 0o700}, {"/home", 0o755}, {"/tmp", 0o1777}} {
-		if err := os.MkdirAll(filepath.Join(root, d.path), d.mode); err != nil {
-			return fmt.Errorf("create %s: %w", d.path, err)
-		}
-		if err := os.Chmod(filepath.Join(root, d.path), d.mode); err != nil {
-			return fmt.Errorf("chmod %s: %w", d.path, err)
-		}
-	}
-	for _, m := range view.Mounts {
-		if err := bindVolume(root, m); err != nil {
-			return err
-		}
-	}
-	if err := syscall.Chroot(root); err != nil {
-		return fmt.Errorf("chroot %s: %w", root, err)
-	}
-	if err := os.Chdir("/"); err != nil {
-		return fmt.Errorf("change to the new root: %w", err)
-	}
-	return nil
-}
-
-func bindHostDir(root, dir string) error {
-	fi, err := os.Lstat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("stat %s: %w", dir, err)
-	}
-	at := filepath.Join(root, dir)
-	if fi.Mode()&os.ModeSymlink != 0 {
-		target, err := os.Readlink(dir)
-		if err != nil {
-			return fmt.Errorf("read link %s: %w", dir, err)
-		}
-		if err := os.Symlink(target, at); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("link %s: %w", dir, err)
-		}
-		return nil
-	}
-	if err := os.MkdirAll(at, 0o755); err != nil {
-		return fmt.Errorf("create mount point %s: %w", at, err)
-	}
-	if err := syscall.Mount(dir, at, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", dir, err)
-	}
-	return nil
-}
-
-func bindVolume(root string, m Mount) error {
-	for _, d := range hostDirs {
-		if m.Target == d || strings.HasPrefix(m.Target, d+"/") {
-			return fmt.Errorf("mount %s: the development runtime cannot mount a volume under the host's %s", m.Target, d)
-		}
-	}
-	if err := os.MkdirAll(m.Source, 0o755); err != nil {
-		return fmt.Errorf("create volume directory %s: %w", m.Source, err)
-	}
-	at := filepath.Join(root, m.Target)
-	if err := os.MkdirAll(at, 0o755); err != nil {
-		return fmt.Errorf("create mount point %s: %w", m.Target, err)
-	}
-	if err := syscall.Mount(m.Source, at, "", syscall.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mount volume at %s: %w", m.Target, err)
-	}
-	return nil
 }

@@ -8,19 +8,25 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"molt.dev/pkg/agentruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/generated/clientset/versioned"
 )
 
 // SandboxEndpoint returns the agent-runtime base URL and access token of
 // sandbox namespace/name the way hookrunner finds them: the sandbox's
 // runtime-url annotation, else the IP of its pod (named after the sandbox
-// and controlled by it); the token from its runtime-access-token annotation.
+// and controlled by it); the token from its runtime-access-token annotation
+// (podcycler writes one before it creates the sandbox's first pod). A
+// sandbox without a token is an error: the runtime would refuse every call.
 func SandboxEndpoint(ctx context.Context, kube kubernetes.Interface, agents versioned.Interface, namespace, name string) (baseURL, token string, err error) {
 	sb, err := agents.AgentsV1alpha1().Sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", "", fmt.Errorf("get sandbox %s/%s: %w", namespace, name, err)
 	}
 	token = agentruntime.AccessToken(sb.Annotations)
+	if token == "" {
+		return "", "", fmt.Errorf("sandbox %s/%s has no %s annotation: its agent-runtime refuses every call", namespace, name, agentsv1alpha1.AnnotationRuntimeAccessToken)
+	}
 	pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", "", fmt.Errorf("get pod of sandbox %s/%s: %w", namespace, name, err)

@@ -61,7 +61,9 @@ func (c Config) Validate() error {
 
 // Serve runs an agent-runtime for every pod it serves (see Serves) until
 // ctx is cancelled. A pod that is gone loses its listener and its private
-// directory.
+// directory. Every call must carry the X-Access-Token of the pod's
+// controlling Sandbox (its runtime-access-token annotation): a pod without
+// one, or whose sandbox has no token, refuses every call.
 func Serve(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -176,16 +178,17 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 }
 
 // accessToken returns the token of pod's controlling Sandbox, read on every
-// request: "" when the pod has no sandbox or the sandbox sets none.
+// request: "" (every request refused) when the pod has no sandbox, the
+// sandbox is gone or it has no token annotation.
 func (r *runtimes) accessToken(pod *corev1.Pod) func() string {
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil || ref.Kind != "Sandbox" || ref.APIVersion != agentsv1alpha1.SchemeGroupVersion.String() {
-		return nil
+		return func() string { return "" }
 	}
-	ns, name := pod.Namespace, ref.Name
+	ns, name, uid := pod.Namespace, ref.Name, ref.UID
 	return func() string {
 		sb, err := r.sandboxes.Sandboxes(ns).Get(name)
-		if err != nil {
+		if err != nil || sb.UID != uid {
 			return ""
 		}
 		return agentruntime.AccessToken(sb.Annotations)

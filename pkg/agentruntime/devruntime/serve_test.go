@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"molt.dev/pkg/agentruntime"
@@ -107,6 +108,58 @@ func TestPodFilesAcrossRecreate(t *testing.T) {
 	}
 	if got, want := run("cat /home/user/workspace/note.txt; ls /mnt/shared"), "work\nkeep.txt\n"; got != want {
 		t.Errorf("after the restore: %q, want %q (workspace restored, backup removed)", got, want)
+	}
+}
+
+// TestSandboxWithoutTokenRefusesEveryCall serves the pod of a sandbox that
+// has no runtime-access-token annotation: every call is refused, and
+// SandboxEndpoint says why. Once the sandbox has a token, only that token
+// is accepted.
+func TestSandboxWithoutTokenRefusesEveryCall(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	agents, err := versioned.NewForConfig(env.RestConfig)
+	if err != nil {
+		t.Fatalf("build agents client: %v", err)
+	}
+	port := freePort(t)
+	startServe(t, devruntime.Config{Kube: env.Kube, Agents: agents, StateDir: t.TempDir(), Port: port})
+	sb, err := agents.AgentsV1alpha1().Sandboxes(ns).Create(ctx, &agentsv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: "open", Namespace: ns},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	pod := createPod(t, env, sb, nil)
+	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))
+	call := func(token string) error {
+		_, err := agentruntime.Exec(ctx, agentruntime.ExecRequest{BaseURL: url, AccessToken: token, Command: []string{"true"}, Timeout: 10 * time.Second})
+		return err
+	}
+	testenv.Eventually(t, 30*time.Second, "agent-runtime refuses a call without a token", func() (bool, error) {
+		err := call("")
+		return errors.Is(err, agentruntime.ErrUnauthenticated), err
+	})
+	if err := call("guess"); !errors.Is(err, agentruntime.ErrUnauthenticated) {
+		t.Errorf("call with a guessed token: %v; want it refused", err)
+	}
+	if _, _, err := devruntime.SandboxEndpoint(ctx, env.Kube, agents, ns, sb.Name); err == nil || !strings.Contains(err.Error(), agentsv1alpha1.AnnotationRuntimeAccessToken) {
+		t.Errorf("SandboxEndpoint of a sandbox without a token: %v; want an error naming the annotation", err)
+	}
+
+	patch := []byte(`{"metadata":{"annotations":{"` + agentsv1alpha1.AnnotationRuntimeAccessToken + `":"tok-2"}}}`)
+	if _, err := agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, sb.Name, k8stypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotate sandbox: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, "agent-runtime accepts the sandbox's new token", func() (bool, error) {
+		err := call("tok-2")
+		return err == nil, err
+	})
+	for _, token := range []string{"", "tok-1", "tok-22"} {
+		if err := call(token); !errors.Is(err, agentruntime.ErrUnauthenticated) {
+			t.Errorf("call with token %q: %v; want it refused", token, err)
+		}
 	}
 }
 

@@ -13,8 +13,10 @@ import (
 
 // View is the filesystem and hostname a pod's commands see.
 type View struct {
-	// Root is the pod's root directory; "" runs commands on the host's
-	// filesystem (tests of the protocol alone).
+	// Root is the pod's root directory: commands see the host's system
+	// directories read-only over it and run in their own PID namespace
+	// (see enterRoot). "" runs commands on the host's filesystem, as the
+	// host's processes (tests of the protocol alone).
 	Root string `json:"root,omitempty"`
 	// Hostname is what `hostname` prints; "" keeps the host's.
 	Hostname string `json:"hostname,omitempty"`
@@ -22,10 +24,13 @@ type View struct {
 	Mounts []Mount `json:"mounts,omitempty"`
 }
 
-// Mount binds the host directory Source at Target inside the view.
+// Mount binds the host directory Source, or the directory SubPath inside
+// it, at Target inside the view. SubPath is resolved without following
+// symlinks: the pod writes the volume's files.
 type Mount struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
+	Source  string `json:"source"`
+	SubPath string `json:"subPath,omitempty"`
+	Target  string `json:"target"`
 }
 
 // The state directory's layout.
@@ -65,10 +70,11 @@ func ViewOf(stateDir string, pod *corev1.Pod) View {
 				continue
 			}
 			seen[target] = true
+			m := Mount{Source: source, Target: target}
 			if vm.SubPath != "" {
-				source = filepath.Join(source, filepath.Clean("/"+vm.SubPath))
+				m.SubPath = strings.TrimPrefix(path.Clean("/"+vm.SubPath), "/")
 			}
-			view.Mounts = append(view.Mounts, Mount{Source: source, Target: target})
+			view.Mounts = append(view.Mounts, m)
 		}
 	}
 	sort.SliceStable(view.Mounts, func(i, j int) bool {

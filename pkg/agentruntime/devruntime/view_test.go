@@ -64,11 +64,16 @@ func TestViewOf(t *testing.T) {
 		"/home/user/workspace": "/state/pods/uid-a/volumes/workspace",
 		"/scratch":             "/state/pods/uid-a/volumes/scratch",
 		"/mnt/shared":          "/state/volumes/ns/pvc/claim",
-		"/data":                "/state/volumes/ns/hostpath/var_data/a/b",
+		"/data":                "/state/volumes/ns/hostpath/var_data",
 	}
 	for target, source := range want {
 		if targets[target] != source {
 			t.Errorf("mount at %s from %q, want %q", target, targets[target], source)
+		}
+	}
+	for _, m := range a.Mounts {
+		if want := map[string]string{"/data": "a/b"}[m.Target]; m.SubPath != want {
+			t.Errorf("mount at %s has subPath %q, want %q", m.Target, m.SubPath, want)
 		}
 	}
 	if !strings.HasPrefix(targets["/csi"], "/state/volumes/ns/csi/nas.csi.example-") {

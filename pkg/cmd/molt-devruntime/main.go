@@ -4,8 +4,10 @@
 //	molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s]
 //	    serve the envd process protocol on <podIP>:49983 for every running pod
 //	molt-devruntime exec --kubeconfig K [--namespace NS] --sandbox NAME [--timeout 2m] -- COMMAND...
-//	    run COMMAND in a sandbox through the protocol, as a lifecycle hook runs;
-//	    print its stdout and stderr and exit with its exit code
+//	    run COMMAND in a sandbox through the protocol, as a lifecycle hook runs,
+//	    with the token of the sandbox's runtime-access-token annotation (the
+//	    runtime refuses any call without it); print its stdout and stderr and
+//	    exit with its exit code
 package main
 
 import (

@@ -198,9 +198,10 @@ func failureExhaustsTheBudget(t *testing.T, h *harness) {
 	if v, ok := h.metric(`molt_upgrade_failures_total{reason="UpgradePodFailed"}`); v != "1" {
 		t.Errorf("molt_upgrade_failures_total{reason=UpgradePodFailed} = %q (found %v), want 1 after a redelivery", v, ok)
 	}
-	ev := h.waitEvent(ns, "c1", statusagg.EventUpgradeFailed, why)
+	// The Warning Event's reason is the failed reason itself, as upstream's.
+	ev := h.waitEvent(ns, "c1", agentsv1alpha1.UpgradingReasonUpgradePodFailed, why)
 	if ev.Type != corev1.EventTypeWarning {
-		t.Errorf("UpgradeFailed Event type = %s, want Warning", ev.Type)
+		t.Errorf("UpgradePodFailed Event type = %s, want Warning", ev.Type)
 	}
 	h.waitEvent(ns, "ops-c", statusagg.EventOpsFailed, "c1")
 }

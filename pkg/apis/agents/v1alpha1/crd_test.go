@@ -1,13 +1,17 @@
 package v1alpha1_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"molt.dev/pkg/upgrade"
 )
 
 // The tests in this file apply objects to deploy/crds through the API
@@ -15,11 +19,24 @@ import (
 // refusals API.md asks for (each with its field path), defaults, and the
 // fields that are immutable after create.
 
+// seedsWithoutSelector are the guides' SandboxUpdateOps that have no
+// spec.selector. They are fragments of a full object (issue 7): the API
+// server refuses them as upstream does, with "spec.selector is required".
+var seedsWithoutSelector = map[string]bool{
+	"000_03_sandboxupdateops_patch-demo.yaml":           true,
+	"000_04_sandboxupdateops_upgrade-sidecar.yaml":      true,
+	"000_05_sandboxupdateops_upgrade-with-paused.yaml":  true,
+	"000_07_sandboxupdateops_rollback-sandboxes.yaml":   true,
+	"000_08_sandboxupdateops_upgrade-my-sandboxes.yaml": true,
+	"001_02_sandboxupdateops_noname.yaml":               true,
+}
+
 // TestSeedsAreAccepted applies every YAML of the user guides
 // (testdata/seeds, copied verbatim from shared/seeds) as a create. Two of
 // them are excerpts without metadata.name, which kubectl cannot apply as
 // they stand; for those the test checks that every field they use exists
 // and that their values are valid, not that a required spec is present.
+// The ops without a selector are refused for that alone.
 func TestSeedsAreAccepted(t *testing.T) {
 	crds := loadCRDs(t)
 	paths, err := filepath.Glob("testdata/seeds/*.yaml")
@@ -42,6 +59,12 @@ func TestSeedsAreAccepted(t *testing.T) {
 				t.Errorf("unknown fields: %v", a.unknown)
 			}
 			_, errs := crd.create(obj)
+			if seedsWithoutSelector[filepath.Base(path)] {
+				if len(errs) != 1 || errs[0].Error() != "spec.selector: Required value: spec.selector is required" {
+					t.Errorf("errors %v, want only spec.selector: Required value: spec.selector is required", errs)
+				}
+				return
+			}
 			for _, err := range errs {
 				if excerpt && err.Type == field.ErrorTypeRequired && err.Field == "spec" {
 					continue
@@ -129,7 +152,8 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value`},
 		{name: "strategy type unknown", path: "spec.updateStrategy.type", value: "InPlace",
 			wantErr: `spec.updateStrategy.type: Unsupported value: "InPlace"`},
-		{name: "strategy CheckpointRestore", path: "spec.updateStrategy.type", value: "CheckpointRestore"},
+		{name: "strategy CheckpointRestore with an image", path: "spec.updateStrategy.type", value: "CheckpointRestore",
+			wantErr: checkpointImageErr},
 		{name: "hook without exec", path: "spec.lifecycle.preUpgrade.exec", value: nil,
 			wantErr: `spec.lifecycle.preUpgrade.exec: Required value`},
 		{name: "postUpgrade hook without exec", path: "spec.lifecycle.postUpgrade", value: map[string]any{"timeoutSeconds": int64(5)},
@@ -144,6 +168,9 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 			wantErr: `spec.stateFilter.states[0]: Unsupported value: "Upgrading"`},
 		{name: "state filter duplicate", path: "spec.stateFilter.states", value: []any{"Running", "Running"},
 			wantErr: `spec.stateFilter.states[1]: Duplicate value: "Running"`},
+		{name: "no selector", path: "spec.selector", value: nil,
+			wantErr: `spec.selector: Required value: spec.selector is required`},
+		{name: "selector {} selects everything", path: "spec.selector", value: map[string]any{}},
 		{name: "selector bad operator", path: "spec.selector",
 			value:   map[string]any{"matchExpressions": []any{map[string]any{"key": "a", "operator": "Equals", "values": []any{"b"}}}},
 			wantErr: `spec.selector: Invalid value: matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist`},
@@ -170,7 +197,80 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 	}
 }
 
-// TestSandboxUpdateOpsDefaults checks what the API server fills in.
+// checkpointImageErr is the refusal of a CheckpointRestore ops whose patch
+// sets an image.
+const checkpointImageErr = `spec.patch: Invalid value: a CheckpointRestore upgrade cannot change a container or initContainer image; use updateStrategy.type Recreate`
+
+// TestCheckpointRestoreImageRule: a CheckpointRestore ops whose patch sets
+// a container or initContainer image is refused at apply time, in step
+// with upgrade.SetsImage (which the patcher uses); the patch is stored
+// unchanged.
+func TestCheckpointRestoreImageRule(t *testing.T) {
+	crd := loadCRDs(t)["SandboxUpdateOps"]
+	tests := []struct {
+		name     string
+		strategy string // spec.updateStrategy.type; "" leaves the default
+		patch    string
+		refused  bool
+	}{
+		{name: "image in containers", strategy: "CheckpointRestore",
+			patch: `{spec: {containers: [{name: sandbox, image: "registry/sandbox:v2"}]}}`, refused: true},
+		{name: "image in initContainers", strategy: "CheckpointRestore",
+			patch: `{spec: {initContainers: [{name: init, image: "registry/init:v2"}]}}`, refused: true},
+		{name: "image in the second container", strategy: "CheckpointRestore",
+			patch: `{spec: {containers: [{name: a, env: [{name: A, value: "1"}]}, {name: b, image: "registry/b:v2"}]}}`, refused: true},
+		{name: "env only", strategy: "CheckpointRestore",
+			patch: `{spec: {containers: [{name: sandbox, env: [{name: LOG_LEVEL, value: debug}]}]}}`},
+		{name: "annotation only (seed 000-04)", strategy: "CheckpointRestore",
+			patch: `{metadata: {annotations: {agents.kruise.io/upgrade-sidecar: "20260714"}}}`},
+		{name: "directives and nulls", strategy: "CheckpointRestore",
+			patch: `{spec: {containers: null, initContainers: [{name: old, $patch: delete}], volumes: [{name: legacy, $patch: delete}]}}`},
+		{name: "no patch", strategy: "CheckpointRestore"},
+		{name: "Recreate with an image", strategy: "Recreate",
+			patch: `{spec: {containers: [{name: sandbox, image: "registry/sandbox:v2"}], initContainers: [{name: init, image: "registry/init:v2"}]}}`},
+		{name: "default strategy with an image",
+			patch: `{spec: {containers: [{name: sandbox, image: "registry/sandbox:v2"}]}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := parseYAML(t, "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxUpdateOps\nmetadata: {name: ops, namespace: default}\nspec: {selector: {}}\n")
+			if tt.strategy != "" {
+				setPath(obj, "spec.updateStrategy.type", tt.strategy)
+			}
+			var patch map[string]any
+			if tt.patch != "" {
+				patch = parseYAML(t, tt.patch)
+				setPath(obj, "spec.patch", patch)
+			}
+			stored, errs := crd.create(obj)
+			want := ""
+			if tt.refused {
+				want = checkpointImageErr
+			}
+			checkErrors(t, errs, want)
+			if tt.refused || patch == nil {
+				return
+			}
+			if got := stored["spec"].(map[string]any)["patch"]; !equality.Semantic.DeepEqual(got, patch) {
+				t.Errorf("stored patch %v, want %v unchanged", got, patch)
+			}
+			if tt.strategy != "CheckpointRestore" {
+				return
+			}
+			raw, err := json.Marshal(patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sets, err := upgrade.SetsImage(raw); err != nil || sets != tt.refused {
+				t.Errorf("upgrade.SetsImage(%s) = %v, %v; the CRD rule says %v", raw, sets, err, tt.refused)
+			}
+		})
+	}
+}
+
+// TestSandboxUpdateOpsDefaults checks what the API server fills in, and
+// that an empty selector is kept as {} (it is not defaulted: an ops without
+// one is refused).
 func TestSandboxUpdateOpsDefaults(t *testing.T) {
 	crd := loadCRDs(t)["SandboxUpdateOps"]
 	obj := parseYAML(t, `
@@ -178,6 +278,7 @@ apiVersion: agents.kruise.io/v1alpha1
 kind: SandboxUpdateOps
 metadata: {name: ops, namespace: default}
 spec:
+  selector: {}
   lifecycle:
     postUpgrade:
       exec: {command: [restore]}
@@ -219,7 +320,8 @@ func TestSandboxUpdateOpsImmutableFields(t *testing.T) {
 		{name: "same object again", path: "spec.paused", value: nil},
 		{name: "pause", path: "spec.paused", value: true},
 		{name: "change maxUnavailable", path: "spec.updateStrategy.maxUnavailable", value: "50%"},
-		{name: "change strategy type", path: "spec.updateStrategy.type", value: "CheckpointRestore"},
+		{name: "change strategy type to CheckpointRestore under an image patch", path: "spec.updateStrategy.type", value: "CheckpointRestore",
+			wantErr: checkpointImageErr},
 		{name: "change state filter", path: "spec.stateFilter.states", value: []any{"Paused"}},
 		{name: "change selector", path: "spec.selector.matchLabels", value: map[string]any{"app": "other"},
 			wantErr: `spec.selector: Invalid value: selector is immutable`},

@@ -40,16 +40,19 @@ type SandboxUpdateOps struct {
 // how. Selector, patch and lifecycle are fixed at creation; paused,
 // updateStrategy and stateFilter may change while the upgrade runs.
 //
+// +kubebuilder:validation:XValidation:rule="has(self.selector)",message="spec.selector is required",fieldPath=".selector",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.updateStrategy) || !has(self.updateStrategy.type) || self.updateStrategy.type != 'CheckpointRestore' || !has(self.patch) || !has(self.patch.spec) || ((!has(self.patch.spec.containers) || self.patch.spec.containers.all(c, !has(c.image))) && (!has(self.patch.spec.initContainers) || self.patch.spec.initContainers.all(c, !has(c.image))))",message="a CheckpointRestore upgrade cannot change a container or initContainer image; use updateStrategy.type Recreate",fieldPath=".patch"
 // +kubebuilder:validation:XValidation:rule="has(self.selector) == has(oldSelf.selector) && (!has(self.selector) || self.selector == oldSelf.selector)",message="selector is immutable: delete this SandboxUpdateOps and create a new one",fieldPath=".selector"
 // +kubebuilder:validation:XValidation:rule="has(self.patch) == has(oldSelf.patch) && (!has(self.patch) || self.patch == oldSelf.patch)",message="patch is immutable: delete this SandboxUpdateOps and create a new one",fieldPath=".patch"
 // +kubebuilder:validation:XValidation:rule="has(self.lifecycle) == has(oldSelf.lifecycle) && (!has(self.lifecycle) || self.lifecycle == oldSelf.lifecycle)",message="lifecycle is immutable: delete this SandboxUpdateOps and create a new one",fieldPath=".lifecycle"
 type SandboxUpdateOpsSpec struct {
+	// The schema leaves selector optional so that the CEL rule on the spec,
+	// not a bare "Required value", refuses an ops without one.
+
 	// Selector picks the sandboxes of this namespace to upgrade by label.
-	// {} selects every sandbox of the namespace; an omitted selector is
-	// defaulted to {} by the API server, so Go clients always see it set.
-	// Immutable.
+	// Required: an ops without one is refused, as upstream does; {} selects
+	// every sandbox of the namespace. Immutable.
 	// +optional
-	// +kubebuilder:default={}
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] ? (!has(e.values) || size(e.values) == 0) : true))",message="matchExpressions values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
@@ -59,9 +62,16 @@ type SandboxUpdateOpsSpec struct {
 	// +kubebuilder:default={}
 	UpdateStrategy SandboxUpdateOpsStrategy `json:"updateStrategy,omitzero"`
 
+	// The schema of patch.spec.containers[].image and
+	// initContainers[].image, which the CheckpointRestore rule above reads,
+	// is added to the CRD by hack/crd-overlays (controller-gen cannot
+	// declare fields inside a RawExtension); the rule follows
+	// upgrade.SetsImage.
+
 	// Patch is a Strategic Merge Patch applied to each selected sandbox's
 	// pod template ({metadata, spec}). It is kept byte for byte, so
-	// directives such as `$patch: delete` survive. Immutable.
+	// directives such as `$patch: delete` survive. Under CheckpointRestore
+	// it may not set a container or initContainer image. Immutable.
 	// +optional
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object

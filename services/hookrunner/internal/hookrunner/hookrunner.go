@@ -2,6 +2,7 @@ package hookrunner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -47,11 +49,17 @@ var (
 //  2. a resumed attempt that continues after PreUpgrade skips preUpgrade
 //     (the backup it made is kept);
 //  3. without a hook, pass the sandbox straight on;
-//  4. check the pod: preUpgrade runs only on the pod that existed when the
-//     upgrade began (by UID), postUpgrade only on the new, Ready pod;
-//  5. run the hook through the agent-runtime with its timeout (the consume
-//     loop keeps the message alive meanwhile);
-//  6. publish the next event, or `failed` with exit code and output tails.
+//  4. check the pod, by durable marks: preUpgrade runs only on the pod that
+//     existed when the upgrade began (by UID), never on one this attempt or
+//     the attempt it resumes built (a redelivered `patched` after the pod
+//     was replaced is skipped); postUpgrade only on the pod this attempt (or
+//     the one it resumes) built;
+//  5. the pod already carries this step's done mark for the attempt → the
+//     hook ran to success before a crash or a lost message: do not run it
+//     again, pass the sandbox on;
+//  6. run the hook through the agent-runtime with its timeout (the consume
+//     loop keeps the message alive meanwhile), then mark the pod done;
+//  7. publish the next event, or `failed` with exit code and output tails.
 func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	ev := msg.Event
 	d := ev.Data
@@ -74,7 +82,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		return err
 	}
-	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastStep(st, reason) {
+	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && upgrade.Past(reason, st.stage) {
 		logger.Info("skip: attempt already past this step", "reason", reason)
 		return nil
 	}
@@ -93,11 +101,19 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 
 	pod, reason := h.hookPod(ctx, sb, st, d)
 	if pod == nil {
-		if reason == "" {
+		switch reason {
+		case "":
 			logger.Info("skip preUpgrade: there is no old pod to run it on")
 			return h.publish(ctx, next)
+		case skipReplaced:
+			logger.Info("skip: the pod was already rebuilt by this attempt; preUpgrade is never run on it")
+			return nil
 		}
 		return h.fail(ctx, next, st, "hook execution error: "+reason, nil)
+	}
+	if pod.Annotations[upgrade.HookDoneAnnotation(st.stage)] == d.Attempt {
+		logger.Info("skip running the hook: the pod carries its done mark for this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
+		return h.publish(ctx, next)
 	}
 	if err := h.publish(ctx, events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage)}); err != nil {
 		return err
@@ -115,7 +131,35 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	code := res.ExitCode
 	next.Data.HookExitCode = &code
 	logger.Info("hook succeeded")
+	if err := h.markDone(ctx, pod, st, d.Attempt); err != nil {
+		return err
+	}
 	return h.publish(ctx, next)
+}
+
+// skipReplaced is hookPod's reason for a preUpgrade whose pod this attempt
+// already replaced: the attempt is past the step, nothing is reported.
+const skipReplaced = "pod already replaced by this attempt"
+
+// markDone records on the pod, with a UID precondition, that st's hook ran
+// to success for attempt, so a redelivery does not run it again.
+func (h *HookRunner) markDone(ctx context.Context, pod *corev1.Pod, st step, attempt string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID,
+		"annotations": map[string]string{upgrade.HookDoneAnnotation(st.stage): attempt},
+	}})
+	if err != nil {
+		return fmt.Errorf("encode done mark of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	_, err = h.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// The pod is gone or replaced: nobody can run the hook on it again.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mark %s done on pod %s/%s: %w", st.stage, pod.Namespace, pod.Name, err)
+	}
+	return nil
 }
 
 // hookPod returns the pod the hook may run on. A nil pod with an empty
@@ -132,10 +176,19 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 		return nil, fmt.Sprintf("get pod %s/%s: %v", sb.Namespace, sb.Name, err)
 	}
 	if st == preStep {
+		if upgrade.BuiltBy(pod, d.Attempt) {
+			return nil, skipReplaced
+		}
+		if upgrade.BuiltBy(pod, d.ResumedAttempt) {
+			return nil, fmt.Sprintf("pod %s (uid %s) was built by the failed attempt %s and holds no workspace to back up; preUpgrade was not run, so the backup that attempt made is kept", pod.Name, pod.UID, d.ResumedAttempt)
+		}
 		if d.OldPodUID == "" || pod.UID != d.OldPodUID {
 			return nil, fmt.Sprintf("preUpgrade must run on the pod that existed when the upgrade began (uid %s), but pod %s now has uid %s; it was not run", d.OldPodUID, pod.Name, pod.UID)
 		}
 		return pod, ""
+	}
+	if !upgrade.BuiltBy(pod, d.Attempt) && !upgrade.BuiltBy(pod, d.ResumedAttempt) {
+		return nil, fmt.Sprintf("postUpgrade runs only on the pod this upgrade built, but pod %s (uid %s) was not built by attempt %s; it was not run", pod.Name, pod.UID, d.Attempt)
 	}
 	if d.NewPodUID != "" && pod.UID != d.NewPodUID {
 		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s", d.NewPodUID, pod.Name, pod.UID)
@@ -195,18 +248,4 @@ func hookFor(sb *agentsv1alpha1.Sandbox, stage string) *agentsv1alpha1.UpgradeAc
 		return sb.Spec.Lifecycle.PreUpgrade
 	}
 	return sb.Spec.Lifecycle.PostUpgrade
-}
-
-// pastStep is true when the attempt's status shows it beyond st.
-func pastStep(st step, reason string) bool {
-	order := map[string]int{
-		agentsv1alpha1.UpgradingReasonPreUpgrade: 1, agentsv1alpha1.UpgradingReasonCheckpointing: 2,
-		agentsv1alpha1.UpgradingReasonUpgradePod: 3, agentsv1alpha1.UpgradingReasonPostUpgrade: 4,
-		agentsv1alpha1.UpgradingReasonSucceeded: 5,
-	}
-	cur, ok := order[reason]
-	if !ok {
-		return agentsv1alpha1.IsUpgradingFailedReason(reason)
-	}
-	return cur > order[st.stage]
 }

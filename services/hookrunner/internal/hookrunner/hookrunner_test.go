@@ -6,31 +6,6 @@ import (
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
-func TestPastStep(t *testing.T) {
-	cases := []struct {
-		name   string
-		step   step
-		reason string
-		want   bool
-	}{
-		{"pre at PreUpgrade", preStep, "PreUpgrade", false},
-		{"pre at UpgradePod", preStep, "UpgradePod", true},
-		{"pre after a failure", preStep, "PreUpgradeFailed", true},
-		{"post at UpgradePod", postStep, "UpgradePod", false},
-		{"post at PostUpgrade", postStep, "PostUpgrade", false},
-		{"post at Succeeded", postStep, "Succeeded", true},
-		{"post after its failure", postStep, "PostUpgradeFailed", true},
-		{"unknown reason", postStep, "Resuming", false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := pastStep(tc.step, tc.reason); got != tc.want {
-				t.Fatalf("pastStep(%s, %s) = %v, want %v", tc.step.stage, tc.reason, got, tc.want)
-			}
-		})
-	}
-}
-
 func TestHookFor(t *testing.T) {
 	pre := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"true"}}}
 	sb := &agentsv1alpha1.Sandbox{}

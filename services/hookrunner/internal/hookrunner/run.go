@@ -26,6 +26,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		h.publisher = ep.Publisher
-		return ep.Consume(ctx, h.Handle, events.WithWorkers(cfg.MaxHooks))
+		handle := events.FailOnLastDelivery(ep.Publisher, hookFailure, h.Handle)
+		return ep.Consume(ctx, handle, events.WithWorkers(cfg.MaxHooks))
 	})
+}
+
+// hookFailure files an event the hookrunner could not handle under the
+// step it starts: patched → PreUpgrade, pod-ready → PostUpgrade.
+func hookFailure(ev events.Event) (events.StageFailure, bool) {
+	switch ev.Type {
+	case events.TypePatched:
+		return events.StageFailure{Stage: preStep.stage, Reason: preStep.failReason}, true
+	case events.TypePodReady:
+		return events.StageFailure{Stage: postStep.stage, Reason: postStep.failReason}, true
+	}
+	return events.StageFailure{}, false
 }

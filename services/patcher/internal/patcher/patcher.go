@@ -30,15 +30,19 @@ type Patcher struct {
 //  1. load the sandbox and the ops; skip if either is gone or the sandbox is
 //     no longer claimed by this ops (a stale event); a direct upgrade (no
 //     ops) keeps the template the user wrote;
-//  2. skip if this attempt already went past patching;
-//  3. apply the ops patch to the template (strategic merge on raw bytes); an
-//     invalid patch fails the sandbox with a message and touches nothing;
-//  4. write template, lifecycle and upgradePolicy in one update carrying the
-//     resourceVersion read (nothing is written when nothing changes);
-//  5. publish `patched` with the target revision and the pod that exists now
-//     (and the stage a resumed attempt continues from); a resume at
-//     PostUpgrade whose pod already runs the target revision goes straight
-//     to `pod-ready`, so the pod is not recreated.
+//  2. skip if this attempt already went past PreUpgrade (by its status, or
+//     by a pod this attempt built: durable proof that survives a lagging
+//     status);
+//  3. apply the ops patch to the template (strategic merge on raw bytes); a
+//     patch that fails on this sandbox's template fails it as
+//     PreUpgradeFailed (the stage the patch belongs to) and touches nothing;
+//  4. write template and lifecycle in one update carrying the
+//     resourceVersion read (nothing is written when nothing changes;
+//     spec.upgradePolicy is left as the user set it);
+//  5. publish `patched` with the target revision and the pod that exists now;
+//     a resumed attempt continues from upgrade.ResumeAt (never skipping a
+//     backup the original pod can still give), straight to `pod-ready` when
+//     it resumes at PostUpgrade.
 func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	ev := msg.Event
 	d := ev.Data
@@ -55,8 +59,16 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		return err
 	}
-	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastPatching(reason) {
-		logger.Info("skip: attempt already past patching", "reason", reason)
+	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonPreUpgrade) {
+		logger.Info("skip: attempt already past PreUpgrade", "reason", reason)
+		return nil
+	}
+	pod, err := p.currentPod(ctx, sb)
+	if err != nil {
+		return err
+	}
+	if upgrade.BuiltBy(pod, d.Attempt) {
+		logger.Info("skip: the pod was already rebuilt by this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
 		return nil
 	}
 	target := sb.Spec.Template
@@ -77,7 +89,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
-			return p.fail(ctx, ev, fmt.Sprintf("invalid patch in SandboxUpdateOps %s: %v; the sandbox was not changed: delete the ops and create one with a valid spec.patch", ops.Name, err))
+			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
 		if err := p.writeSpec(ctx, sb, ops, target); err != nil {
 			return err
@@ -87,24 +99,20 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	if err != nil {
 		return events.Permanent(fmt.Errorf("revision of patched template of %s: %w", ev.SandboxKey(), err))
 	}
-	pod, err := p.currentPod(ctx, sb)
-	if err != nil {
-		return err
+	stage := ""
+	if d.ResumedReason != "" {
+		stage = upgrade.ResumeAt(d.ResumedReason, d.ResumedAttempt, pod, revision)
+		logger.Info("resuming a failed attempt", "failedAttempt", d.ResumedAttempt, "failedReason", d.ResumedReason, "from", stage)
 	}
-	resume := d.Stage
-	if resume == agentsv1alpha1.UpgradingReasonPostUpgrade {
-		if pod != nil && pod.DeletionTimestamp == nil && pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision && podReady(pod) {
-			logger.Info("resume at PostUpgrade: the pod already runs the target revision")
-			return p.publish(ctx, ev, events.TypePodReady, func(out *events.Data) {
-				out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
-				out.TargetRevision = revision
-				out.NewPodUID = pod.UID
-			})
-		}
-		resume = agentsv1alpha1.UpgradingReasonUpgradePod
+	if stage == agentsv1alpha1.UpgradingReasonPostUpgrade {
+		return p.publish(ctx, ev, events.TypePodReady, func(out *events.Data) {
+			out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+			out.TargetRevision = revision
+			out.NewPodUID = pod.UID
+		})
 	}
 	return p.publish(ctx, ev, events.TypePatched, func(out *events.Data) {
-		out.Stage = resume
+		out.Stage = stage
 		out.TargetRevision = revision
 		if pod != nil {
 			out.OldPodUID = pod.UID
@@ -112,28 +120,19 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	})
 }
 
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// writeSpec updates template, lifecycle and upgradePolicy if they differ.
+// writeSpec updates template and lifecycle if they differ. spec.upgradePolicy
+// is not written: an ops does not need it, and a policy left behind would
+// make a later template edit recreate the pod by surprise; one the user set
+// stays as it is.
 func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec) error {
-	policy := &agentsv1alpha1.SandboxUpgradePolicy{Type: ops.Spec.UpdateStrategy.EffectiveType()}
 	if equality.Semantic.DeepEqual(sb.Spec.Template, target) &&
-		equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) &&
-		equality.Semantic.DeepEqual(sb.Spec.UpgradePolicy, policy) {
+		equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
 		return nil
 	}
 	updated := sb.DeepCopy()
 	updated.Spec.Template = target
 	updated.Spec.Lifecycle = ops.Spec.Lifecycle.DeepCopy()
-	updated.Spec.UpgradePolicy = policy
 	_, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("update sandbox %s/%s: changed since read, will retry: %w", sb.Namespace, sb.Name, err)
@@ -156,11 +155,13 @@ func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*
 	return pod, nil
 }
 
+// fail files a failure of the patch under PreUpgrade, the stage the patch is
+// written in, so a new attempt resumes before the backup.
 func (p *Patcher) fail(ctx context.Context, in events.Event, message string) error {
 	klog.FromContext(ctx).Info("sandbox failed", "message", message)
 	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
-		out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
-		out.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
+		out.Stage = agentsv1alpha1.UpgradingReasonPreUpgrade
+		out.Reason = agentsv1alpha1.UpgradingReasonPreUpgradeFailed
 		out.Message = agentsv1alpha1.TruncateConditionMessage(message)
 	})
 }
@@ -181,20 +182,11 @@ func (p *Patcher) failCheckpoint(ctx context.Context, in events.Event, ops *agen
 }
 
 func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill func(*events.Data)) error {
-	out := events.Event{Type: typ, Data: events.Data{Ops: in.Data.Ops, Sandbox: in.Data.Sandbox, Attempt: in.Data.Attempt}}
+	out := events.Event{Type: typ, Data: events.Data{Ops: in.Data.Ops, Sandbox: in.Data.Sandbox, Attempt: in.Data.Attempt,
+		ResumedAttempt: in.Data.ResumedAttempt, ResumedReason: in.Data.ResumedReason, Redrive: in.Data.Redrive}}
 	fill(&out.Data)
 	if err := p.publisher.Publish(ctx, out); err != nil {
 		return fmt.Errorf("publish %s for %s: %w", typ, in.SandboxKey(), err)
 	}
 	return nil
-}
-
-// pastPatching is true for reasons that come after the patch was written.
-func pastPatching(reason string) bool {
-	switch reason {
-	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonPostUpgrade,
-		agentsv1alpha1.UpgradingReasonPostUpgradeFailed, agentsv1alpha1.UpgradingReasonSucceeded:
-		return true
-	}
-	return false
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+
 	"molt.dev/pkg/events"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 	informers "molt.dev/pkg/generated/informers/externalversions"
@@ -45,6 +47,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		p.publisher = ep.Publisher
 		factory.WaitForCacheSync(ctx.Done())
-		return ep.Consume(ctx, p.Handle, events.WithWorkers(cfg.Workers))
+		handle := events.FailOnLastDelivery(ep.Publisher, patchFailure, p.Handle)
+		return ep.Consume(ctx, handle, events.WithWorkers(cfg.Workers))
 	})
+}
+
+// patchFailure files a `requested` that could not be handled under
+// PreUpgrade, the stage the patch is written in.
+func patchFailure(ev events.Event) (events.StageFailure, bool) {
+	if ev.Type != events.TypeRequested {
+		return events.StageFailure{}, false
+	}
+	return events.StageFailure{Stage: agentsv1alpha1.UpgradingReasonPreUpgrade, Reason: agentsv1alpha1.UpgradingReasonPreUpgradeFailed}, true
 }

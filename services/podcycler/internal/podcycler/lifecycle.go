@@ -35,6 +35,9 @@ type cycler struct {
 	// reported remembers, per sandbox, the last outcome published for a pod
 	// ("<pod uid>/<event type>") so informer updates do not publish it again.
 	reported sync.Map
+	// redrives remembers, per sandbox, the watchdog's last re-drive number seen on
+	// prehook-done, so the outcome published again carries it (a new message id).
+	redrives sync.Map
 
 	readyTimeout time.Duration
 	now          func() time.Time
@@ -115,7 +118,13 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 //   - the attempt is in UpgradePod → the pod that stage builds (target revision, the
 //     attempt's annotations), as the handler would, so a handler racing in another
 //     replica finds it and adopts it instead of creating a second one;
+//   - the attempt ended failed → a pod carrying that attempt (it is a new pod with an
+//     empty workspace: a new attempt that resumes this one never backs it up over the
+//     good backup, upgrade.ResumeAt);
 //   - otherwise → a plain pod from spec.template.
+//
+// Before it creates a pod it gives a sandbox without a runtime-access-token annotation a
+// random one (ensureAccessToken): the agent-runtime refuses every call without it.
 func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) error {
 	logger := klog.FromContext(ctx)
 	if c.inFlight.has(key) {
@@ -128,13 +137,23 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
 		return nil
 	}
+	wrote, err := ensureAccessToken(ctx, c.agents, sb)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		logger.V(2).Info("Wrote access token of the agent-runtime")
+	}
 	revision, err := upgrade.Revision(sb.Spec.Template)
 	if err != nil {
 		return fmt.Errorf("hash template of sandbox %s: %w", key, err)
 	}
 	pod, why := buildPod(sb, revision, "", ""), reasonLifecycle
-	if reason == agentsv1alpha1.UpgradingReasonUpgradePod {
+	switch {
+	case reason == agentsv1alpha1.UpgradingReasonUpgradePod:
 		pod, why = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps]), reasonUpgrade
+	case agentsv1alpha1.IsUpgradingFailedReason(reason):
+		pod = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps])
 	}
 	created, err := c.createPod(ctx, pod, why)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {

@@ -94,7 +94,8 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 			done <- nil
 			return
 		}
-		done <- endpoint.Consume(ctx, c.handlePreHookDone, events.WithWorkers(cfg.Workers))
+		handle := events.FailOnLastDelivery(endpoint.Publisher, upgradePodFailure, c.handlePreHookDone)
+		done <- endpoint.Consume(ctx, handle, events.WithWorkers(cfg.Workers))
 	}()
 	first := <-done
 	cancel()

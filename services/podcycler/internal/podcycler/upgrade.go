@@ -3,7 +3,6 @@ package podcycler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,21 +28,25 @@ const (
 )
 
 // handlePreHookDone replaces a sandbox's pod with one built from its patched template (see
-// replacePod). An error on the last allowed delivery is reported as failed
-// (UpgradePodFailed) instead, so the upgrade ends visibly rather than hanging.
+// replacePod). A re-driven prehook-done (the watchdog found the stage stalled) also makes
+// the readiness wait report the pod's outcome again, under the re-drive's message ids.
 func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) error {
-	err := c.replacePod(ctx, msg.Event)
-	if err == nil || errors.Is(err, context.Canceled) || !msg.LastDelivery() {
-		return err
+	if r := msg.Event.Data.Redrive; r > 0 {
+		key := msg.Event.SandboxKey()
+		c.redrives.Store(key, r)
+		c.reported.Delete(key)
+		c.ctl.EnqueueKey(key)
 	}
-	d := stageData(msg.Event.Data)
-	d.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
-	d.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s not replaced: %v", d.Sandbox.Name, err))
-	if perr := c.publisher.Publish(ctx, events.Event{Type: events.TypeFailed, Data: d}); perr != nil {
-		return errors.Join(err, fmt.Errorf("report failed replacement of pod %s: %w", d.Sandbox.Name, perr))
+	return c.replacePod(ctx, msg.Event)
+}
+
+// upgradePodFailure files a prehook-done podcycler could not handle on its last delivery
+// under UpgradePod (see events.FailOnLastDelivery).
+func upgradePodFailure(ev events.Event) (events.StageFailure, bool) {
+	if ev.Type != events.TypePreHookDone {
+		return events.StageFailure{}, false
 	}
-	klog.FromContext(ctx).Info("Gave up replacing pod", "err", err)
-	return nil
+	return events.StageFailure{Stage: agentsv1alpha1.UpgradingReasonUpgradePod, Reason: agentsv1alpha1.UpgradingReasonUpgradePodFailed}, true
 }
 
 // replacePod is the UpgradePod stage's checklist:
@@ -54,9 +57,14 @@ func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) err
 //  3. the pod of this attempt already exists (target revision, and this attempt's
 //     annotation or not the old pod) → skip to the wait, adopting it if another writer
 //     created it;
-//  4. publish stage-started UpgradePod;
-//  5. delete the old pod with a UID precondition and wait until its name is free;
-//  6. create the new pod: target revision, this attempt.
+//  4. a pod of that name that the sandbox does not control is not molt's: fail
+//     (UpgradePodFailed), touching nothing;
+//  5. validate before destroying: the new pod must pass a server-side dry-run create; a
+//     refusal fails the sandbox (UpgradePodFailed, the server's words) and the old pod
+//     keeps running;
+//  6. publish stage-started UpgradePod;
+//  7. delete the old pod with a UID precondition and wait until its name is free;
+//  8. create the new pod: target revision, this attempt.
 //
 // The wait for Ready is finished by the Pod informer (watchUpgradedPod).
 func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
@@ -81,7 +89,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		logger.Info("Skip: sandbox has no inline template to build a pod from")
 		return nil
 	}
-	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && pastUpgradePod[reason] {
+	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonUpgradePod) {
 		logger.Info("Skip: attempt already past UpgradePod", "reason", reason)
 		return nil
 	}
@@ -103,6 +111,19 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		logger.Info("Skip: pod already replaced, waiting for it", "pod", klog.KObj(old), "uid", old.UID)
 		return c.adopt(ctx, old, d)
 	}
+	if old != nil && !ownedBy(old, sb.UID) {
+		return c.failStage(ctx, d, fmt.Sprintf("pod %s/%s (uid %s) is not controlled by sandbox %s (uid %s), so molt does not delete it; the sandbox was not changed: delete or rename that pod, then create a new SandboxUpdateOps to resume",
+			ns, name, old.UID, name, sb.UID))
+	}
+	pod := buildPod(sb, target, d.Attempt, d.Ops.Name)
+	if old != nil && old.DeletionTimestamp == nil {
+		if refused, err := c.dryRunCreate(ctx, pod); err != nil {
+			return err
+		} else if refused != "" {
+			return c.failStage(ctx, d, fmt.Sprintf("the API server refuses the new pod of sandbox %s: %s; the old pod (uid %s) was not deleted and keeps running: fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume",
+				key, refused, old.UID))
+		}
+	}
 
 	started := events.Event{Type: events.TypeStageStarted, Data: stageData(d)}
 	started.Data.TargetRevision = target
@@ -122,7 +143,10 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		}
 	}
 
-	created, err := c.createPod(ctx, buildPod(sb, target, d.Attempt, d.Ops.Name), reasonUpgrade)
+	created, err := c.createPod(ctx, pod, reasonUpgrade)
+	if refused := refusal(err); refused != "" {
+		return c.failStage(ctx, d, fmt.Sprintf("the API server refused the new pod of sandbox %s: %s; fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume", key, refused))
+	}
 	if err != nil {
 		return err
 	}
@@ -143,6 +167,47 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	return events.Retry(fmt.Errorf("create pod %s/%s: name still taken", ns, name), nameTakenRetry)
 }
 
+// failStage ends the attempt in UpgradePodFailed with message.
+func (c *cycler) failStage(ctx context.Context, in events.Data, message string) error {
+	d := stageData(in)
+	d.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
+	d.Message = agentsv1alpha1.TruncateConditionMessage(message)
+	if err := c.publisher.Publish(ctx, events.Event{Type: events.TypeFailed, Data: d}); err != nil {
+		return fmt.Errorf("report failed UpgradePod of sandbox %s/%s: %w", d.Sandbox.Namespace, d.Sandbox.Name, err)
+	}
+	klog.FromContext(ctx).Info("UpgradePod failed", "message", d.Message)
+	return nil
+}
+
+// dryRunCreate asks the API server whether it would accept pod (server-side dry run,
+// under a generated name, since the pod's own name is still taken by the old pod). It
+// returns the server's words when it refuses the pod for good (Invalid, Forbidden, a bad
+// request), and an error for anything a retry may fix.
+func (c *cycler) dryRunCreate(ctx context.Context, pod *corev1.Pod) (refused string, err error) {
+	probe := pod.DeepCopy()
+	probe.GenerateName, probe.Name = pod.Name+"-", ""
+	_, err = c.kube.CoreV1().Pods(pod.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if r := refusal(err); r != "" {
+		return r, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("dry-run create of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return "", nil
+}
+
+// refusal returns the API server's message when err refuses an object for good (Invalid,
+// Forbidden, BadRequest, RequestEntityTooLarge), "" otherwise.
+func refusal(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err):
+		return err.Error()
+	}
+	return ""
+}
+
 // stageData is what podcycler's events about the UpgradePod stage carry from the
 // prehook-done that started it.
 func stageData(in events.Data) events.Data {
@@ -153,6 +218,9 @@ func stageData(in events.Data) events.Data {
 		Stage:          agentsv1alpha1.UpgradingReasonUpgradePod,
 		TargetRevision: in.TargetRevision,
 		OldPodUID:      in.OldPodUID,
+		ResumedAttempt: in.ResumedAttempt,
+		ResumedReason:  in.ResumedReason,
+		Redrive:        in.Redrive,
 	}
 }
 

@@ -13,15 +13,6 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// pastUpgradePod are the Upgrading reasons after which an attempt's pod is no longer
-// watched: the wait already ended, and statusagg has recorded how.
-var pastUpgradePod = map[string]bool{
-	agentsv1alpha1.UpgradingReasonUpgradePodFailed:  true,
-	agentsv1alpha1.UpgradingReasonPostUpgrade:       true,
-	agentsv1alpha1.UpgradingReasonPostUpgradeFailed: true,
-	agentsv1alpha1.UpgradingReasonSucceeded:         true,
-}
-
 // watchUpgradedPod finishes the UpgradePod stage from the Pod informer, so no worker blocks
 // while a pod starts:
 //
@@ -46,7 +37,7 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 		logger.V(4).Info("Skip: sandbox no longer belongs to the ops that created its pod", "currentOps", current)
 		return nil
 	}
-	if reason, ok := upgrade.ReasonFor(sb, attempt); ok && pastUpgradePod[reason] {
+	if reason, ok := upgrade.ReasonFor(sb, attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonUpgradePod) {
 		logger.V(4).Info("Skip: attempt already past UpgradePod", "reason", reason)
 		return nil
 	}
@@ -58,6 +49,9 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 		Stage:          agentsv1alpha1.UpgradingReasonUpgradePod,
 		TargetRevision: pod.Labels[agentsv1alpha1.LabelPodTemplateHash],
 		NewPodUID:      pod.UID,
+	}
+	if r, ok := c.redrives.Load(key); ok {
+		data.Redrive = r.(int)
 	}
 	if opsName != "" {
 		data.Ops = events.OpsRef{Name: opsName, UID: types.UID(attempt)}

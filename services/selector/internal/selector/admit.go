@@ -15,12 +15,13 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// admit starts the candidates that fit in the budget, in name order: for
-// each, label it with the ops (against the resourceVersion the decision was
-// made on; a conflict requeues the ops), then publish `requested`.
-func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) error {
+// admit starts the candidates that fit in the budget (Selection.ToAdmit),
+// in name order: for each, label it with the ops (against the
+// resourceVersion the decision was made on; a conflict requeues the ops),
+// then publish `requested`.
+func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, toAdmit []upgrade.Candidate) error {
 	attempt := string(ops.UID)
-	for _, c := range sel.ToAdmit() {
+	for _, c := range toAdmit {
 		sb := c.Sandbox
 		logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb))
 		patch := metaPatch{Metadata: metaFields{
@@ -30,8 +31,12 @@ func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 				agentsv1alpha1.LabelUpgradeFailed: nil,
 			},
 		}}
+		patch.Metadata.Annotations = map[string]*string{}
 		if sb.Status.Phase == agentsv1alpha1.SandboxPaused {
-			patch.Metadata.Annotations = map[string]*string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: ptr("true")}
+			patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
+		}
+		if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
+			patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason))
 		}
 		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		if apierrors.IsNotFound(err) {
@@ -95,10 +100,13 @@ func (s *Selector) publishRequested(ctx context.Context, ops *agentsv1alpha1.San
 			Attempt: string(ops.UID),
 		},
 	}
-	// A sandbox left failed by an earlier attempt continues from the failed
-	// step; its status still shows that attempt until statusagg sees this one.
+	// A sandbox left failed by an earlier attempt continues it; its status
+	// still shows that attempt until statusagg sees this one. The patcher
+	// decides where, from the table and the pod (upgrade.ResumeAt).
 	if upgrade.CurrentAttempt(sb) != string(ops.UID) {
-		ev.Data.Stage = upgrade.ResumeStage(sb)
+		if failed, reason, ok := upgrade.FailedAttempt(sb); ok {
+			ev.Data.ResumedAttempt, ev.Data.ResumedReason = failed, reason
+		}
 	}
 	if err := s.publisher.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("request upgrade of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)

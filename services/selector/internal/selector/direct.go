@@ -21,7 +21,9 @@ import (
 )
 
 // DirectAttemptPrefix starts the attempt id of an upgrade without an ops:
-// "direct-<target revision>", so one template change is one attempt.
+// "direct-<target revision>-<sandbox generation>", so one template change is
+// one attempt, and a template changed back (A→B→A) is a new attempt with an
+// id of its own (its events are not dropped as duplicates of the first).
 const DirectAttemptPrefix = "direct-"
 
 // direct admits sandboxes that carry spec.upgradePolicy and whose template
@@ -99,21 +101,33 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision {
 		return nil
 	}
-	next := DirectAttemptPrefix + revision
+	next := fmt.Sprintf("%s%s-%d", DirectAttemptPrefix, revision, sb.Generation)
 	if attempt == next {
 		return nil // this revision already ran (and failed, or is finishing)
 	}
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
-	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
-		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion, Labels: map[string]*string{agentsv1alpha1.LabelUpdateOps: nil}}}
+	failed, failedReason, resumes := upgrade.FailedAttempt(sb)
+	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || resumes {
+		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion}}
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
+			patch.Metadata.Labels = map[string]*string{agentsv1alpha1.LabelUpdateOps: nil}
+		}
+		if resumes {
+			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason))}
+		}
 		if _, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("remove finished ops label from sandbox %s: %w", key, err)
+			return fmt.Errorf("prepare sandbox %s for a direct upgrade: %w", key, err)
 		}
 	}
 	ev := events.Event{Type: events.TypeRequested, Data: events.Data{
 		Sandbox: events.SandboxRef{Namespace: ns, Name: name, UID: sb.UID},
 		Attempt: next,
 	}}
+	// A direct attempt that failed is continued, not restarted: the pod it
+	// built is never backed up over the good backup (upgrade.ResumeAt).
+	if resumes {
+		ev.Data.ResumedAttempt, ev.Data.ResumedReason = failed, failedReason
+	}
 	if err := d.publisher.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("request direct upgrade of sandbox %s: %w", key, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +13,12 @@ import (
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
+
+// releaseRecheck is how often a deleted ops whose sandboxes still finish
+// their attempt is looked at again (their status changes requeue it too).
+const releaseRecheck = 2 * time.Second
 
 // ensureFinalizer adds the protection finalizer to ops if it is missing, so
 // the ops cannot vanish before its labels are removed.
@@ -28,13 +34,17 @@ func (s *Selector) ensureFinalizer(ctx context.Context, ops *agentsv1alpha1.Sand
 	return nil
 }
 
-// release runs when ops is being deleted: it removes the ops label and the
-// resume-trigger annotation from every sandbox the ops claimed, then the
-// finalizer. The claimed sandboxes are listed from the API server, not the
-// cache, so a label written just before the delete is not missed; each
-// patch carries the listed resourceVersion, so a sandbox claimed meanwhile
-// by another ops is not stripped (conflict → requeue). Sandboxes mid-upgrade
-// keep their status: they finish or stay failed visibly.
+// release runs when ops is being deleted. Deleting an ops strands nothing:
+//  1. list the sandboxes it claimed from the API server, not the cache, so a
+//     label written just before the delete is not missed;
+//  2. a sandbox whose attempt is in a stage keeps its label, so every stage
+//     goes on driving it to Succeeded or a failed reason (the watchdog bounds
+//     how long); the ops is looked at again shortly;
+//  3. every other one loses the ops label and the resume-trigger annotation,
+//     each patch carrying the listed resourceVersion, so a sandbox whose
+//     status moved meanwhile (or that another ops claimed) is not stripped
+//     (conflict → requeue). A failed one stays failed: a new ops resumes it;
+//  4. once none is left, the finalizer goes and the delete completes.
 func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps) error {
 	logger := klog.FromContext(ctx)
 	if !slices.Contains(ops.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection) {
@@ -46,8 +56,13 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 	if err != nil {
 		return fmt.Errorf("list sandboxes claimed by ops %s/%s: %w", ops.Namespace, ops.Name, err)
 	}
+	finishing := 0
 	for i := range list.Items {
 		sb := &list.Items[i]
+		if reason, ok := upgrade.ReasonFor(sb, string(ops.UID)); ok && upgrade.InProgress(reason) {
+			finishing++
+			continue
+		}
 		patch := metaPatch{Metadata: metaFields{
 			ResourceVersion: sb.ResourceVersion,
 			Labels:          map[string]*string{agentsv1alpha1.LabelUpdateOps: nil},
@@ -56,10 +71,18 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			patch.Metadata.Annotations = map[string]*string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil}
 		}
 		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("release sandbox %s/%s from ops %s: it changed since listed, will look again: %w", sb.Namespace, sb.Name, ops.Name, err)
+		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("release sandbox %s/%s from ops %s: %w", sb.Namespace, sb.Name, ops.Name, err)
 		}
 		logger.V(2).Info("Released sandbox", "sandbox", klog.KObj(sb))
+	}
+	if finishing > 0 {
+		logger.Info("Ops is being deleted: waiting for its sandboxes to finish their attempt", "finishing", finishing)
+		s.enqueueAfter(ops.Namespace+"/"+ops.Name, releaseRecheck)
+		return nil
 	}
 	s.inflight.forgetAttempt(string(ops.UID))
 

@@ -29,12 +29,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		if _, err := events.EnsureStream(ctx, rt.JetStream, events.StreamConfig{}); err != nil {
-			return err
-		}
 		metrics, err := events.NewMetrics(rt.Registry)
 		if err != nil {
 			return fmt.Errorf("register event metrics: %w", err)
+		}
+		if _, err := events.EnsureStream(ctx, rt.JetStream, events.StreamConfig{Metrics: metrics}); err != nil {
+			return err
 		}
 		pub, err := events.NewPublisher(rt.JetStream, Source, metrics)
 		if err != nil {
@@ -58,6 +58,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 
 	s := &Selector{
 		client:         client,
+		kube:           kube,
 		opsLister:      opsInformer.Lister(),
 		sandboxLister:  sandboxInformer.Lister(),
 		publisher:      pub,

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -23,6 +24,7 @@ import (
 // (never status: statusagg owns it) and publishes `requested`.
 type Selector struct {
 	client         versioned.Interface
+	kube           kubernetes.Interface
 	opsLister      listers.SandboxUpdateOpsLister
 	sandboxLister  listers.SandboxLister
 	publisher      *events.Publisher
@@ -72,7 +74,11 @@ func (s *Selector) namespaceHandler(enqueue func(key string)) cache.ResourceEven
 //  7. republish `requested` for admitted sandboxes whose status does not
 //     show the attempt (a crash between label and publish);
 //  8. paused → admit nothing new;
-//  9. admit up to maxUnavailable − (updating + failed): label, then publish.
+//  9. before the first admission, check that the patch can work at all
+//     (checkPatch); one that cannot is recorded on the ops and nothing is
+//     admitted (statusagg fails the ops with InvalidPatch);
+//
+// 10. admit up to maxUnavailable − (updating + failed): label, then publish.
 func (s *Selector) sync(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -135,7 +141,14 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		logger.V(4).Info("Skip admission: ops is paused")
 		return nil
 	}
-	return s.admit(ctx, ops, sel)
+	toAdmit := sel.ToAdmit()
+	if len(toAdmit) == 0 {
+		return nil
+	}
+	if problem, err := s.checkPatch(ctx, ops, toAdmit[0].Sandbox); err != nil || problem != "" {
+		return err
+	}
+	return s.admit(ctx, ops, toAdmit)
 }
 
 func activeName(o *agentsv1alpha1.SandboxUpdateOps) string {

@@ -3,6 +3,7 @@ package statusagg
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"molt.dev/pkg/service"
 )
@@ -18,6 +19,12 @@ const (
 	DefaultSandboxWorkers = 4
 	DefaultOpsWorkers     = 2
 	DefaultEventWorkers   = 8
+
+	DefaultPatchTimeout     = 30 * time.Second
+	DefaultHookMargin       = 30 * time.Second
+	DefaultPodReadyTimeout  = 5 * time.Minute
+	DefaultRedrives         = 2
+	DefaultWatchdogInterval = 5 * time.Second
 )
 
 // Config is everything statusagg needs to run.
@@ -30,6 +37,10 @@ type Config struct {
 	OpsWorkers int
 	// EventWorkers is how many events (of different sandboxes) are handled at once.
 	EventWorkers int
+
+	// Deadlines bound every stage; the watchdog re-drives or fails what
+	// passes them.
+	Deadlines Deadlines
 
 	// LeaderElection makes replicas elect one writer of status, Events and
 	// metrics (Lease LeaseName).
@@ -46,6 +57,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"SandboxUpdateOps statuses recomputed at once (env MOLT_STATUSAGG_OPS_WORKERS)")
 	fs.IntVar(&c.EventWorkers, "event-workers", c.Env.Int("MOLT_STATUSAGG_EVENT_WORKERS", DefaultEventWorkers),
 		"events of different sandboxes handled at once (env MOLT_STATUSAGG_EVENT_WORKERS)")
+	d := &c.Deadlines
+	fs.DurationVar(&d.Patch, "patch-timeout", c.Env.Duration("MOLT_PATCH_TIMEOUT", DefaultPatchTimeout),
+		"time the patcher's part of PreUpgrade may take before the watchdog calls it stalled (env MOLT_PATCH_TIMEOUT)")
+	fs.DurationVar(&d.HookMargin, "hook-margin", c.Env.Duration("MOLT_HOOK_MARGIN", DefaultHookMargin),
+		"added to a hook's timeoutSeconds and to --pod-ready-timeout before a stage is stalled (env MOLT_HOOK_MARGIN)")
+	fs.DurationVar(&d.PodReady, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
+		"podcycler's --pod-ready-timeout: the UpgradePod stage's deadline before the margin (env MOLT_POD_READY_TIMEOUT)")
+	fs.IntVar(&d.Redrives, "redrives", c.Env.Int("MOLT_REDRIVES", DefaultRedrives),
+		"times a stalled stage is re-driven before it fails (env MOLT_REDRIVES)")
+	fs.DurationVar(&d.Interval, "watchdog-interval", c.Env.Duration("MOLT_WATCHDOG_INTERVAL", DefaultWatchdogInterval),
+		"how often the watchdog looks for stalled stages (env MOLT_WATCHDOG_INTERVAL)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
@@ -63,6 +85,37 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --ops-workers=%d: must be greater than 0", c.OpsWorkers)
 	case c.EventWorkers <= 0:
 		return fmt.Errorf("flag --event-workers=%d: must be greater than 0", c.EventWorkers)
+	case c.Deadlines.Patch < 0:
+		return fmt.Errorf("flag --patch-timeout=%s: must not be negative", c.Deadlines.Patch)
+	case c.Deadlines.HookMargin < 0:
+		return fmt.Errorf("flag --hook-margin=%s: must not be negative", c.Deadlines.HookMargin)
+	case c.Deadlines.PodReady < 0:
+		return fmt.Errorf("flag --pod-ready-timeout=%s: must not be negative", c.Deadlines.PodReady)
+	case c.Deadlines.Redrives < 0:
+		return fmt.Errorf("flag --redrives=%d: must not be negative", c.Deadlines.Redrives)
+	case c.Deadlines.Interval < 0:
+		return fmt.Errorf("flag --watchdog-interval=%s: must not be negative", c.Deadlines.Interval)
 	}
 	return nil
+}
+
+// orDefaults returns d with every zero field set to its default (a Config
+// built in code, as tests do, need not name them all).
+func (d Deadlines) orDefaults() Deadlines {
+	if d.Patch == 0 {
+		d.Patch = DefaultPatchTimeout
+	}
+	if d.HookMargin == 0 {
+		d.HookMargin = DefaultHookMargin
+	}
+	if d.PodReady == 0 {
+		d.PodReady = DefaultPodReadyTimeout
+	}
+	if d.Redrives == 0 {
+		d.Redrives = DefaultRedrives
+	}
+	if d.Interval == 0 {
+		d.Interval = DefaultWatchdogInterval
+	}
+	return d
 }

@@ -37,7 +37,12 @@ type outcome struct {
 //     for an attempt's start, success or failure — only after the write;
 //  4. enqueue the namespace's ops, whose counters may have moved.
 func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
-	ev := msg.Event
+	return s.apply(ctx, msg.Event)
+}
+
+// apply records ev as handleEvent does; the watchdog calls it directly with
+// the failure it decides, so a stalled attempt ends even without a stream.
+func (s *server) apply(ctx context.Context, ev events.Event) error {
 	logger := klog.FromContext(ctx)
 	var out outcome
 	var err error
@@ -101,7 +106,7 @@ func (s *server) recordEvent(ctx context.Context, ev events.Event, fresh bool) (
 	}
 
 	upd := sb.DeepCopy()
-	recordTransition(&upd.Status.Conditions, tr, sb.Generation)
+	recordTransition(&upd.Status.Conditions, tr, sb.Generation, metav1.Now())
 	upd.Status = desiredSandboxStatus(upd, s.podOf(sb))
 	if equality.Semantic.DeepEqual(sb.Status, upd.Status) {
 		return outcome{skip: "status already records " + tr.To}, nil
@@ -149,7 +154,9 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	}
 	switch {
 	case agentsv1alpha1.IsUpgradingFailedReason(tr.To):
-		s.recorder.Eventf(sb, corev1.EventTypeWarning, EventUpgradeFailed, "%s: %s", tr.To, tr.Message)
+		// The failed reason is the Event's reason, as upstream's, so alerts on
+		// reason=UpgradePodFailed keep working.
+		s.recorder.Eventf(sb, corev1.EventTypeWarning, tr.To, "upgrade by %s failed in %s: %s", by, upgrade.StageOfFailure(tr.To), tr.Message)
 	case tr.To == agentsv1alpha1.UpgradingReasonSucceeded:
 		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade by %s succeeded (attempt %s)", by, tr.Attempt)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -34,9 +35,19 @@ const (
 	EventUpgradeStarted = "UpgradeStarted"
 	// EventUpgradeSucceeded: a sandbox's attempt reached Succeeded.
 	EventUpgradeSucceeded = "UpgradeSucceeded"
-	// EventUpgradeFailed (Warning): a sandbox's attempt ended in a failure
-	// reason; the message is the failure's.
-	EventUpgradeFailed = "UpgradeFailed"
+	// A sandbox's attempt that ends in a failure is announced by a Warning
+	// Event whose reason is the failed reason itself (PreUpgradeFailed,
+	// UpgradePodFailed, ...), as upstream's is; the message is the failure's.
+
+	// EventOpsInvalidPatch (Warning): the ops's patch cannot work; the ops
+	// failed before touching any sandbox.
+	EventOpsInvalidPatch = "InvalidPatch"
+	// EventSandboxDeletedDuringUpgrade (Warning, on the ops): a sandbox the
+	// ops was upgrading was deleted mid-attempt.
+	EventSandboxDeletedDuringUpgrade = "SandboxDeletedDuringUpgrade"
+	// EventStageStalled (Warning, on the sandbox): the watchdog found a stage
+	// without progress past its deadline and re-drove it.
+	EventStageStalled = "StageStalled"
 )
 
 // newRecorder starts an Event broadcaster writing to the API server; stop
@@ -55,6 +66,9 @@ func opsPhaseEvent(st agentsv1alpha1.SandboxUpdateOpsStatus) (eventType, reason 
 	case agentsv1alpha1.SandboxUpdateOpsCompleted:
 		return corev1.EventTypeNormal, EventOpsCompleted
 	case agentsv1alpha1.SandboxUpdateOpsFailed:
+		if meta.IsStatusConditionTrue(st.Conditions, ConditionInvalidPatch) {
+			return corev1.EventTypeWarning, EventOpsInvalidPatch
+		}
 		return corev1.EventTypeWarning, EventOpsFailed
 	}
 	for _, c := range st.Conditions {

@@ -1,6 +1,8 @@
 package statusagg
 
 import (
+	"molt.dev/pkg/upgrade"
+
 	"fmt"
 	"sync"
 	"time"
@@ -31,6 +33,7 @@ type metrics struct {
 	opsPhase      *prometheus.GaugeVec
 	stageDuration *prometheus.HistogramVec
 	failures      *prometheus.CounterVec
+	redrives      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,8 +55,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "molt", Name: "upgrade_failures_total",
 			Help: "Sandbox upgrade attempts that ended in a failure reason, counted once per attempt.",
 		}, []string{"reason"}),
+		redrives: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "molt", Name: "stage_redrives_total",
+			Help: "Stalled stages the watchdog re-drove by publishing the stage's input event again, by stage.",
+		}, []string{"stage"}),
 	}
-	for _, c := range []prometheus.Collector{m.opsSandboxes, m.opsPhase, m.stageDuration, m.failures} {
+	for _, c := range []prometheus.Collector{m.opsSandboxes, m.opsPhase, m.stageDuration, m.failures, m.redrives} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register statusagg metrics: %w", err)
 		}
@@ -109,7 +116,7 @@ func (c *stageClock) advance(key string, tr transition, at time.Time) (stage str
 	if known && !tr.New && prev.attempt == tr.Attempt && prev.stage == tr.From && !at.Before(prev.at) {
 		stage, took, ok = prev.stage, at.Sub(prev.at), true
 	}
-	if isInProgress(tr.To) {
+	if upgrade.InProgress(tr.To) {
 		c.starts[key] = stageStart{attempt: tr.Attempt, stage: tr.To, at: at}
 	} else {
 		delete(c.starts, key)

@@ -63,7 +63,10 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		sel, selErr = upgrade.Select(ops, sandboxes, otherActive)
 	}
 	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
+	notes := s.deleted.peek(key)
+	withDeletedNotes(&want, notes, ops.Generation)
 	if equality.Semantic.DeepEqual(ops.Status, want) {
+		s.deleted.drop(key, notes)
 		s.metrics.setOps(ops, want)
 		return nil
 	}
@@ -77,6 +80,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	case err != nil:
 		return fmt.Errorf("update status of ops %s: %w", key, err)
 	}
+	s.deleted.drop(key, notes)
 	logger.V(2).Info("Updated ops status", "phase", want.Phase, "total", want.Replicas,
 		"updated", want.UpdatedReplicas, "updating", want.UpdatingReplicas, "failed", want.FailedReplicas)
 	s.metrics.setOps(written, want)
@@ -109,7 +113,7 @@ func announced(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
 
 // opsMessage is the message of the condition that explains the phase.
 func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
-	for _, t := range []string{agentsv1alpha1.ConditionFailureBudgetExhausted, agentsv1alpha1.ConditionWaitingForNamespace} {
+	for _, t := range []string{ConditionInvalidPatch, agentsv1alpha1.ConditionFailureBudgetExhausted, agentsv1alpha1.ConditionWaitingForNamespace} {
 		if c := meta.FindStatusCondition(st.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			return c.Message
 		}

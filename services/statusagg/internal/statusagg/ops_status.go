@@ -40,6 +40,23 @@ const (
 	// BudgetReasonSandboxesFailed: FailureBudgetExhausted=True; the message
 	// names the failed sandboxes and how many were not started.
 	BudgetReasonSandboxesFailed = "SandboxesFailed"
+
+	// ConditionInvalidPatch is True when the ops's patch cannot work at all
+	// (selector checked it before admitting anything): the ops is Failed and
+	// no sandbox was touched; the message names the field and the API
+	// server's words.
+	ConditionInvalidPatch = "InvalidPatch"
+	// InvalidPatchReasonRefused: InvalidPatch=True.
+	InvalidPatchReasonRefused = "PatchRefused"
+	// ProgressingReasonInvalidPatch: Progressing=False, the patch cannot work.
+	ProgressingReasonInvalidPatch = "InvalidPatch"
+
+	// ConditionSandboxesDeleted is True once a sandbox the ops was upgrading
+	// was deleted mid-attempt; the message names them. They leave the
+	// counters; an updated one stays counted as updated.
+	ConditionSandboxesDeleted = "SandboxesDeleted"
+	// DeletedReasonDuringUpgrade: SandboxesDeleted=True.
+	DeletedReasonDuringUpgrade = "DeletedDuringUpgrade"
 )
 
 // maxNamedFailures is how many failed sandboxes a condition message names.
@@ -48,7 +65,12 @@ const maxNamedFailures = 10
 // desiredOpsStatus recomputes an unfinished ops' status from the selection
 // of its namespace's sandboxes (sel, or selErr when the spec cannot select)
 // and the namespace's active ops:
-//   - counters from the selection: replicas = total, updated, updating, failed;
+//   - counters from the selection: replicas = total, updated, updating,
+//     failed; updated never goes down during an ops: a sandbox counted as
+//     updated that has left the selection (deleted, relabelled) stays
+//     counted, in updated and in replicas, so replicas = updated + updating
+//   - failed + not started holds at every write;
+//   - a patch selector found unworkable → Failed, InvalidPatch=True;
 //   - not the active ops → Pending, WaitingForNamespace=True naming it;
 //   - a spec that cannot select → Pending, Progressing=False/InvalidSpec;
 //   - nothing to update → Completed, Progressing=False/NothingToUpdate;
@@ -60,8 +82,18 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	st := *ops.Status.DeepCopy()
 	gen := ops.Generation
 	st.ObservedGeneration = gen
-	st.Replicas, st.UpdatedReplicas = int32(sel.Total()), int32(sel.Updated)
+	departed := max(int(ops.Status.UpdatedReplicas)-sel.Updated, 0)
+	st.Replicas, st.UpdatedReplicas = int32(sel.Total()+departed), int32(sel.Updated+departed)
 	st.UpdatingReplicas, st.FailedReplicas = int32(sel.Updating), int32(sel.Failed)
+
+	if problem := upgrade.PatchProblem(ops); problem != "" {
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionInvalidPatch, Status: metav1.ConditionTrue,
+			Reason: InvalidPatchReasonRefused, Message: problem, ObservedGeneration: gen})
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
+			Reason: ProgressingReasonInvalidPatch, Message: "the patch cannot work; no sandbox was touched", ObservedGeneration: gen})
+		return st
+	}
 
 	if active != nil && active.Name != ops.Name {
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending

@@ -3,6 +3,7 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -32,6 +33,7 @@ type server struct {
 	metrics    *metrics
 	clock      *stageClock
 	recorder   record.EventRecorder
+	deleted    deletedNotes
 }
 
 // Run starts statusagg and blocks until ctx is cancelled.
@@ -55,9 +57,10 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	if err != nil {
 		return err
 	}
-	evMetrics, err := events.NewMetrics(rt.Registry)
+	// The stream and statusagg's consumer; Consume re-attaches if either is deleted.
+	ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerStatusAgg, events.StreamConfig{}, events.ConsumerConfig{})
 	if err != nil {
-		return fmt.Errorf("register event metrics: %w", err)
+		return err
 	}
 	recorder, stopRecorder := newRecorder(ctx, rt.Kube)
 	defer stopRecorder()
@@ -81,6 +84,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	}{
 		{sandboxInf.Informer(), s.sandboxCtl.Handler()},
 		{sandboxInf.Informer(), s.namespaceHandler()},
+		{sandboxInf.Informer(), s.deletedHandler()},
 		{opsInf.Informer(), s.opsCtl.Handler()},
 		{opsInf.Informer(), s.namespaceHandler()},
 		{podInf.Informer(), s.podHandler()},
@@ -90,14 +94,6 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		}
 	}
 	synced := []cache.InformerSynced{sandboxInf.Informer().HasSynced, opsInf.Informer().HasSynced, podInf.Informer().HasSynced}
-
-	if _, err := events.EnsureStream(ctx, rt.JetStream, events.StreamConfig{}); err != nil {
-		return err
-	}
-	cons, err := events.EnsureConsumer(ctx, rt.JetStream, events.ConsumerStatusAgg, events.ConsumerConfig{})
-	if err != nil {
-		return err
-	}
 
 	agentInformers.Start(ctx.Done())
 	kubeInformers.Start(ctx.Done())
@@ -119,7 +115,14 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		if !cache.WaitForCacheSync(gctx.Done(), synced...) {
 			return nil
 		}
-		return events.Consume(gctx, cons, s.handleEvent, events.WithWorkers(cfg.EventWorkers), events.WithMetrics(evMetrics))
+		return ep.Consume(gctx, s.handleEvent, events.WithWorkers(cfg.EventWorkers))
+	})
+	wd := &watchdog{s: s, cfg: cfg.Deadlines.orDefaults(), pub: ep.Publisher, now: time.Now, driven: map[string]int{}}
+	g.Go(func() error {
+		if !cache.WaitForCacheSync(gctx.Done(), synced...) {
+			return nil
+		}
+		return wd.run(gctx)
 	})
 	return g.Wait()
 }

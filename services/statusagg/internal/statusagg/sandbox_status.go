@@ -87,7 +87,7 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 	}
 
 	if up := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil &&
-		(isInProgress(up.Reason) || agentsv1alpha1.IsUpgradingFailedReason(up.Reason)) {
+		(upgrade.InProgress(up.Reason) || agentsv1alpha1.IsUpgradingFailedReason(up.Reason)) {
 		st.Phase = agentsv1alpha1.SandboxUpgrading
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, agentsv1alpha1.ReadyReasonUpgrading, agentsv1alpha1.ReadyMessageUpgrading
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
@@ -102,12 +102,18 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 }
 
 // recordTransition writes an event's transition into the upgrade record:
-// UpgradeAttempt (True, reason = the stage, message = the attempt id) and
-// Upgrading (reason = the stage, True only for Succeeded, message = the
-// failure's message).
-func recordTransition(conds *[]metav1.Condition, tr transition, generation int64) {
+// UpgradeAttempt (True, reason = the stage, message = the attempt id, and
+// lastTransitionTime = when the attempt entered this stage, which the
+// watchdog measures stage deadlines from) and Upgrading (reason = the
+// stage, True only for Succeeded, message = the failure's message).
+func recordTransition(conds *[]metav1.Condition, tr transition, generation int64, now metav1.Time) {
+	prev := meta.FindStatusCondition(*conds, upgrade.ConditionAttempt)
+	moved := prev == nil || prev.Reason != tr.To || prev.Message != tr.Attempt
 	setCondition(conds, metav1.Condition{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue,
 		Reason: tr.To, Message: tr.Attempt, ObservedGeneration: generation})
+	if moved {
+		meta.FindStatusCondition(*conds, upgrade.ConditionAttempt).LastTransitionTime = now
+	}
 	setCondition(conds, metav1.Condition{Type: agentsv1alpha1.ConditionUpgrading, Status: agentsv1alpha1.UpgradingConditionStatus(tr.To),
 		Reason: tr.To, Message: tr.Message, ObservedGeneration: generation})
 }

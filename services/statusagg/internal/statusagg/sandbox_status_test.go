@@ -35,7 +35,7 @@ func testPod(ready bool) *corev1.Pod {
 }
 
 func withUpgrade(sb *agentsv1alpha1.Sandbox, reason, message string) *agentsv1alpha1.Sandbox {
-	recordTransition(&sb.Status.Conditions, transition{Attempt: "uid-1", To: reason, Message: message}, sb.Generation)
+	recordTransition(&sb.Status.Conditions, transition{Attempt: "uid-1", To: reason, Message: message}, sb.Generation, metav1.Now())
 	return sb
 }
 

@@ -5,31 +5,8 @@ import (
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
 )
-
-// stageRank orders the in-progress Upgrading reasons and Succeeded. An event
-// moves a sandbox's attempt only forward along it; a failure reason ends the
-// attempt from any stage.
-var stageRank = map[string]int{
-	agentsv1alpha1.UpgradingReasonResuming:      1,
-	agentsv1alpha1.UpgradingReasonResumeSucceed: 2,
-	agentsv1alpha1.UpgradingReasonPreUpgrade:    3,
-	agentsv1alpha1.UpgradingReasonCheckpointing: 4,
-	agentsv1alpha1.UpgradingReasonUpgradePod:    5,
-	agentsv1alpha1.UpgradingReasonPostUpgrade:   6,
-	agentsv1alpha1.UpgradingReasonSucceeded:     7,
-}
-
-// isInProgress reports whether reason is a stage an attempt is still in.
-func isInProgress(reason string) bool {
-	r, ok := stageRank[reason]
-	return ok && reason != agentsv1alpha1.UpgradingReasonSucceeded && r > 0
-}
-
-// isTerminal reports whether reason ends an attempt.
-func isTerminal(reason string) bool {
-	return reason == agentsv1alpha1.UpgradingReasonSucceeded || agentsv1alpha1.IsUpgradingFailedReason(reason)
-}
 
 // stageOf is the Upgrading reason an event reports. prehook-done leads to
 // Checkpointing for a sandbox upgraded by CheckpointRestore (the patcher has
@@ -50,7 +27,7 @@ func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
 	case events.TypePostHookDone:
 		return agentsv1alpha1.UpgradingReasonSucceeded, nil
 	case events.TypeStageStarted:
-		if !isInProgress(ev.Data.Stage) {
+		if !upgrade.InProgress(ev.Data.Stage) {
 			return "", fmt.Errorf("stage-started names unknown stage %q", ev.Data.Stage)
 		}
 		return ev.Data.Stage, nil
@@ -83,7 +60,7 @@ type transition struct {
 //     another attempt are stale;
 //   - within the attempt, a terminal reason (Succeeded, *Failed) is final;
 //   - a failure ends the attempt from any stage;
-//   - any other event must move forward along stageRank (a redelivered
+//   - any other event must move forward along upgrade.Rank (a redelivered
 //     earlier event changes nothing).
 func decide(curAttempt, curReason string, ev events.Event, target string) (transition, string) {
 	tr := transition{Attempt: ev.Data.Attempt, To: target}
@@ -99,11 +76,11 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 	}
 	tr.From = curReason
 	switch {
-	case isTerminal(curReason):
+	case upgrade.Terminal(curReason):
 		return transition{}, "attempt already ended with " + curReason
 	case agentsv1alpha1.IsUpgradingFailedReason(target):
 		return tr, ""
-	case stageRank[target] <= stageRank[curReason]:
+	case upgrade.Rank(target) <= upgrade.Rank(curReason):
 		return transition{}, fmt.Sprintf("attempt already at %s, event reports %s", curReason, target)
 	}
 	return tr, ""

@@ -1,0 +1,48 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+)
+
+// StageFailure names where a stage files a failure: the Upgrading stage and its failed
+// reason (for example UpgradePod and UpgradePodFailed).
+type StageFailure struct {
+	Stage, Reason string
+}
+
+// FailOnLastDelivery wraps h so that a message h cannot handle on its last allowed delivery
+// ends the sandbox's attempt visibly instead of being terminated silently: it publishes
+// TypeFailed for the message's sandbox and attempt, in the stage failureOf names, with a
+// message saying what could not be done and how often it was tried, and then acks.
+// failureOf returns ok=false for events whose failure is not this stage's to report; their
+// errors pass through unchanged. A handler error wrapping context.Canceled (shutdown) also
+// passes through: the message is redelivered to another replica.
+//
+// When publishing the failure fails too, both errors are returned and the message is
+// terminated by Consume; the watchdog (rule 10) then fails the stalled attempt from the
+// state in Kubernetes.
+func FailOnLastDelivery(pub *Publisher, failureOf func(Event) (StageFailure, bool), h Handler) Handler {
+	return func(ctx context.Context, msg *Message) error {
+		err := h(ctx, msg)
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrPermanent) || !msg.LastDelivery() {
+			return err
+		}
+		f, ok := failureOf(msg.Event)
+		if !ok {
+			return err
+		}
+		out := Event{Type: TypeFailed, Data: msg.Event.Data}
+		out.Data.Stage, out.Data.Reason = f.Stage, f.Reason
+		out.Data.Message = fmt.Sprintf("%s gave up on %s after %d deliveries: %v; the sandbox was left as it was: fix the cause, then create a new SandboxUpdateOps to resume it",
+			pub.source, msg.Event.Type, msg.NumDelivered, err)
+		if perr := pub.Publish(ctx, out); perr != nil {
+			return errors.Join(err, fmt.Errorf("report the failure of %s: %w", msg.Event.SandboxKey(), perr))
+		}
+		klog.FromContext(ctx).Info("Gave up on the last delivery; reported the sandbox as failed", "reason", f.Reason, "err", err)
+		return nil
+	}
+}

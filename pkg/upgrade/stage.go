@@ -1,0 +1,159 @@
+package upgrade
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// stage is one row of the stage table: an in-progress Upgrading reason, the
+// reason that files a failure in it, and where a new attempt resumes after
+// that failure when the pod gives no better proof (see ResumeAt).
+type stage struct {
+	reason string
+	failed string
+	resume string
+}
+
+// stages is the one table of the upgrade's stages, in the order an attempt
+// passes them. Succeeded ends it. Every other copy of the order asks this
+// table (Rank, Past, InProgress, Terminal, FailedReason, ResumeAt).
+//
+// A failure is filed under the stage it happened in. The patch is written
+// while the attempt is in PreUpgrade (the Upgrading condition says
+// PreUpgrade from `requested` on), so a patch that fails for one sandbox is
+// a PreUpgradeFailed, and it resumes at PreUpgrade: a backup is never
+// skipped because something before it failed.
+var stages = []stage{
+	{agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonPreUpgrade},
+	{agentsv1alpha1.UpgradingReasonResumeSucceed, agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonPreUpgrade},
+	{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonPreUpgrade},
+	{agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointFailed, agentsv1alpha1.UpgradingReasonCheckpointing},
+	{agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonUpgradePodFailed, agentsv1alpha1.UpgradingReasonUpgradePod},
+	{agentsv1alpha1.UpgradingReasonPostUpgrade, agentsv1alpha1.UpgradingReasonPostUpgradeFailed, agentsv1alpha1.UpgradingReasonPostUpgrade},
+}
+
+// Rank orders Upgrading reasons along the table: 1 for the first stage, one
+// more per stage, len(stages)+1 for Succeeded. A failed reason ranks as the
+// stage it was filed under. Unknown reasons rank 0.
+func Rank(reason string) int {
+	if reason == agentsv1alpha1.UpgradingReasonSucceeded {
+		return len(stages) + 1
+	}
+	if f := StageOfFailure(reason); f != "" {
+		reason = f
+	}
+	for i, s := range stages {
+		if s.reason == reason {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// InProgress reports whether reason is a stage an attempt is still in.
+func InProgress(reason string) bool {
+	for _, s := range stages {
+		if s.reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether reason ends an attempt: Succeeded or a failure.
+func Terminal(reason string) bool {
+	return reason == agentsv1alpha1.UpgradingReasonSucceeded || agentsv1alpha1.IsUpgradingFailedReason(reason)
+}
+
+// Past reports whether an attempt whose status shows reason has nothing
+// left to do in stage: it ended (Succeeded or failed, in any stage), or it
+// is already in a later stage. Handlers skip a redelivered input when this
+// is true.
+func Past(reason, stage string) bool {
+	if Terminal(reason) {
+		return true
+	}
+	r := Rank(reason)
+	return r > 0 && r > Rank(stage)
+}
+
+// FailedReason is the reason that files a failure in stage ("" for an
+// unknown stage).
+func FailedReason(stage string) string {
+	for _, s := range stages {
+		if s.reason == stage {
+			return s.failed
+		}
+	}
+	return ""
+}
+
+// StageOfFailure is the stage a failed reason was filed under (the latest
+// stage sharing it), "" when reason is not a failure.
+func StageOfFailure(reason string) string {
+	for i := len(stages) - 1; i >= 0; i-- {
+		if stages[i].failed == reason {
+			return stages[i].reason
+		}
+	}
+	return ""
+}
+
+// ResumeStage is where the table resumes a failed reason, before the pod is
+// looked at ("" when reason is not a failure).
+func ResumeStage(reason string) string {
+	for i := len(stages) - 1; i >= 0; i-- {
+		if stages[i].failed == reason {
+			return stages[i].resume
+		}
+	}
+	return ""
+}
+
+// ResumeAt is the stage a new attempt continues from, for a sandbox whose
+// attempt failedAttempt ended in failedReason and whose pod is now pod (nil
+// when it has none). It starts at the first stage whose work is not durably
+// done:
+//
+//   - the pod is not one built during the failed attempt (the original pod
+//     is still there, its workspace may have moved on): PreUpgrade, so the
+//     backup is taken again from it;
+//   - there is no pod, or it was built during the failed attempt (its
+//     workspace is new and empty, a backup of it would overwrite the good
+//     one): never PreUpgrade; the table's stage, at least UpgradePod;
+//   - PostUpgrade only when that pod already runs targetRevision and is
+//     Ready, else UpgradePod (the pod is rebuilt, the backup restored).
+func ResumeAt(failedReason, failedAttempt string, pod *corev1.Pod, targetRevision string) string {
+	at := ResumeStage(failedReason)
+	if at == "" {
+		return ""
+	}
+	if pod != nil && !BuiltBy(pod, failedAttempt) {
+		return agentsv1alpha1.UpgradingReasonPreUpgrade
+	}
+	if Rank(at) < Rank(agentsv1alpha1.UpgradingReasonUpgradePod) {
+		at = agentsv1alpha1.UpgradingReasonUpgradePod
+	}
+	if at == agentsv1alpha1.UpgradingReasonPostUpgrade &&
+		(pod == nil || pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != targetRevision || !PodReady(pod)) {
+		at = agentsv1alpha1.UpgradingReasonUpgradePod
+	}
+	return at
+}
+
+// BuiltBy reports whether pod was created by molt during attempt (it
+// carries the attempt in AnnotationPodAttempt).
+func BuiltBy(pod *corev1.Pod, attempt string) bool {
+	return pod != nil && attempt != "" && pod.Annotations[AnnotationPodAttempt] == attempt
+}
+
+// PodReady reports whether pod's Ready condition is True.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,162 @@
+package upgrade
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// Every Upgrading reason of the wire contract, so a new one cannot be
+// forgotten by the table.
+var allReasons = []string{
+	agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed,
+	agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonPreUpgradeFailed,
+	agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointFailed,
+	agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonUpgradePodFailed,
+	agentsv1alpha1.UpgradingReasonPostUpgrade, agentsv1alpha1.UpgradingReasonPostUpgradeFailed,
+	agentsv1alpha1.UpgradingReasonSucceeded,
+}
+
+func TestStageTable(t *testing.T) {
+	cases := []struct {
+		reason     string
+		rank       int
+		inProgress bool
+		terminal   bool
+		stageOf    string // StageOfFailure
+	}{
+		{"Resuming", 1, true, false, ""},
+		{"ResumeSucceed", 2, true, false, ""},
+		{"PreUpgrade", 3, true, false, ""},
+		{"PreUpgradeFailed", 3, false, true, "PreUpgrade"},
+		{"Checkpointing", 4, true, false, ""},
+		{"CheckpointFailed", 4, false, true, "Checkpointing"},
+		{"UpgradePod", 5, true, false, ""},
+		{"UpgradePodFailed", 5, false, true, "UpgradePod"},
+		{"PostUpgrade", 6, true, false, ""},
+		{"PostUpgradeFailed", 6, false, true, "PostUpgrade"},
+		{"Succeeded", 7, false, true, ""},
+		{"Bogus", 0, false, false, ""},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			seen[tc.reason] = true
+			if got := Rank(tc.reason); got != tc.rank {
+				t.Errorf("Rank = %d, want %d", got, tc.rank)
+			}
+			if got := InProgress(tc.reason); got != tc.inProgress {
+				t.Errorf("InProgress = %v, want %v", got, tc.inProgress)
+			}
+			if got := Terminal(tc.reason); got != tc.terminal {
+				t.Errorf("Terminal = %v, want %v", got, tc.terminal)
+			}
+			if got := StageOfFailure(tc.reason); got != tc.stageOf {
+				t.Errorf("StageOfFailure = %q, want %q", got, tc.stageOf)
+			}
+		})
+	}
+	for _, r := range allReasons {
+		if !seen[r] {
+			t.Errorf("reason %s has no row in this test", r)
+		}
+	}
+}
+
+func TestFailedReason(t *testing.T) {
+	cases := []struct{ stage, want string }{
+		{"Resuming", "PreUpgradeFailed"},
+		{"PreUpgrade", "PreUpgradeFailed"},
+		{"Checkpointing", "CheckpointFailed"},
+		{"UpgradePod", "UpgradePodFailed"},
+		{"PostUpgrade", "PostUpgradeFailed"},
+		{"Succeeded", ""},
+	}
+	for _, tc := range cases {
+		if got := FailedReason(tc.stage); got != tc.want {
+			t.Errorf("FailedReason(%s) = %q, want %q", tc.stage, got, tc.want)
+		}
+	}
+}
+
+func TestPast(t *testing.T) {
+	cases := []struct {
+		reason, stage string
+		want          bool
+	}{
+		{"PreUpgrade", "PreUpgrade", false},
+		{"UpgradePod", "PreUpgrade", true},
+		{"PreUpgrade", "UpgradePod", false},
+		{"PostUpgrade", "UpgradePod", true},
+		{"Succeeded", "PostUpgrade", true},
+		// An ended attempt is past every stage, whatever stage it failed in:
+		// nothing is redone for it (a new attempt resumes it).
+		{"PreUpgradeFailed", "UpgradePod", true},
+		{"UpgradePodFailed", "PreUpgrade", true},
+		{"UpgradePodFailed", "UpgradePod", true},
+		{"PostUpgradeFailed", "PostUpgrade", true},
+		{"", "PreUpgrade", false},
+	}
+	for _, tc := range cases {
+		if got := Past(tc.reason, tc.stage); got != tc.want {
+			t.Errorf("Past(%q, %q) = %v, want %v", tc.reason, tc.stage, got, tc.want)
+		}
+	}
+}
+
+func pod(attempt, revision string, ready bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb", Labels: map[string]string{agentsv1alpha1.LabelPodTemplateHash: revision}, Annotations: map[string]string{}}}
+	if attempt != "" {
+		p.Annotations[AnnotationPodAttempt] = attempt
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	return p
+}
+
+// TestResumeAt covers every failed reason against the three kinds of pod a
+// failed sandbox can have: the original one, one built by the failed
+// attempt, none.
+func TestResumeAt(t *testing.T) {
+	original := pod("", "old", true)
+	earlierAttempt := pod("older-attempt", "old", true) // built by a successful earlier upgrade: original for this one
+	builtReady := pod("A", "target", true)
+	builtOld := pod("A", "other", true)
+	builtNotReady := pod("A", "target", false)
+	cases := []struct {
+		name   string
+		reason string
+		pod    *corev1.Pod
+		want   string
+	}{
+		{"pre failed, original pod", "PreUpgradeFailed", original, "PreUpgrade"},
+		{"pre failed, pod of an earlier upgrade", "PreUpgradeFailed", earlierAttempt, "PreUpgrade"},
+		{"pre failed, pod rebuilt during the attempt", "PreUpgradeFailed", builtReady, "UpgradePod"},
+		{"pre failed, no pod", "PreUpgradeFailed", nil, "UpgradePod"},
+		{"checkpoint failed, original pod", "CheckpointFailed", original, "PreUpgrade"},
+		{"checkpoint failed, built pod", "CheckpointFailed", builtReady, "UpgradePod"},
+		{"upgrade pod failed before the delete (original pod kept)", "UpgradePodFailed", original, "PreUpgrade"},
+		{"upgrade pod failed after the delete, new pod", "UpgradePodFailed", builtNotReady, "UpgradePod"},
+		{"upgrade pod failed, no pod", "UpgradePodFailed", nil, "UpgradePod"},
+		{"post failed, new pod on target", "PostUpgradeFailed", builtReady, "PostUpgrade"},
+		{"post failed, new pod on another revision", "PostUpgradeFailed", builtOld, "UpgradePod"},
+		{"post failed, new pod not ready", "PostUpgradeFailed", builtNotReady, "UpgradePod"},
+		{"post failed, no pod", "PostUpgradeFailed", nil, "UpgradePod"},
+		{"post failed, original pod back", "PostUpgradeFailed", original, "PreUpgrade"},
+		{"not a failure", "UpgradePod", builtReady, ""},
+		{"succeeded", "Succeeded", builtReady, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ResumeAt(tc.reason, "A", tc.pod, "target"); got != tc.want {
+				t.Fatalf("ResumeAt(%s) = %q, want %q", tc.reason, got, tc.want)
+			}
+		})
+	}
+}

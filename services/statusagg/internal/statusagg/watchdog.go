@@ -1,0 +1,258 @@
+package statusagg
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
+)
+
+// Deadlines is what the watchdog allows each stage before it calls it stalled.
+type Deadlines struct {
+	// Patch bounds the patcher's part of PreUpgrade (flag --patch-timeout).
+	Patch time.Duration
+	// HookMargin is added to a hook's timeoutSeconds (flag --hook-margin), and to the pod
+	// readiness timeout.
+	HookMargin time.Duration
+	// PodReady is podcycler's --pod-ready-timeout (flag --pod-ready-timeout, same value).
+	PodReady time.Duration
+	// Redrives is how many times a stalled stage is re-driven before it fails (flag
+	// --redrives).
+	Redrives int
+	// Interval is how often the watchdog looks (flag --watchdog-interval).
+	Interval time.Duration
+}
+
+// watchdog finds attempts whose stage has made no progress past its deadline and re-drives
+// or fails them, from the state in Kubernetes alone (rule 10: a lost message is a delay,
+// never a hang). It runs in the leader only.
+type watchdog struct {
+	s   *server
+	cfg Deadlines
+	pub *events.Publisher
+	now func() time.Time
+
+	mu sync.Mutex
+	// driven is how many times this process re-drove a (sandbox, attempt, stage); after a
+	// restart it starts at zero, which at worst re-drives once more, and the number of
+	// re-drives stays bounded by the time the stage has been stalled.
+	driven map[string]int
+}
+
+// run checks every Interval until ctx ends.
+func (w *watchdog) run(ctx context.Context) error {
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.check(ctx)
+		}
+	}
+}
+
+// check looks at every sandbox whose attempt is in a stage, in this order:
+//  1. the stage's deadline (deadline) has not passed since the attempt entered it → leave it;
+//  2. nobody drives it any more (its ops is gone or replaced, or it is no longer claimed by
+//     it) → fail it at once;
+//  3. n = how many deadlines have passed: up to Redrives, re-publish the stage's input event
+//     under re-drive number n (a new message id), once per n;
+//  4. past that, fail it with <Stage>Failed and a message saying what did not arrive.
+func (w *watchdog) check(ctx context.Context) {
+	list, err := w.s.sandboxes.List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Watchdog: list sandboxes")
+		return
+	}
+	now := w.now()
+	for _, sb := range list {
+		attempt := upgrade.CurrentAttempt(sb)
+		stage, ok := upgrade.ReasonFor(sb, attempt)
+		if !ok || !upgrade.InProgress(stage) || sb.DeletionTimestamp != nil {
+			continue
+		}
+		entered := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt).LastTransitionTime.Time
+		deadline := w.deadline(sb, stage)
+		stalled := now.Sub(entered)
+		n := int(stalled / deadline)
+		if n == 0 {
+			continue
+		}
+		logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", attempt, "stage", stage)
+		ctx := klog.NewContext(ctx, logger)
+		ops, orphan := w.driver(sb, attempt)
+		var err error
+		switch {
+		case orphan != "":
+			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: %s, so nothing drives this attempt any more; the sandbox is left as it is: create a new SandboxUpdateOps to resume it",
+				stage, stalled.Round(time.Second), orphan))
+		case n <= w.cfg.Redrives:
+			err = w.redrive(ctx, sb, attempt, ops, stage, n, stalled)
+		default:
+			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times): %s",
+				stage, stalled.Round(time.Second), deadline, w.cfg.Redrives, w.missing(sb, stage)))
+		}
+		if err != nil {
+			logger.Error(err, "Watchdog could not act on a stalled attempt; it will look again")
+		}
+	}
+}
+
+// deadline is how long stage may take for sb: the patch and the preUpgrade hook's timeout
+// for PreUpgrade (and the wake-up stages before it), the pod readiness timeout for
+// UpgradePod and Checkpointing, the postUpgrade hook's timeout for PostUpgrade, each plus
+// the margin.
+func (w *watchdog) deadline(sb *agentsv1alpha1.Sandbox, stage string) time.Duration {
+	hook := func(a *agentsv1alpha1.UpgradeAction) time.Duration {
+		if a == nil {
+			return 0
+		}
+		return a.Timeout()
+	}
+	lc := sb.Spec.Lifecycle
+	if lc == nil {
+		lc = &agentsv1alpha1.SandboxLifecycle{}
+	}
+	if ops, err := w.s.ops.SandboxUpdateOps(sb.Namespace).Get(sb.Labels[agentsv1alpha1.LabelUpdateOps]); err == nil && ops.Spec.Lifecycle != nil {
+		lc = ops.Spec.Lifecycle // the patcher may not have copied it into the sandbox yet
+	}
+	switch stage {
+	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing:
+		return w.cfg.PodReady + w.cfg.HookMargin
+	case agentsv1alpha1.UpgradingReasonPostUpgrade:
+		return hook(lc.PostUpgrade) + w.cfg.HookMargin
+	default:
+		return w.cfg.Patch + hook(lc.PreUpgrade) + w.cfg.HookMargin
+	}
+}
+
+// driver returns the ops of an ops attempt (nil for a direct one), or why nothing drives
+// the attempt any more.
+func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1alpha1.SandboxUpdateOps, string) {
+	name := sb.Labels[agentsv1alpha1.LabelUpdateOps]
+	if name == "" {
+		if strings.HasPrefix(attempt, "direct-") {
+			return nil, ""
+		}
+		return nil, "the sandbox is no longer claimed by the SandboxUpdateOps that started it"
+	}
+	ops, err := w.s.ops.SandboxUpdateOps(sb.Namespace).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Sprintf("SandboxUpdateOps %s is gone", name)
+	case err != nil:
+		return nil, ""
+	case string(ops.UID) != attempt:
+		return nil, fmt.Sprintf("SandboxUpdateOps %s was replaced by a new one of the same name", name)
+	}
+	return ops, ""
+}
+
+// redrive re-publishes the input event of stage for the attempt, with re-drive number n,
+// once per n: requested for PreUpgrade (and the wake-up stages), prehook-done for
+// UpgradePod, pod-ready for PostUpgrade. Every handler checks the world first, so a stage
+// whose message was only slow does no harm by running again.
+func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage string, n int, stalled time.Duration) error {
+	key := fmt.Sprintf("%s/%s/%s", sb.UID, attempt, stage)
+	w.mu.Lock()
+	done := w.driven[key] >= n
+	w.mu.Unlock()
+	if done {
+		return nil
+	}
+	d := events.Data{
+		Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
+		Attempt: attempt,
+		Redrive: n,
+	}
+	if ops != nil {
+		d.Ops = events.OpsRef{Name: ops.Name, UID: ops.UID}
+	}
+	d.ResumedAttempt, d.ResumedReason, _ = upgrade.Resumes(sb, attempt)
+	if sb.Spec.Template != nil {
+		d.TargetRevision, _ = upgrade.Revision(sb.Spec.Template)
+	}
+	pod := w.s.podOf(sb)
+	var ev events.Event
+	switch stage {
+	case agentsv1alpha1.UpgradingReasonUpgradePod:
+		d.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
+		ev = events.Event{Type: events.TypePreHookDone, Data: d}
+	case agentsv1alpha1.UpgradingReasonPostUpgrade:
+		if pod == nil || (!upgrade.BuiltBy(pod, attempt) && !upgrade.BuiltBy(pod, d.ResumedAttempt)) {
+			return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and the pod this upgrade built is gone, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second)))
+		}
+		d.Stage, d.NewPodUID = agentsv1alpha1.UpgradingReasonUpgradePod, pod.UID
+		ev = events.Event{Type: events.TypePodReady, Data: d}
+	case agentsv1alpha1.UpgradingReasonCheckpointing:
+		return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: this molt build does not checkpoint; use updateStrategy.type Recreate", stage, stalled.Round(time.Second)))
+	default:
+		ev = events.Event{Type: events.TypeRequested, Data: d}
+	}
+	if err := w.pub.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("re-drive %s of sandbox %s/%s: %w", stage, sb.Namespace, sb.Name, err)
+	}
+	w.mu.Lock()
+	w.driven[key] = n
+	w.mu.Unlock()
+	w.s.metrics.redrives.WithLabelValues(stage).Inc()
+	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again", stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type)
+	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
+	return nil
+}
+
+// fail ends the attempt in stage's failed reason: the status is written directly (so it
+// holds without a stream), then the failure is published for the history, best effort.
+func (w *watchdog) fail(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage, message string) error {
+	d := events.Data{
+		Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
+		Attempt: attempt,
+		Stage:   stage,
+		Reason:  upgrade.FailedReason(stage),
+		Message: agentsv1alpha1.TruncateConditionMessage(message),
+	}
+	if ops != nil {
+		d.Ops = events.OpsRef{Name: ops.Name, UID: ops.UID}
+	} else if name := sb.Labels[agentsv1alpha1.LabelUpdateOps]; name != "" && !strings.HasPrefix(attempt, "direct-") {
+		d.Ops = events.OpsRef{Name: name, UID: types.UID(attempt)}
+	}
+	ev := events.Event{Type: events.TypeFailed, Time: w.now(), Data: d}
+	if err := w.s.apply(ctx, ev); err != nil {
+		return err
+	}
+	if err := w.pub.Publish(ctx, ev); err != nil {
+		klog.FromContext(ctx).Info("Could not add the watchdog's failure to the history (the status has it)", "err", err)
+	}
+	klog.FromContext(ctx).Info("Failed a stalled attempt", "reason", d.Reason, "message", message)
+	return nil
+}
+
+// missing says, for a person, which report did not arrive for stage.
+func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
+	switch stage {
+	case agentsv1alpha1.UpgradingReasonUpgradePod:
+		state := "missing"
+		if pod := w.s.podOf(sb); pod != nil {
+			state = podNotReadyMessage(pod)
+		}
+		return fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; the backup made by preUpgrade is kept: create a new SandboxUpdateOps to resume from UpgradePod", sb.Name, state)
+	case agentsv1alpha1.UpgradingReasonPostUpgrade:
+		return "hookrunner did not report the postUpgrade hook; check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`; create a SandboxUpdateOps with only postUpgrade to run it again"
+	default:
+		return "the patcher and hookrunner did not report the patch and the preUpgrade hook; check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); the old pod is untouched: create a new SandboxUpdateOps to resume"
+	}
+}
