@@ -20,6 +20,17 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 var serviceNames = []string{"selector", "patcher", "hookrunner", "podcycler", "statusagg"}
 
+// stageEnv is every service's environment in the tests: no leader election,
+// and stage deadlines short enough that the watchdog's re-drives and
+// failures happen within a test (the production defaults are minutes).
+var stageEnv = []string{
+	"MOLT_LEADER_ELECT=false",
+	"MOLT_POD_READY_TIMEOUT=45s",
+	"MOLT_PATCH_TIMEOUT=5s",
+	"MOLT_HOOK_MARGIN=5s",
+	"MOLT_WATCHDOG_INTERVAL=1s",
+}
+
 // stack is the five services running as processes.
 type stack struct {
 	env    *testenv.Env
@@ -81,7 +92,7 @@ func (s *stack) start(name string) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	p, err := s.cfg.Launch(name, filepath.Join(s.cfg.BinDir, name), []string{
 		"--kubeconfig=" + s.env.Kubeconfig, "--nats-url=" + s.env.NATSURL, "--http-addr=" + addr,
-	}, []string{"MOLT_LEADER_ELECT=false"})
+	}, stageEnv)
 	if err != nil {
 		return err
 	}
