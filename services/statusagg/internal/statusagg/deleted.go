@@ -42,8 +42,14 @@ func (d *deletedNotes) peek(key string) []string {
 
 // drop forgets the notes a status write has recorded.
 func (d *deletedNotes) drop(key string, written []string) {
+	if len(written) == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, ok := d.m[key]; !ok {
+		return
+	}
 	d.m[key] = slices.DeleteFunc(d.m[key], func(n string) bool { return slices.Contains(written, n) })
 	if len(d.m[key]) == 0 {
 		delete(d.m, key)

@@ -88,3 +88,28 @@ func TestFailureMessageNamesUpToTen(t *testing.T) {
 		t.Errorf("message %q names more than ten sandboxes", msg)
 	}
 }
+
+func TestDeletedNotes(t *testing.T) {
+	var d deletedNotes
+	d.drop("ns/ops", nil) // nothing recorded yet: no panic
+	d.drop("ns/ops", []string{"a (PreUpgrade)"})
+	d.add("ns/ops", "a (PreUpgrade)")
+	d.add("ns/ops", "a (PreUpgrade)")
+	d.add("ns/ops", "b (UpgradePod)")
+	notes := d.peek("ns/ops")
+	if len(notes) != 2 {
+		t.Fatalf("peek = %v, want two notes", notes)
+	}
+	d.add("ns/ops", "c (admitted)") // arrives between the peek and the write
+	d.drop("ns/ops", notes)
+	if got := d.peek("ns/ops"); len(got) != 1 || got[0] != "c (admitted)" {
+		t.Fatalf("after drop: %v, want only the note the write did not carry", got)
+	}
+	var st agentsv1alpha1.SandboxUpdateOpsStatus
+	withDeletedNotes(&st, notes, 1)
+	withDeletedNotes(&st, []string{"c (admitted)", "a (PreUpgrade)"}, 1)
+	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	if c == nil || c.Message != "deleted during their upgrade: a (PreUpgrade), b (UpgradePod), c (admitted)" {
+		t.Fatalf("SandboxesDeleted = %+v", c)
+	}
+}
