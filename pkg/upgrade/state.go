@@ -134,3 +134,8 @@ func Resumes(sb *agentsv1alpha1.Sandbox, attempt string) (failedAttempt, failedR
 	}
 	return f[1], f[2], true
 }
+
+// DirectAttemptPrefix starts the attempt id of an upgrade without an ops:
+// "direct-<target revision>-<sandbox generation>". Written by selector; read
+// by selector and statusagg (a direct attempt has no ops to drive it).
+const DirectAttemptPrefix = "direct-"

@@ -24,7 +24,7 @@ import (
 // "direct-<target revision>-<sandbox generation>", so one template change is
 // one attempt, and a template changed back (A→B→A) is a new attempt with an
 // id of its own (its events are not dropped as duplicates of the first).
-const DirectAttemptPrefix = "direct-"
+const DirectAttemptPrefix = upgrade.DirectAttemptPrefix
 
 // direct admits sandboxes that carry spec.upgradePolicy and whose template
 // no longer matches their pod: they are upgraded the same way, without any

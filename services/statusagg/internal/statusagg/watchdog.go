@@ -145,7 +145,7 @@ func (w *watchdog) deadline(sb *agentsv1alpha1.Sandbox, stage string) time.Durat
 func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1alpha1.SandboxUpdateOps, string) {
 	name := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 	if name == "" {
-		if strings.HasPrefix(attempt, "direct-") {
+		if strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
 			return nil, ""
 		}
 		return nil, "the sandbox is no longer claimed by the SandboxUpdateOps that started it"
@@ -227,7 +227,7 @@ func (w *watchdog) fail(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt
 	}
 	if ops != nil {
 		d.Ops = events.OpsRef{Name: ops.Name, UID: ops.UID}
-	} else if name := sb.Labels[agentsv1alpha1.LabelUpdateOps]; name != "" && !strings.HasPrefix(attempt, "direct-") {
+	} else if name := sb.Labels[agentsv1alpha1.LabelUpdateOps]; name != "" && !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
 		d.Ops = events.OpsRef{Name: name, UID: types.UID(attempt)}
 	}
 	ev := events.Event{Type: events.TypeFailed, Time: w.now(), Data: d}
