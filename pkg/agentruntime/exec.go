@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -43,6 +44,10 @@ type ExecRequest struct {
 	// Stdout and Stderr, when set, get all of the command's output as it
 	// arrives (the Result keeps only the tails).
 	Stdout, Stderr io.Writer
+	// Tag, when set, names this run of the command on the agent-runtime so
+	// that a later call with the same tag attaches to it rather than run
+	// it again (see Exec).
+	Tag string
 }
 
 // Result is how a command ended.
@@ -57,6 +62,9 @@ type Result struct {
 	Error string
 	// Stdout and Stderr are the last OutputTail bytes of each.
 	Stdout, Stderr string
+	// Reattached is true when the command was started by an earlier call
+	// with the same tag and this one only followed it to its end.
+	Reattached bool
 }
 
 // The HTTP clients of all calls: HTTP/2 over plain TCP (h2c) for http://
@@ -90,6 +98,13 @@ func httpClient(baseURL string) *http.Client {
 // its exit code (see Result.FailureMessage); an error means the call
 // itself failed, and reads as the cause in "hook execution error: <cause>"
 // (see ErrorMessage and the Err* kinds).
+//
+// With a Tag, Exec first Connects to a process of that tag, running or
+// ended, and starts the command only when there is none: a caller that
+// died mid-command and calls again gets the first run's end instead of a
+// second run. A tagged command outlives the call, so Exec kills it when
+// req.Timeout passes; when ctx ends first it is left running for the next
+// call to Connect to.
 func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	if len(req.Command) == 0 {
 		return Result{}, errors.New("no command to run")
@@ -101,22 +116,93 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	defer cancel()
 
 	client := processconnect.NewProcessClient(httpClient(req.BaseURL), req.BaseURL, connect.WithGRPC())
+	res, err := run(callCtx, client, req)
+	if err == nil {
+		return res, nil
+	}
+	var known *execError
+	if !errors.As(err, &known) {
+		err = classify(ctx, callCtx, err, req.BaseURL, req.Timeout)
+	}
+	if req.Tag != "" && errors.Is(err, ErrTimeout) && ctx.Err() == nil {
+		killCtx, cancelKill := context.WithTimeout(ctx, killWait)
+		defer cancelKill()
+		kill := connect.NewRequest(&processpb.SendSignalRequest{
+			Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: req.Tag}},
+			Signal:  processpb.Signal_SIGNAL_SIGKILL,
+		})
+		authorize(kill.Header(), req.AccessToken)
+		if _, kerr := client.SendSignal(killCtx, kill); kerr != nil && connect.CodeOf(kerr) != connect.CodeNotFound && connect.CodeOf(kerr) != connect.CodeFailedPrecondition {
+			return Result{}, fmt.Errorf("%w; killing it failed, it may still run: %v", err, kerr)
+		}
+	}
+	return Result{}, err
+}
+
+// killWait bounds the SendSignal that ends a tagged command past its timeout.
+const killWait = 5 * time.Second
+
+// run is one Exec call within ctx: Connect to req.Tag's process, else Start.
+func run(ctx context.Context, client processconnect.ProcessClient, req ExecRequest) (Result, error) {
+	if req.Tag != "" {
+		res, err := connectTo(ctx, client, req)
+		switch connect.CodeOf(err) {
+		case connect.CodeNotFound, connect.CodeUnimplemented:
+			// Nothing to attach to (or a runtime without Connect): start it.
+		default:
+			return res, err
+		}
+	}
 	call := connect.NewRequest(&processpb.StartRequest{
 		Process: &processpb.ProcessConfig{Cmd: req.Command[0], Args: req.Command[1:]},
 	})
-	if req.AccessToken != "" {
-		call.Header().Set(headerAccessToken, req.AccessToken)
+	if req.Tag != "" {
+		call.Msg.Tag = &req.Tag
 	}
-	call.Header().Set(headerAuthorization, authorizationRoot)
-
-	stream, err := client.Start(callCtx, call)
+	authorize(call.Header(), req.AccessToken)
+	stream, err := client.Start(ctx, call)
 	if err != nil {
-		return Result{}, classify(ctx, callCtx, err, req.BaseURL, req.Timeout)
+		return Result{}, err
 	}
+	res, err := collect(stream, req)
+	if req.Tag != "" && connect.CodeOf(err) == connect.CodeAlreadyExists {
+		// Another call started it in between: follow that one.
+		return connectTo(ctx, client, req)
+	}
+	return res, err
+}
+
+// connectTo follows the process tagged req.Tag to its end.
+func connectTo(ctx context.Context, client processconnect.ProcessClient, req ExecRequest) (Result, error) {
+	call := connect.NewRequest(&processpb.ConnectRequest{
+		Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: req.Tag}},
+	})
+	authorize(call.Header(), req.AccessToken)
+	stream, err := client.Connect(ctx, call)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := collect(stream, req)
+	res.Reattached = err == nil
+	return res, err
+}
+
+func authorize(h http.Header, token string) {
+	if token != "" {
+		h.Set(headerAccessToken, token)
+	}
+	h.Set(headerAuthorization, authorizationRoot)
+}
+
+// collect reads a Start or Connect stream to its end event.
+func collect[T any, PT interface {
+	*T
+	GetEvent() *processpb.ProcessEvent
+}](stream *connect.ServerStreamForClient[T], req ExecRequest) (Result, error) {
 	defer stream.Close()
 	stdout, stderr := newTail(OutputTail), newTail(OutputTail)
 	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
+		ev := PT(stream.Msg()).GetEvent()
 		switch {
 		case ev.GetData() != nil:
 			out, errOut := ev.GetData().GetStdout(), ev.GetData().GetStderr()
@@ -141,7 +227,7 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return Result{}, classify(ctx, callCtx, err, req.BaseURL, req.Timeout)
+		return Result{}, err
 	}
 	return Result{}, &execError{kind: ErrNoEndEvent, msg: ErrNoEndEvent.Error()}
 }

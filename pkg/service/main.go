@@ -14,7 +14,11 @@ import (
 // Main is the whole main() of a service: it registers the service's flags
 // and klog's, parses the command line, runs until the first SIGTERM or
 // interrupt cancels the context, and exits 1 naming the error.
+// `<service> probe <url>` instead checks a URL and exits (see RunProbe).
 func Main(name string, register func(*flag.FlagSet), run func(context.Context) error) {
+	if len(os.Args) > 1 && os.Args[1] == ProbeCommand {
+		os.Exit(RunProbe(name, os.Args[2:], os.Stdout, os.Stderr))
+	}
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	register(fs)
 	klog.InitFlags(fs)

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"molt.dev/pkg/events"
 )
 
 // Options are the settings every service takes. Each has a flag and an
@@ -23,6 +25,11 @@ type Options struct {
 	KubeBurst int
 	// ShutdownTimeout bounds how long a clean shutdown may take.
 	ShutdownTimeout time.Duration
+	// Stream is the config of the event stream for when this service
+	// creates it (the first service to start does; a running stream is kept
+	// as it is, see events.EnsureStream). Only its duplicate window is a
+	// flag; the zero value of every other field is the production default.
+	Stream events.StreamConfig
 
 	// Env is where the flag defaults came from; services register their
 	// own flags through it too, and Validate reports what did not parse.
@@ -39,6 +46,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet, name, defaultAddr string) {
 	fs.Float64Var(&o.KubeQPS, "kube-qps", o.Env.Float("MOLT_KUBE_QPS", 200), "client-side QPS limit towards the API server (env MOLT_KUBE_QPS)")
 	fs.IntVar(&o.KubeBurst, "kube-burst", o.Env.Int("MOLT_KUBE_BURST", 400), "client-side burst towards the API server (env MOLT_KUBE_BURST)")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.Env.Duration("MOLT_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a clean shutdown may take (env MOLT_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&o.Stream.Duplicates, "duplicate-window", o.Env.Duration("MOLT_DUPLICATE_WINDOW", events.DefaultDuplicates),
+		"the event stream's duplicate window, set when this service creates the stream: a message id published again within it is dropped (env MOLT_DUPLICATE_WINDOW)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
@@ -59,6 +68,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("flag --kube-burst=%d: must be greater than 0", o.KubeBurst)
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("flag --shutdown-timeout=%s: must be greater than 0", o.ShutdownTimeout)
+	case o.Stream.Duplicates < 0:
+		return fmt.Errorf("flag --duplicate-window=%s: must not be negative (0 means the default, %s)", o.Stream.Duplicates, events.DefaultDuplicates)
 	}
 	return nil
 }

@@ -1,11 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"syscall"
 	"testing"
@@ -31,85 +31,211 @@ var stageEnv = []string{
 	"MOLT_WATCHDOG_INTERVAL=1s",
 }
 
-// stack is the five services running as processes.
+// stackOptions say how a stack runs the services. The zero value is the
+// shared stack: one replica each, the harness's in-process NATS, stageEnv.
+type stackOptions struct {
+	// replicas of every service (0 means 1).
+	replicas int
+	// natsURL is the NATS server the services use; empty means the
+	// harness's in-process server.
+	natsURL string
+	// env is added after stageEnv, so its variables win.
+	env []string
+}
+
+// stack is the five services running as processes, each replica one
+// instance: replica 1 of a service is named as the service ("selector"),
+// replica 2 "selector-2", and so on.
 type stack struct {
 	env    *testenv.Env
 	cfg    devcluster.Config
-	mu     sync.Mutex
-	procs  map[string]*devcluster.Process
-	addrs  map[string]string
+	opts   stackOptions
 	agents versioned.Interface
+
+	mu      sync.Mutex
+	procs   map[string]*devcluster.Process // by instance
+	addrs   map[string]string              // by instance
+	service map[string]string              // instance -> service (its binary)
 }
 
+// Only one stack may run at a time: the services of every stack act on every
+// namespace of the one control plane.
 var (
-	stackOnce sync.Once
-	shared    *stack
-	stackErr  error
+	stacksMu sync.Mutex
+	shared   *stack // the package's stack, once made
+	running  *stack // the stack whose services run now, if any
 )
 
-// Stack starts the services once per package and returns them.
+// Stack returns the package's shared stack, starting its services if they
+// do not run (the first time, or after a test ran a stack of its own).
 func Stack(t *testing.T) *stack {
 	t.Helper()
-	env := testenv.Get(t)
-	stackOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "molt-e2e-")
+	stacksMu.Lock()
+	defer stacksMu.Unlock()
+	if shared == nil {
+		s, err := newStack(testenv.Get(t), stackOptions{})
 		if err != nil {
-			stackErr = err
-			return
-		}
-		s := &stack{env: env, cfg: devcluster.Config{BinDir: filepath.Join(env.RootDir, "bin"), StateDir: dir},
-			procs: map[string]*devcluster.Process{}, addrs: map[string]string{}}
-		s.agents, err = versioned.NewForConfig(env.RestConfig)
-		if err != nil {
-			stackErr = err
-			return
-		}
-		for _, name := range serviceNames {
-			if err := s.start(name); err != nil {
-				stackErr = err
-				return
-			}
-		}
-		for _, name := range serviceNames {
-			if err := s.waitReady(name); err != nil {
-				stackErr = err
-				return
-			}
+			t.Fatalf("make the molt services' stack: %v", err)
 		}
 		shared = s
-	})
-	if stackErr != nil {
-		t.Fatalf("start molt services (run `make build` first): %v", stackErr)
+	}
+	if running != shared {
+		switchTo(t, shared)
 	}
 	return shared
 }
 
-func (s *stack) start(name string) error {
+// OwnStack stops whatever stack runs and starts the services as opts say,
+// for this test alone; they are stopped when the test ends, and the next
+// Stack call starts the shared stack again. Service logs are in
+// s.cfg.LogDir() (kept).
+func OwnStack(t *testing.T, opts stackOptions) *stack {
+	t.Helper()
+	s, err := newStack(testenv.Get(t), opts)
+	if err != nil {
+		t.Fatalf("make a molt services' stack: %v", err)
+	}
+	stacksMu.Lock()
+	defer stacksMu.Unlock()
+	switchTo(t, s)
+	t.Cleanup(func() {
+		stacksMu.Lock()
+		defer stacksMu.Unlock()
+		s.stopAll()
+		if running == s {
+			running = nil
+		}
+	})
+	return s
+}
+
+// switchTo stops the running stack, if any, and starts s. stacksMu is held.
+func switchTo(t *testing.T, s *stack) {
+	t.Helper()
+	if running != nil {
+		running.stopAll()
+		running = nil
+	}
+	if err := s.startAll(); err != nil {
+		s.stopAll()
+		t.Fatalf("start molt services (run `make build` first): %v", err)
+	}
+	running = s
+}
+
+func newStack(env *testenv.Env, opts stackOptions) (*stack, error) {
+	dir, err := os.MkdirTemp("", "molt-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	if opts.replicas == 0 {
+		opts.replicas = 1
+	}
+	if opts.natsURL == "" {
+		opts.natsURL = env.NATSURL
+	}
+	s := &stack{env: env, opts: opts, cfg: devcluster.Config{BinDir: filepath.Join(env.RootDir, "bin"), StateDir: dir},
+		procs: map[string]*devcluster.Process{}, addrs: map[string]string{}, service: map[string]string{}}
+	for _, svc := range serviceNames {
+		for i := range opts.replicas {
+			s.service[s.instance(svc, i)] = svc
+		}
+	}
+	s.agents, err = versioned.NewForConfig(env.RestConfig)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// instance names replica i (from 0) of svc.
+func (s *stack) instance(svc string, i int) string {
+	if i == 0 {
+		return svc
+	}
+	return fmt.Sprintf("%s-%d", svc, i+1)
+}
+
+// Replicas returns the instances of svc, replica 1 first.
+func (s *stack) Replicas(svc string) []string {
+	var out []string
+	for i := range s.opts.replicas {
+		out = append(out, s.instance(svc, i))
+	}
+	return out
+}
+
+// Instances returns every instance, sorted.
+func (s *stack) Instances() []string {
+	var out []string
+	for inst := range s.service {
+		out = append(out, inst)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// startAll starts every instance and waits until each is ready.
+func (s *stack) startAll() error {
+	insts := s.Instances()
+	for _, inst := range insts {
+		if err := s.start(inst); err != nil {
+			return err
+		}
+	}
+	for _, inst := range insts {
+		if err := s.waitReady(inst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopAll stops every instance (SIGTERM, SIGKILL after 15s), all at once.
+func (s *stack) stopAll() {
+	s.mu.Lock()
+	procs := make([]*devcluster.Process, 0, len(s.procs))
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(func() { p.Stop(15 * time.Second) })
+	}
+	wg.Wait()
+}
+
+func (s *stack) start(inst string) error {
+	svc, ok := s.service[inst]
+	if !ok {
+		return fmt.Errorf("no instance %q in this stack", inst)
+	}
 	port, err := devcluster.FreePort()
 	if err != nil {
 		return err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.cfg.Launch(name, filepath.Join(s.cfg.BinDir, name), []string{
-		"--kubeconfig=" + s.env.Kubeconfig, "--nats-url=" + s.env.NATSURL, "--http-addr=" + addr,
-	}, stageEnv)
+	p, err := s.cfg.Launch(inst, filepath.Join(s.cfg.BinDir, svc), []string{
+		"--kubeconfig=" + s.env.Kubeconfig, "--nats-url=" + s.opts.natsURL, "--http-addr=" + addr,
+	}, append(append([]string(nil), stageEnv...), s.opts.env...))
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.procs[name], s.addrs[name] = p, addr
+	s.procs[inst], s.addrs[inst] = p, addr
 	s.mu.Unlock()
 	return nil
 }
 
-func (s *stack) waitReady(name string) error {
+func (s *stack) waitReady(inst string) error {
 	s.mu.Lock()
-	addr, p := s.addrs[name], s.procs[name]
+	addr, p := s.addrs[inst], s.procs[inst]
 	s.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if p.Exited() {
-			return fmt.Errorf("%s exited: see %s", name, p.LogPath)
+			return fmt.Errorf("%s exited: see %s", inst, p.LogPath)
 		}
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
@@ -120,34 +246,58 @@ func (s *stack) waitReady(name string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("%s not ready after 60s: see %s", name, p.LogPath)
+	return fmt.Errorf("%s not ready after 60s: see %s", inst, p.LogPath)
 }
 
-// Kill9 kills a service with SIGKILL and starts it again.
-func (s *stack) Kill9AndRestart(t *testing.T, name string) {
-	t.Helper()
+// proc returns the running process of an instance.
+func (s *stack) proc(inst string) *devcluster.Process {
 	s.mu.Lock()
-	p := s.procs[name]
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	return s.procs[inst]
+}
+
+// Kill9 kills an instance with SIGKILL and waits until it is gone.
+func (s *stack) Kill9(t *testing.T, inst string) {
+	t.Helper()
+	p := s.proc(inst)
 	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 %s: %v", name, err)
+		t.Fatalf("kill -9 %s: %v", inst, err)
 	}
 	if !p.WaitExit(10 * time.Second) {
-		t.Fatalf("%s still runs 10s after SIGKILL", name)
+		t.Fatalf("%s still runs 10s after SIGKILL", inst)
 	}
-	if err := s.start(name); err != nil {
-		t.Fatalf("restart %s: %v", name, err)
+}
+
+// Restart starts an instance that is not running again, with the same
+// flags, and waits until it is ready.
+func (s *stack) Restart(t *testing.T, inst string) {
+	t.Helper()
+	if err := s.start(inst); err != nil {
+		t.Fatalf("restart %s: %v", inst, err)
 	}
-	if err := s.waitReady(name); err != nil {
+	if err := s.waitReady(inst); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// MetricsURL is where a service serves /metrics.
-func (s *stack) MetricsURL(name string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return "http://" + s.addrs[name] + "/metrics"
+// Kill9AndRestart kills an instance with SIGKILL and starts it again.
+func (s *stack) Kill9AndRestart(t *testing.T, inst string) {
+	t.Helper()
+	s.Kill9(t, inst)
+	s.Restart(t, inst)
 }
 
-var _ = context.Background
+// Signal sends sig (SIGSTOP, SIGCONT, ...) to an instance.
+func (s *stack) Signal(t *testing.T, inst string, sig syscall.Signal) {
+	t.Helper()
+	if err := s.proc(inst).Cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("send %s to %s: %v", sig, inst, err)
+	}
+}
+
+// MetricsURL is where an instance serves /metrics.
+func (s *stack) MetricsURL(inst string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return "http://" + s.addrs[inst] + "/metrics"
+}

@@ -105,9 +105,14 @@ func commandEnv(view View, envs map[string]string) []string {
 	return env
 }
 
-// kill ends the command and whatever it started.
-func (c *command) kill() {
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+// signal sends sig to the command and whatever it started (its process
+// group; with a root of its own, its whole PID namespace dies with it).
+func (c *command) signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("signal %v is not a unix signal", sig)
+	}
+	return syscall.Kill(-c.cmd.Process.Pid, s)
 }
 
 // exitOf returns a finished command's exit code (negative for the signal

@@ -4,9 +4,10 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
-	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,6 +34,12 @@ type Target struct {
 	AccessToken func() string
 	// Keepalive is the keepalive period; zero means DefaultKeepalive.
 	Keepalive time.Duration
+	// Retention is how long a tagged process's events are kept after its
+	// end; zero means DefaultRetention.
+	Retention time.Duration
+	// Stopped, when closed, kills every process still running: the pod is
+	// gone. Nil never kills them.
+	Stopped <-chan struct{}
 }
 
 // headerAccessToken carries the sandbox's access token, as in envd.
@@ -44,7 +51,11 @@ func NewHandler(target Target) (string, http.Handler) {
 	if target.Keepalive <= 0 {
 		target.Keepalive = DefaultKeepalive
 	}
-	path, h := processconnect.NewProcessHandler(&processServer{target: target})
+	srv := &processServer{target: target, procs: newProcesses(target.Retention)}
+	if target.Stopped != nil {
+		go func() { <-target.Stopped; srv.procs.killAll() }()
+	}
+	path, h := processconnect.NewProcessHandler(srv)
 	if target.AccessToken == nil {
 		return path, h
 	}
@@ -79,11 +90,14 @@ func NewServer(target Target) *http.Server {
 type processServer struct {
 	processconnect.UnimplementedProcessHandler
 	target Target
+	procs  *processes
 }
 
 // Start checks the caller, starts the command and streams its events: start,
-// data and keepalives as they come, then one end. When the caller goes away
-// the command is killed.
+// data and keepalives as they come, then one end. An untagged command is
+// killed when its caller goes away; a tagged one keeps running, and its
+// events stay for Connect until Retention after its end (a second Start
+// with the same tag is refused with AlreadyExists).
 func (s *processServer) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
 	if err := s.authorize(req.Header()); err != nil {
 		return err
@@ -96,12 +110,76 @@ func (s *processServer) Start(ctx context.Context, req *connect.Request[processp
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
 	}
+	tag := msg.GetTag()
+	if err := s.procs.reserve(tag); err != nil {
+		return connect.NewError(connect.CodeAlreadyExists, err)
+	}
 	cmd, err := startCommand(s.target.View, append([]string{cfg.GetCmd()}, cfg.GetArgs()...), cfg.GetEnvs(), cfg.GetCwd())
 	if err != nil {
+		s.procs.release(tag)
 		text := err.Error()
-		return stream.Send(endEvent(&processpb.ProcessEvent_EndEvent{ExitCode: -1, Status: "error", Error: &text}))
+		return stream.Send(&processpb.StartResponse{Event: endEvent(&processpb.ProcessEvent_EndEvent{ExitCode: -1, Status: "error", Error: &text})})
 	}
-	return s.stream(ctx, cmd, stream)
+	p := newProcess(cmd, tag)
+	s.procs.add(p)
+	send := func(ev *processpb.ProcessEvent) error { return stream.Send(&processpb.StartResponse{Event: ev}) }
+	if tag != "" {
+		return s.follow(ctx, p, send)
+	}
+	defer s.procs.forget(p)
+	err = s.follow(ctx, p, send)
+	if err != nil {
+		// The caller went away before the end: an untagged command
+		// dies with its call.
+		_ = p.signal(os.Kill)
+	}
+	return err
+}
+
+// Connect streams the events of a process started before (by pid or tag):
+// everything it has said that is kept, then the rest until its end.
+func (s *processServer) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
+	if err := s.authorize(req.Header()); err != nil {
+		return err
+	}
+	p := s.procs.find(req.Msg.GetProcess())
+	if p == nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no process %s", describeSelector(req.Msg.GetProcess())))
+	}
+	return s.follow(ctx, p, func(ev *processpb.ProcessEvent) error {
+		return stream.Send(&processpb.ConnectResponse{Event: ev})
+	})
+}
+
+// SendSignal sends SIGTERM or SIGKILL to a running process.
+func (s *processServer) SendSignal(_ context.Context, req *connect.Request[processpb.SendSignalRequest]) (*connect.Response[processpb.SendSignalResponse], error) {
+	if err := s.authorize(req.Header()); err != nil {
+		return nil, err
+	}
+	var sig os.Signal
+	switch req.Msg.GetSignal() {
+	case processpb.Signal_SIGNAL_SIGKILL:
+		sig = syscall.SIGKILL
+	case processpb.Signal_SIGNAL_SIGTERM:
+		sig = syscall.SIGTERM
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not SIGTERM or SIGKILL", req.Msg.GetSignal()))
+	}
+	p := s.procs.find(req.Msg.GetProcess())
+	if p == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no process %s", describeSelector(req.Msg.GetProcess())))
+	}
+	if err := p.signal(sig); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("signal process %s: %w", describeSelector(req.Msg.GetProcess()), err))
+	}
+	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
+}
+
+func describeSelector(sel *processpb.ProcessSelector) string {
+	if tag := sel.GetTag(); tag != "" {
+		return fmt.Sprintf("tagged %q", tag)
+	}
+	return fmt.Sprintf("with pid %d", sel.GetPid())
 }
 
 // authorize refuses any user but root (the access token is checked before,
@@ -113,93 +191,36 @@ func (s *processServer) authorize(h http.Header) error {
 	return nil
 }
 
-// stream sends cmd's events until it ended and its output is drained. When
-// it returns early (the caller went away) it kills the command.
-func (s *processServer) stream(ctx context.Context, cmd *command, stream *connect.ServerStream[processpb.StartResponse]) error {
-	stop := make(chan struct{})
-	data := make(chan *processpb.ProcessEvent_DataEvent)
-	var readers sync.WaitGroup
-	readers.Add(2)
-	go readChunks(cmd.stdout, data, stop, &readers, func(b []byte) *processpb.ProcessEvent_DataEvent {
-		return &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-	})
-	go readChunks(cmd.stderr, data, stop, &readers, func(b []byte) *processpb.ProcessEvent_DataEvent {
-		return &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
-	})
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	exited := make(chan struct{})
-	go func() { _ = cmd.cmd.Wait(); close(exited) }()
-	defer func() {
-		close(stop)
-		select {
-		case <-exited:
-		default:
-			cmd.kill()
-			<-exited
-		}
-		closeAll(cmd.stdout, cmd.stderr)
-		<-drained
-	}()
-
-	if err := stream.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{
-		Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(cmd.cmd.Process.Pid)}},
-	}}); err != nil {
-		return err
-	}
+// follow sends p's events from its start, with a keepalive every period of
+// silence, until the end event is sent; it returns early with an error when
+// ctx ends or a send fails.
+func (s *processServer) follow(ctx context.Context, p *process, send func(*processpb.ProcessEvent) error) error {
 	keepalive := time.NewTicker(s.target.Keepalive)
 	defer keepalive.Stop()
-	waitExit, waitOutput := exited, drained
-	for waitExit != nil || waitOutput != nil {
+	pos := 0
+	for {
+		evs, next, changed := p.next(pos)
+		pos = next
+		for _, ev := range evs {
+			if err := send(ev); err != nil {
+				return err
+			}
+			if ev.GetEnd() != nil {
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case d := <-data:
-			if err := stream.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{
-				Event: &processpb.ProcessEvent_Data{Data: d},
-			}}); err != nil {
-				return err
-			}
-		case <-waitExit:
-			waitExit = nil
-			// A process the command left behind may hold the pipes open.
-			deadline := time.Now().Add(drainGrace)
-			_ = cmd.stdout.SetReadDeadline(deadline)
-			_ = cmd.stderr.SetReadDeadline(deadline)
-		case <-waitOutput:
-			waitOutput = nil
+		case <-changed:
 		case <-keepalive.C:
-			if err := stream.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{
-				Event: &processpb.ProcessEvent_Keepalive{Keepalive: &processpb.ProcessEvent_KeepAlive{}},
-			}}); err != nil {
+			if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Keepalive{Keepalive: &processpb.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
 		}
 	}
-	code, ok, status := exitOf(cmd.cmd.ProcessState)
-	return stream.Send(endEvent(&processpb.ProcessEvent_EndEvent{ExitCode: code, Exited: ok, Status: status}))
 }
 
-func endEvent(end *processpb.ProcessEvent_EndEvent) *processpb.StartResponse {
-	return &processpb.StartResponse{Event: &processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: end}}}
-}
-
-// readChunks sends what it reads from f as data events until EOF, an error,
-// the read deadline or stop.
-func readChunks(f *os.File, data chan<- *processpb.ProcessEvent_DataEvent, stop <-chan struct{}, wg *sync.WaitGroup, wrap func([]byte) *processpb.ProcessEvent_DataEvent) {
-	defer wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			select {
-			case data <- wrap(append([]byte(nil), buf[:n]...)):
-			case <-stop:
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
+func endEvent(end *processpb.ProcessEvent_EndEvent) *processpb.ProcessEvent {
+	return &processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: end}}
 }

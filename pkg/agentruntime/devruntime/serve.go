@@ -126,6 +126,8 @@ type served struct {
 	uid  types.UID
 	addr string
 	srv  *http.Server
+	// stopped is closed when srv is: it kills the pod's processes.
+	stopped chan struct{}
 }
 
 // sync makes the listener of pod key match the pod: none when the pod is
@@ -155,6 +157,7 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 			return nil
 		}
 		_ = cur.srv.Close()
+		close(cur.stopped)
 		delete(r.served, key)
 		logger.Info("Stopped agent-runtime", "uid", cur.uid, "address", cur.addr)
 		if pod == nil || pod.UID != cur.uid {
@@ -170,9 +173,10 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("listen for pod %s on %s: %w", key, addr, err)
 	}
-	srv := NewServer(Target{View: ViewOf(r.cfg.StateDir, pod), AccessToken: r.accessToken(pod), Keepalive: r.cfg.Keepalive})
+	stopped := make(chan struct{})
+	srv := NewServer(Target{View: ViewOf(r.cfg.StateDir, pod), AccessToken: r.accessToken(pod), Keepalive: r.cfg.Keepalive, Stopped: stopped})
 	go func() { _ = srv.Serve(l) }()
-	r.served[key] = &served{uid: pod.UID, addr: addr, srv: srv}
+	r.served[key] = &served{uid: pod.UID, addr: addr, srv: srv, stopped: stopped}
 	logger.Info("Serving agent-runtime", "uid", pod.UID, "address", addr)
 	return nil
 }
@@ -200,6 +204,7 @@ func (r *runtimes) stopAll() {
 	defer r.mu.Unlock()
 	for key, s := range r.served {
 		_ = s.srv.Close()
+		close(s.stopped)
 		delete(r.served, key)
 	}
 }

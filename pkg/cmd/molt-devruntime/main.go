@@ -8,6 +8,9 @@
 //	    with the token of the sandbox's runtime-access-token annotation (the
 //	    runtime refuses any call without it); print its stdout and stderr and
 //	    exit with its exit code
+//	molt-devruntime probe URL
+//	    GET URL; exit 0 on a 2xx answer, 1 otherwise (a health check for
+//	    images without a shell)
 package main
 
 import (
@@ -32,7 +35,8 @@ import (
 
 const usage = `usage:
   molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s]
-  molt-devruntime exec --kubeconfig K [--namespace NS] --sandbox NAME [--timeout 2m] -- COMMAND...`
+  molt-devruntime exec --kubeconfig K [--namespace NS] --sandbox NAME [--timeout 2m] -- COMMAND...
+  molt-devruntime probe URL`
 
 // exitError carries the exit code of a command run by exec.
 type exitError struct{ code int }
@@ -55,6 +59,12 @@ func main() {
 func run(args []string) error {
 	if len(args) == 0 {
 		return errors.New(usage)
+	}
+	if args[0] == service.ProbeCommand {
+		if code := service.RunProbe("molt-devruntime", args[1:], os.Stdout, os.Stderr); code != 0 {
+			return exitError{code: code}
+		}
+		return nil
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

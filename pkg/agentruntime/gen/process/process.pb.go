@@ -1,6 +1,9 @@
 // The process service of the agent-runtime that runs in every sandbox pod
 // (the envd process protocol): molt's hookrunner calls Start to run a
 // lifecycle hook, and the server streams the command's output and its end.
+// A hook is started with a tag that names its attempt and stage; a
+// hookrunner that restarted Connects to the tagged process instead of
+// starting the hook a second time, and SendSignal ends one past its timeout.
 //
 // Only what molt uses is declared. The field numbers are a wire contract
 // with the agent-runtime (see API.md, "Hooks"): never renumber them.
@@ -28,6 +31,313 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Signal int32
+
+const (
+	Signal_SIGNAL_UNSPECIFIED Signal = 0
+	Signal_SIGNAL_SIGTERM     Signal = 15
+	Signal_SIGNAL_SIGKILL     Signal = 9
+)
+
+// Enum value maps for Signal.
+var (
+	Signal_name = map[int32]string{
+		0:  "SIGNAL_UNSPECIFIED",
+		15: "SIGNAL_SIGTERM",
+		9:  "SIGNAL_SIGKILL",
+	}
+	Signal_value = map[string]int32{
+		"SIGNAL_UNSPECIFIED": 0,
+		"SIGNAL_SIGTERM":     15,
+		"SIGNAL_SIGKILL":     9,
+	}
+)
+
+func (x Signal) Enum() *Signal {
+	p := new(Signal)
+	*p = x
+	return p
+}
+
+func (x Signal) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Signal) Descriptor() protoreflect.EnumDescriptor {
+	return file_process_process_proto_enumTypes[0].Descriptor()
+}
+
+func (Signal) Type() protoreflect.EnumType {
+	return &file_process_process_proto_enumTypes[0]
+}
+
+func (x Signal) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Signal.Descriptor instead.
+func (Signal) EnumDescriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{0}
+}
+
+type ProcessSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Selector:
+	//
+	//	*ProcessSelector_Pid
+	//	*ProcessSelector_Tag
+	Selector      isProcessSelector_Selector `protobuf_oneof:"selector"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessSelector) Reset() {
+	*x = ProcessSelector{}
+	mi := &file_process_process_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessSelector) ProtoMessage() {}
+
+func (x *ProcessSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessSelector.ProtoReflect.Descriptor instead.
+func (*ProcessSelector) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ProcessSelector) GetSelector() isProcessSelector_Selector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *ProcessSelector) GetPid() uint32 {
+	if x != nil {
+		if x, ok := x.Selector.(*ProcessSelector_Pid); ok {
+			return x.Pid
+		}
+	}
+	return 0
+}
+
+func (x *ProcessSelector) GetTag() string {
+	if x != nil {
+		if x, ok := x.Selector.(*ProcessSelector_Tag); ok {
+			return x.Tag
+		}
+	}
+	return ""
+}
+
+type isProcessSelector_Selector interface {
+	isProcessSelector_Selector()
+}
+
+type ProcessSelector_Pid struct {
+	Pid uint32 `protobuf:"varint,1,opt,name=pid,proto3,oneof"`
+}
+
+type ProcessSelector_Tag struct {
+	Tag string `protobuf:"bytes,2,opt,name=tag,proto3,oneof"`
+}
+
+func (*ProcessSelector_Pid) isProcessSelector_Selector() {}
+
+func (*ProcessSelector_Tag) isProcessSelector_Selector() {}
+
+type ConnectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Process       *ProcessSelector       `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectRequest) Reset() {
+	*x = ConnectRequest{}
+	mi := &file_process_process_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectRequest) ProtoMessage() {}
+
+func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
+func (*ConnectRequest) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConnectRequest) GetProcess() *ProcessSelector {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+type ConnectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *ProcessEvent          `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectResponse) Reset() {
+	*x = ConnectResponse{}
+	mi := &file_process_process_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectResponse) ProtoMessage() {}
+
+func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
+func (*ConnectResponse) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConnectResponse) GetEvent() *ProcessEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+type SendSignalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Process       *ProcessSelector       `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	Signal        Signal                 `protobuf:"varint,2,opt,name=signal,proto3,enum=process.Signal" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSignalRequest) Reset() {
+	*x = SendSignalRequest{}
+	mi := &file_process_process_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSignalRequest) ProtoMessage() {}
+
+func (x *SendSignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSignalRequest.ProtoReflect.Descriptor instead.
+func (*SendSignalRequest) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SendSignalRequest) GetProcess() *ProcessSelector {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+func (x *SendSignalRequest) GetSignal() Signal {
+	if x != nil {
+		return x.Signal
+	}
+	return Signal_SIGNAL_UNSPECIFIED
+}
+
+type SendSignalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSignalResponse) Reset() {
+	*x = SendSignalResponse{}
+	mi := &file_process_process_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSignalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSignalResponse) ProtoMessage() {}
+
+func (x *SendSignalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSignalResponse.ProtoReflect.Descriptor instead.
+func (*SendSignalResponse) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{4}
+}
+
 type ProcessConfig struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cmd           string                 `protobuf:"bytes,1,opt,name=cmd,proto3" json:"cmd,omitempty"`
@@ -40,7 +350,7 @@ type ProcessConfig struct {
 
 func (x *ProcessConfig) Reset() {
 	*x = ProcessConfig{}
-	mi := &file_process_process_proto_msgTypes[0]
+	mi := &file_process_process_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +362,7 @@ func (x *ProcessConfig) String() string {
 func (*ProcessConfig) ProtoMessage() {}
 
 func (x *ProcessConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[0]
+	mi := &file_process_process_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +375,7 @@ func (x *ProcessConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessConfig.ProtoReflect.Descriptor instead.
 func (*ProcessConfig) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{0}
+	return file_process_process_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProcessConfig) GetCmd() string {
@@ -107,7 +417,7 @@ type Pty struct {
 
 func (x *Pty) Reset() {
 	*x = Pty{}
-	mi := &file_process_process_proto_msgTypes[1]
+	mi := &file_process_process_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -119,7 +429,7 @@ func (x *Pty) String() string {
 func (*Pty) ProtoMessage() {}
 
 func (x *Pty) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[1]
+	mi := &file_process_process_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -132,7 +442,7 @@ func (x *Pty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pty.ProtoReflect.Descriptor instead.
 func (*Pty) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{1}
+	return file_process_process_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Pty) GetSize() *Pty_Size {
@@ -154,7 +464,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_process_process_proto_msgTypes[2]
+	mi := &file_process_process_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +476,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[2]
+	mi := &file_process_process_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +489,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{2}
+	return file_process_process_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartRequest) GetProcess() *ProcessConfig {
@@ -219,7 +529,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_process_process_proto_msgTypes[3]
+	mi := &file_process_process_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +541,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[3]
+	mi := &file_process_process_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +554,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{3}
+	return file_process_process_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StartResponse) GetEvent() *ProcessEvent {
@@ -269,7 +579,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_process_process_proto_msgTypes[4]
+	mi := &file_process_process_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +591,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[4]
+	mi := &file_process_process_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +604,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{4}
+	return file_process_process_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -378,7 +688,7 @@ type Pty_Size struct {
 
 func (x *Pty_Size) Reset() {
 	*x = Pty_Size{}
-	mi := &file_process_process_proto_msgTypes[6]
+	mi := &file_process_process_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +700,7 @@ func (x *Pty_Size) String() string {
 func (*Pty_Size) ProtoMessage() {}
 
 func (x *Pty_Size) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[6]
+	mi := &file_process_process_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +713,7 @@ func (x *Pty_Size) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pty_Size.ProtoReflect.Descriptor instead.
 func (*Pty_Size) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{1, 0}
+	return file_process_process_proto_rawDescGZIP(), []int{6, 0}
 }
 
 func (x *Pty_Size) GetCols() uint32 {
@@ -429,7 +739,7 @@ type ProcessEvent_StartEvent struct {
 
 func (x *ProcessEvent_StartEvent) Reset() {
 	*x = ProcessEvent_StartEvent{}
-	mi := &file_process_process_proto_msgTypes[7]
+	mi := &file_process_process_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +751,7 @@ func (x *ProcessEvent_StartEvent) String() string {
 func (*ProcessEvent_StartEvent) ProtoMessage() {}
 
 func (x *ProcessEvent_StartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[7]
+	mi := &file_process_process_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +764,7 @@ func (x *ProcessEvent_StartEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_StartEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_StartEvent) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{4, 0}
+	return file_process_process_proto_rawDescGZIP(), []int{9, 0}
 }
 
 func (x *ProcessEvent_StartEvent) GetPid() uint32 {
@@ -478,7 +788,7 @@ type ProcessEvent_DataEvent struct {
 
 func (x *ProcessEvent_DataEvent) Reset() {
 	*x = ProcessEvent_DataEvent{}
-	mi := &file_process_process_proto_msgTypes[8]
+	mi := &file_process_process_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +800,7 @@ func (x *ProcessEvent_DataEvent) String() string {
 func (*ProcessEvent_DataEvent) ProtoMessage() {}
 
 func (x *ProcessEvent_DataEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[8]
+	mi := &file_process_process_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +813,7 @@ func (x *ProcessEvent_DataEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_DataEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_DataEvent) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{4, 1}
+	return file_process_process_proto_rawDescGZIP(), []int{9, 1}
 }
 
 func (x *ProcessEvent_DataEvent) GetOutput() isProcessEvent_DataEvent_Output {
@@ -574,7 +884,7 @@ type ProcessEvent_EndEvent struct {
 
 func (x *ProcessEvent_EndEvent) Reset() {
 	*x = ProcessEvent_EndEvent{}
-	mi := &file_process_process_proto_msgTypes[9]
+	mi := &file_process_process_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +896,7 @@ func (x *ProcessEvent_EndEvent) String() string {
 func (*ProcessEvent_EndEvent) ProtoMessage() {}
 
 func (x *ProcessEvent_EndEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[9]
+	mi := &file_process_process_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +909,7 @@ func (x *ProcessEvent_EndEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_EndEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_EndEvent) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{4, 2}
+	return file_process_process_proto_rawDescGZIP(), []int{9, 2}
 }
 
 func (x *ProcessEvent_EndEvent) GetExitCode() int32 {
@@ -638,7 +948,7 @@ type ProcessEvent_KeepAlive struct {
 
 func (x *ProcessEvent_KeepAlive) Reset() {
 	*x = ProcessEvent_KeepAlive{}
-	mi := &file_process_process_proto_msgTypes[10]
+	mi := &file_process_process_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +960,7 @@ func (x *ProcessEvent_KeepAlive) String() string {
 func (*ProcessEvent_KeepAlive) ProtoMessage() {}
 
 func (x *ProcessEvent_KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[10]
+	mi := &file_process_process_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,14 +973,27 @@ func (x *ProcessEvent_KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_KeepAlive.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_KeepAlive) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{4, 3}
+	return file_process_process_proto_rawDescGZIP(), []int{9, 3}
 }
 
 var File_process_process_proto protoreflect.FileDescriptor
 
 const file_process_process_proto_rawDesc = "" +
 	"\n" +
-	"\x15process/process.proto\x12\aprocess\"\xc3\x01\n" +
+	"\x15process/process.proto\x12\aprocess\"E\n" +
+	"\x0fProcessSelector\x12\x12\n" +
+	"\x03pid\x18\x01 \x01(\rH\x00R\x03pid\x12\x12\n" +
+	"\x03tag\x18\x02 \x01(\tH\x00R\x03tagB\n" +
+	"\n" +
+	"\bselector\"D\n" +
+	"\x0eConnectRequest\x122\n" +
+	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\">\n" +
+	"\x0fConnectResponse\x12+\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.process.ProcessEventR\x05event\"p\n" +
+	"\x11SendSignalRequest\x122\n" +
+	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\x12'\n" +
+	"\x06signal\x18\x02 \x01(\x0e2\x0f.process.SignalR\x06signal\"\x14\n" +
+	"\x12SendSignalResponse\"\xc3\x01\n" +
 	"\rProcessConfig\x12\x10\n" +
 	"\x03cmd\x18\x01 \x01(\tR\x03cmd\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x124\n" +
@@ -715,9 +1038,16 @@ const file_process_process_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01B\b\n" +
 	"\x06_error\x1a\v\n" +
 	"\tKeepAliveB\a\n" +
-	"\x05event2C\n" +
+	"\x05event*H\n" +
+	"\x06Signal\x12\x16\n" +
+	"\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eSIGNAL_SIGTERM\x10\x0f\x12\x12\n" +
+	"\x0eSIGNAL_SIGKILL\x10\t2\xca\x01\n" +
 	"\aProcess\x128\n" +
-	"\x05Start\x12\x15.process.StartRequest\x1a\x16.process.StartResponse0\x01B/Z-molt.dev/pkg/agentruntime/gen/process;processb\x06proto3"
+	"\x05Start\x12\x15.process.StartRequest\x1a\x16.process.StartResponse0\x01\x12>\n" +
+	"\aConnect\x12\x17.process.ConnectRequest\x1a\x18.process.ConnectResponse0\x01\x12E\n" +
+	"\n" +
+	"SendSignal\x12\x1a.process.SendSignalRequest\x1a\x1b.process.SendSignalResponseB/Z-molt.dev/pkg/agentruntime/gen/process;processb\x06proto3"
 
 var (
 	file_process_process_proto_rawDescOnce sync.Once
@@ -731,37 +1061,52 @@ func file_process_process_proto_rawDescGZIP() []byte {
 	return file_process_process_proto_rawDescData
 }
 
-var file_process_process_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_process_process_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_process_process_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_process_process_proto_goTypes = []any{
-	(*ProcessConfig)(nil),           // 0: process.ProcessConfig
-	(*Pty)(nil),                     // 1: process.Pty
-	(*StartRequest)(nil),            // 2: process.StartRequest
-	(*StartResponse)(nil),           // 3: process.StartResponse
-	(*ProcessEvent)(nil),            // 4: process.ProcessEvent
-	nil,                             // 5: process.ProcessConfig.EnvsEntry
-	(*Pty_Size)(nil),                // 6: process.Pty.Size
-	(*ProcessEvent_StartEvent)(nil), // 7: process.ProcessEvent.StartEvent
-	(*ProcessEvent_DataEvent)(nil),  // 8: process.ProcessEvent.DataEvent
-	(*ProcessEvent_EndEvent)(nil),   // 9: process.ProcessEvent.EndEvent
-	(*ProcessEvent_KeepAlive)(nil),  // 10: process.ProcessEvent.KeepAlive
+	(Signal)(0),                     // 0: process.Signal
+	(*ProcessSelector)(nil),         // 1: process.ProcessSelector
+	(*ConnectRequest)(nil),          // 2: process.ConnectRequest
+	(*ConnectResponse)(nil),         // 3: process.ConnectResponse
+	(*SendSignalRequest)(nil),       // 4: process.SendSignalRequest
+	(*SendSignalResponse)(nil),      // 5: process.SendSignalResponse
+	(*ProcessConfig)(nil),           // 6: process.ProcessConfig
+	(*Pty)(nil),                     // 7: process.Pty
+	(*StartRequest)(nil),            // 8: process.StartRequest
+	(*StartResponse)(nil),           // 9: process.StartResponse
+	(*ProcessEvent)(nil),            // 10: process.ProcessEvent
+	nil,                             // 11: process.ProcessConfig.EnvsEntry
+	(*Pty_Size)(nil),                // 12: process.Pty.Size
+	(*ProcessEvent_StartEvent)(nil), // 13: process.ProcessEvent.StartEvent
+	(*ProcessEvent_DataEvent)(nil),  // 14: process.ProcessEvent.DataEvent
+	(*ProcessEvent_EndEvent)(nil),   // 15: process.ProcessEvent.EndEvent
+	(*ProcessEvent_KeepAlive)(nil),  // 16: process.ProcessEvent.KeepAlive
 }
 var file_process_process_proto_depIdxs = []int32{
-	5,  // 0: process.ProcessConfig.envs:type_name -> process.ProcessConfig.EnvsEntry
-	6,  // 1: process.Pty.size:type_name -> process.Pty.Size
-	0,  // 2: process.StartRequest.process:type_name -> process.ProcessConfig
-	1,  // 3: process.StartRequest.pty:type_name -> process.Pty
-	4,  // 4: process.StartResponse.event:type_name -> process.ProcessEvent
-	7,  // 5: process.ProcessEvent.start:type_name -> process.ProcessEvent.StartEvent
-	8,  // 6: process.ProcessEvent.data:type_name -> process.ProcessEvent.DataEvent
-	9,  // 7: process.ProcessEvent.end:type_name -> process.ProcessEvent.EndEvent
-	10, // 8: process.ProcessEvent.keepalive:type_name -> process.ProcessEvent.KeepAlive
-	2,  // 9: process.Process.Start:input_type -> process.StartRequest
-	3,  // 10: process.Process.Start:output_type -> process.StartResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 0: process.ConnectRequest.process:type_name -> process.ProcessSelector
+	10, // 1: process.ConnectResponse.event:type_name -> process.ProcessEvent
+	1,  // 2: process.SendSignalRequest.process:type_name -> process.ProcessSelector
+	0,  // 3: process.SendSignalRequest.signal:type_name -> process.Signal
+	11, // 4: process.ProcessConfig.envs:type_name -> process.ProcessConfig.EnvsEntry
+	12, // 5: process.Pty.size:type_name -> process.Pty.Size
+	6,  // 6: process.StartRequest.process:type_name -> process.ProcessConfig
+	7,  // 7: process.StartRequest.pty:type_name -> process.Pty
+	10, // 8: process.StartResponse.event:type_name -> process.ProcessEvent
+	13, // 9: process.ProcessEvent.start:type_name -> process.ProcessEvent.StartEvent
+	14, // 10: process.ProcessEvent.data:type_name -> process.ProcessEvent.DataEvent
+	15, // 11: process.ProcessEvent.end:type_name -> process.ProcessEvent.EndEvent
+	16, // 12: process.ProcessEvent.keepalive:type_name -> process.ProcessEvent.KeepAlive
+	8,  // 13: process.Process.Start:input_type -> process.StartRequest
+	2,  // 14: process.Process.Connect:input_type -> process.ConnectRequest
+	4,  // 15: process.Process.SendSignal:input_type -> process.SendSignalRequest
+	9,  // 16: process.Process.Start:output_type -> process.StartResponse
+	3,  // 17: process.Process.Connect:output_type -> process.ConnectResponse
+	5,  // 18: process.Process.SendSignal:output_type -> process.SendSignalResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_process_process_proto_init() }
@@ -769,32 +1114,37 @@ func file_process_process_proto_init() {
 	if File_process_process_proto != nil {
 		return
 	}
-	file_process_process_proto_msgTypes[0].OneofWrappers = []any{}
-	file_process_process_proto_msgTypes[2].OneofWrappers = []any{}
-	file_process_process_proto_msgTypes[4].OneofWrappers = []any{
+	file_process_process_proto_msgTypes[0].OneofWrappers = []any{
+		(*ProcessSelector_Pid)(nil),
+		(*ProcessSelector_Tag)(nil),
+	}
+	file_process_process_proto_msgTypes[5].OneofWrappers = []any{}
+	file_process_process_proto_msgTypes[7].OneofWrappers = []any{}
+	file_process_process_proto_msgTypes[9].OneofWrappers = []any{
 		(*ProcessEvent_Start)(nil),
 		(*ProcessEvent_Data)(nil),
 		(*ProcessEvent_End)(nil),
 		(*ProcessEvent_Keepalive)(nil),
 	}
-	file_process_process_proto_msgTypes[8].OneofWrappers = []any{
+	file_process_process_proto_msgTypes[13].OneofWrappers = []any{
 		(*ProcessEvent_DataEvent_Stdout)(nil),
 		(*ProcessEvent_DataEvent_Stderr)(nil),
 		(*ProcessEvent_DataEvent_Pty)(nil),
 	}
-	file_process_process_proto_msgTypes[9].OneofWrappers = []any{}
+	file_process_process_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_process_process_proto_rawDesc), len(file_process_process_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   11,
+			NumEnums:      1,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_process_process_proto_goTypes,
 		DependencyIndexes: file_process_process_proto_depIdxs,
+		EnumInfos:         file_process_process_proto_enumTypes,
 		MessageInfos:      file_process_process_proto_msgTypes,
 	}.Build()
 	File_process_process_proto = out.File

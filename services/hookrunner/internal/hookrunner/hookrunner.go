@@ -57,8 +57,11 @@ var (
 //  5. the pod already carries this step's done mark for the attempt → the
 //     hook ran to success before a crash or a lost message: do not run it
 //     again, pass the sandbox on;
-//  6. run the hook through the agent-runtime with its timeout (the consume
-//     loop keeps the message alive meanwhile), then mark the pod done;
+//  6. run the hook through the agent-runtime with its timeout, tagged with
+//     the attempt and step so that a redelivery after a crash follows the
+//     run already started (or ended) instead of running it again (the
+//     consume loop keeps the message alive meanwhile), then mark the pod
+//     done;
 //  7. publish the next event, or `failed` with exit code and output tails.
 func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	ev := msg.Event
@@ -118,7 +121,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	if err := h.publish(ctx, events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage)}); err != nil {
 		return err
 	}
-	res, err := h.run(ctx, sb, pod, hook)
+	res, err := h.run(ctx, sb, pod, hook, hookTag(d.Attempt, st.stage))
 	switch {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return err // shutting down: redeliver to the next runner
@@ -130,7 +133,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	code := res.ExitCode
 	next.Data.HookExitCode = &code
-	logger.Info("hook succeeded")
+	logger.Info("hook succeeded", "reattached", res.Reattached)
 	if err := h.markDone(ctx, pod, st, d.Attempt); err != nil {
 		return err
 	}
@@ -196,13 +199,21 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 	return pod, ""
 }
 
+// hookTag names one run of a hook on the agent-runtime: a hookrunner that
+// restarted mid-hook, or a redelivery, follows that run to its end instead
+// of running the hook a second time.
+func hookTag(attempt, stage string) string {
+	return "molt/" + attempt + "/" + stage
+}
+
 // run calls the agent-runtime, retrying only while it is not reachable yet.
-func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, hook *agentsv1alpha1.UpgradeAction) (agentruntime.Result, error) {
+func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, hook *agentsv1alpha1.UpgradeAction, tag string) (agentruntime.Result, error) {
 	req := agentruntime.ExecRequest{
 		BaseURL:     agentruntime.BaseURL(sb.Annotations, pod.Status.PodIP),
 		AccessToken: agentruntime.AccessToken(sb.Annotations),
 		Command:     hook.Exec.Command,
 		Timeout:     hook.Timeout(),
+		Tag:         tag,
 	}
 	deadline := time.Now().Add(h.reachWait)
 	for {

@@ -21,7 +21,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("build agents client: %w", err)
 		}
 		h := &HookRunner{kube: rt.Kube, agents: agents, exec: agentruntime.Exec, reachWait: cfg.ReachWait}
-		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerHookRunner, events.StreamConfig{}, events.ConsumerConfig{})
+		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerHookRunner, rt.Options.Stream, events.ConsumerConfig{})
 		if err != nil {
 			return err
 		}

@@ -41,7 +41,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return nil
 		})
-		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPatcher, events.StreamConfig{}, events.ConsumerConfig{})
+		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPatcher, rt.Options.Stream, events.ConsumerConfig{})
 		if err != nil {
 			return err
 		}

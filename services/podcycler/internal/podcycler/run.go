@@ -38,7 +38,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	if err != nil {
 		return err
 	}
-	endpoint, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPodCycler, events.StreamConfig{}, events.ConsumerConfig{})
+	endpoint, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPodCycler, rt.Options.Stream, events.ConsumerConfig{})
 	if err != nil {
 		return err
 	}

@@ -117,7 +117,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 	pod := buildPod(sb, target, d.Attempt, d.Ops.Name)
 	if old != nil && old.DeletionTimestamp == nil {
-		if refused, err := c.dryRunCreate(ctx, pod); err != nil {
+		if refused, err := upgrade.DryRunCreatePod(ctx, c.kube, pod); err != nil {
 			return err
 		} else if refused != "" {
 			return c.failStage(ctx, d, fmt.Sprintf("the API server refuses the new pod of sandbox %s: %s; the old pod (uid %s) was not deleted and keeps running: fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume",
@@ -144,7 +144,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 
 	created, err := c.createPod(ctx, pod, reasonUpgrade)
-	if refused := refusal(err); refused != "" {
+	if refused := upgrade.PodRefusal(err); refused != "" {
 		return c.failStage(ctx, d, fmt.Sprintf("the API server refused the new pod of sandbox %s: %s; fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume", key, refused))
 	}
 	if err != nil {
@@ -177,35 +177,6 @@ func (c *cycler) failStage(ctx context.Context, in events.Data, message string) 
 	}
 	klog.FromContext(ctx).Info("UpgradePod failed", "message", d.Message)
 	return nil
-}
-
-// dryRunCreate asks the API server whether it would accept pod (server-side dry run,
-// under a generated name, since the pod's own name is still taken by the old pod). It
-// returns the server's words when it refuses the pod for good (Invalid, Forbidden, a bad
-// request), and an error for anything a retry may fix.
-func (c *cycler) dryRunCreate(ctx context.Context, pod *corev1.Pod) (refused string, err error) {
-	probe := pod.DeepCopy()
-	probe.GenerateName, probe.Name = pod.Name+"-", ""
-	_, err = c.kube.CoreV1().Pods(pod.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if r := refusal(err); r != "" {
-		return r, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("dry-run create of pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return "", nil
-}
-
-// refusal returns the API server's message when err refuses an object for good (Invalid,
-// Forbidden, BadRequest, RequestEntityTooLarge), "" otherwise.
-func refusal(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err):
-		return err.Error()
-	}
-	return ""
 }
 
 // stageData is what podcycler's events about the UpgradePod stage carry from the

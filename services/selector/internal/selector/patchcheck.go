@@ -3,13 +3,10 @@ package selector
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -63,38 +60,21 @@ func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.Sandbox
 	if err != nil {
 		return "", nil // this sandbox's own template: its upgrade fails it alone
 	}
-	refusedPatched, err := dryRunPod(ctx, s.kube, first.Namespace, first.Name, patched)
+	refusedPatched, err := upgrade.DryRunCreatePod(ctx, s.kube, podFrom(first.Namespace, first.Name, patched))
 	if err != nil || refusedPatched == "" {
 		return "", err
 	}
-	refusedOriginal, err := dryRunPod(ctx, s.kube, first.Namespace, first.Name, first.Spec.Template)
+	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, s.kube, podFrom(first.Namespace, first.Name, first.Spec.Template))
 	if err != nil || refusedOriginal != "" {
 		return "", err // refused without the patch too: the sandbox's own problem
 	}
 	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", first.Name, refusedPatched), nil
 }
 
-// dryRunPod asks the API server whether it would create a pod from tpl for the sandbox
-// name (server-side dry run, under a generated name). It returns the server's words for a
-// refusal, and an error for anything a retry may fix.
-func dryRunPod(ctx context.Context, kube kubernetes.Interface, ns, name string, tpl *corev1.PodTemplateSpec) (string, error) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: ns, Labels: tpl.Labels, Annotations: tpl.Annotations},
+// podFrom is the pod a template would give the sandbox ns/name.
+func podFrom(ns, name string, tpl *corev1.PodTemplateSpec) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: tpl.Labels, Annotations: tpl.Annotations},
 		Spec:       *tpl.Spec.DeepCopy(),
 	}
-	_, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	switch {
-	case err == nil:
-		return "", nil
-	case apierrors.IsInvalid(err), apierrors.IsForbidden(err) && !isRBACDenial(err), apierrors.IsBadRequest(err):
-		return err.Error(), nil
-	}
-	return "", fmt.Errorf("dry-run create of a pod for sandbox %s/%s: %w", ns, name, err)
-}
-
-// isRBACDenial tells a selector that may not create pods (its own permissions, which
-// retrying after a fix of its RBAC mends) from a pod the API server forbids (admission,
-// quota, pod security): only the latter is the patch's fault.
-func isRBACDenial(err error) bool {
-	return strings.Contains(err.Error(), "cannot create resource \"pods\"")
 }

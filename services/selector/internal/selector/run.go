@@ -33,7 +33,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("register event metrics: %w", err)
 		}
-		if _, err := events.EnsureStream(ctx, rt.JetStream, events.StreamConfig{Metrics: metrics}); err != nil {
+		stream := rt.Options.Stream
+		stream.Metrics = metrics
+		if _, err := events.EnsureStream(ctx, rt.JetStream, stream); err != nil {
 			return err
 		}
 		pub, err := events.NewPublisher(rt.JetStream, Source, metrics)

@@ -58,7 +58,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		return err
 	}
 	// The stream and statusagg's consumer; Consume re-attaches if either is deleted.
-	ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerStatusAgg, events.StreamConfig{}, events.ConsumerConfig{})
+	ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerStatusAgg, rt.Options.Stream, events.ConsumerConfig{})
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		}
 		return ep.Consume(gctx, s.handleEvent, events.WithWorkers(cfg.EventWorkers))
 	})
-	wd := &watchdog{s: s, cfg: cfg.Deadlines.orDefaults(), pub: ep.Publisher, now: time.Now, driven: map[string]int{}}
+	wd := &watchdog{s: s, cfg: cfg.Deadlines.orDefaults(), pub: ep.Publisher, now: time.Now, driven: map[string]drives{}}
 	g.Go(func() error {
 		if !cache.WaitForCacheSync(gctx.Done(), synced...) {
 			return nil

@@ -45,10 +45,45 @@ type watchdog struct {
 	now func() time.Time
 
 	mu sync.Mutex
-	// driven is how many times this process re-drove a (sandbox, attempt, stage); after a
-	// restart it starts at zero, which at worst re-drives once more, and the number of
-	// re-drives stays bounded by the time the stage has been stalled.
-	driven map[string]int
+	// driven is what this process re-drove, by (sandbox, attempt, stage). It lives only in
+	// memory: a new leader (or a restarted or resumed one) starts at zero and re-drives
+	// every stalled stage again before it fails any, so a stage is never failed for a time
+	// no watchdog was looking, nor before its input was actually re-published.
+	driven map[string]drives
+}
+
+// drives is how many times a stage was re-driven, the last at last.
+type drives struct {
+	n    int
+	last time.Time
+}
+
+// Watchdog verdicts on a stage in progress.
+const (
+	verdictWait    = iota // within its deadline, or of the last re-drive
+	verdictRedrive        // re-drive it (once more)
+	verdictFail           // re-driven as often as allowed, a deadline ago: fail it
+)
+
+// judge decides what the watchdog does with a stage entered at entered, of deadline d,
+// that this process re-drove as done says, allowing redrives re-drives. The stage waits a
+// deadline from entering, and again from each re-drive; it is failed only after the last
+// re-drive's deadline passed. Time before a re-drive of this process counts once at most,
+// so a new leader that finds a stage entered long ago re-drives it first (its input may
+// have sat with the old leader) and never fails it at once.
+func judge(now, entered time.Time, d time.Duration, done drives, redrives int) int {
+	since := entered
+	if done.n > 0 {
+		since = done.last
+	}
+	switch {
+	case now.Sub(since) < d:
+		return verdictWait
+	case done.n < redrives:
+		return verdictRedrive
+	default:
+		return verdictFail
+	}
 }
 
 // run checks every Interval until ctx ends.
@@ -69,9 +104,10 @@ func (w *watchdog) run(ctx context.Context) error {
 //  1. the stage's deadline (deadline) has not passed since the attempt entered it → leave it;
 //  2. nobody drives it any more (its ops is gone or replaced, or it is no longer claimed by
 //     it) → fail it at once;
-//  3. n = how many deadlines have passed: up to Redrives, re-publish the stage's input event
-//     under re-drive number n (a new message id), once per n;
-//  4. past that, fail it with <Stage>Failed and a message saying what did not arrive.
+//  3. judge: up to Redrives times, a deadline apart, re-publish the stage's input event
+//     under re-drive number n (a new message id);
+//  4. a deadline after the last re-drive, fail it with <Stage>Failed and a message saying
+//     what did not arrive.
 func (w *watchdog) check(ctx context.Context) {
 	list, err := w.s.sandboxes.List(labels.Everything())
 	if err != nil {
@@ -88,10 +124,13 @@ func (w *watchdog) check(ctx context.Context) {
 		entered := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt).LastTransitionTime.Time
 		deadline := w.deadline(sb, stage)
 		stalled := now.Sub(entered)
-		n := int(stalled / deadline)
-		if n == 0 {
+		if stalled < deadline {
 			continue
 		}
+		key := driveKey(sb, attempt, stage)
+		w.mu.Lock()
+		done := w.driven[key]
+		w.mu.Unlock()
 		logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", attempt, "stage", stage)
 		ctx := klog.NewContext(ctx, logger)
 		ops, orphan := w.driver(sb, attempt)
@@ -100,11 +139,14 @@ func (w *watchdog) check(ctx context.Context) {
 		case orphan != "":
 			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: %s, so nothing drives this attempt any more; the sandbox is left as it is: create a new SandboxUpdateOps to resume it",
 				stage, stalled.Round(time.Second), orphan))
-		case n <= w.cfg.Redrives:
-			err = w.redrive(ctx, sb, attempt, ops, stage, n, stalled)
 		default:
-			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times): %s",
-				stage, stalled.Round(time.Second), deadline, w.cfg.Redrives, w.missing(sb, stage)))
+			switch judge(now, entered, deadline, done, w.cfg.Redrives) {
+			case verdictRedrive:
+				err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled)
+			case verdictFail:
+				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times): %s",
+					stage, stalled.Round(time.Second), deadline, done.n, w.missing(sb, stage)))
+			}
 		}
 		if err != nil {
 			logger.Error(err, "Watchdog could not act on a stalled attempt; it will look again")
@@ -162,18 +204,16 @@ func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1
 	return ops, ""
 }
 
-// redrive re-publishes the input event of stage for the attempt, with re-drive number n,
-// once per n: requested for PreUpgrade (and the wake-up stages), prehook-done for
-// UpgradePod, pod-ready for PostUpgrade. Every handler checks the world first, so a stage
-// whose message was only slow does no harm by running again.
+// driveKey names a stage of an attempt of a sandbox in watchdog.driven.
+func driveKey(sb *agentsv1alpha1.Sandbox, attempt, stage string) string {
+	return fmt.Sprintf("%s/%s/%s", sb.UID, attempt, stage)
+}
+
+// redrive re-publishes the input event of stage for the attempt, with re-drive number n:
+// requested for PreUpgrade (and the wake-up stages), prehook-done for UpgradePod, pod-ready
+// for PostUpgrade, and records it in driven. Every handler checks the world first, so a
+// stage whose message was only slow does no harm by running again.
 func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage string, n int, stalled time.Duration) error {
-	key := fmt.Sprintf("%s/%s/%s", sb.UID, attempt, stage)
-	w.mu.Lock()
-	done := w.driven[key] >= n
-	w.mu.Unlock()
-	if done {
-		return nil
-	}
 	d := events.Data{
 		Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
 		Attempt: attempt,
@@ -207,7 +247,7 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 		return fmt.Errorf("re-drive %s of sandbox %s/%s: %w", stage, sb.Namespace, sb.Name, err)
 	}
 	w.mu.Lock()
-	w.driven[key] = n
+	w.driven[driveKey(sb, attempt, stage)] = drives{n: n, last: w.now()}
 	w.mu.Unlock()
 	w.s.metrics.redrives.WithLabelValues(stage).Inc()
 	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again", stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type)

@@ -1,6 +1,9 @@
 // The process service of the agent-runtime that runs in every sandbox pod
 // (the envd process protocol): molt's hookrunner calls Start to run a
 // lifecycle hook, and the server streams the command's output and its end.
+// A hook is started with a tag that names its attempt and stage; a
+// hookrunner that restarted Connects to the tagged process instead of
+// starting the hook a second time, and SendSignal ends one past its timeout.
 //
 // Only what molt uses is declared. The field numbers are a wire contract
 // with the agent-runtime (see API.md, "Hooks"): never renumber them.
@@ -42,6 +45,10 @@ const (
 const (
 	// ProcessStartProcedure is the fully-qualified name of the Process's Start RPC.
 	ProcessStartProcedure = "/process.Process/Start"
+	// ProcessConnectProcedure is the fully-qualified name of the Process's Connect RPC.
+	ProcessConnectProcedure = "/process.Process/Connect"
+	// ProcessSendSignalProcedure is the fully-qualified name of the Process's SendSignal RPC.
+	ProcessSendSignalProcedure = "/process.Process/SendSignal"
 )
 
 // ProcessClient is a client for the process.Process service.
@@ -49,6 +56,11 @@ type ProcessClient interface {
 	// Start runs a process and streams its events: start, data and keepalive
 	// in any number, then exactly one end.
 	Start(context.Context, *connect.Request[process.StartRequest]) (*connect.ServerStreamForClient[process.StartResponse], error)
+	// Connect streams the events of a process started before, selected by
+	// pid or tag: what it has said so far, then the rest until its end.
+	Connect(context.Context, *connect.Request[process.ConnectRequest]) (*connect.ServerStreamForClient[process.ConnectResponse], error)
+	// SendSignal signals a running process.
+	SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error)
 }
 
 // NewProcessClient constructs a client for the process.Process service. By default, it uses the
@@ -68,12 +80,26 @@ func NewProcessClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(processMethods.ByName("Start")),
 			connect.WithClientOptions(opts...),
 		),
+		connect: connect.NewClient[process.ConnectRequest, process.ConnectResponse](
+			httpClient,
+			baseURL+ProcessConnectProcedure,
+			connect.WithSchema(processMethods.ByName("Connect")),
+			connect.WithClientOptions(opts...),
+		),
+		sendSignal: connect.NewClient[process.SendSignalRequest, process.SendSignalResponse](
+			httpClient,
+			baseURL+ProcessSendSignalProcedure,
+			connect.WithSchema(processMethods.ByName("SendSignal")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // processClient implements ProcessClient.
 type processClient struct {
-	start *connect.Client[process.StartRequest, process.StartResponse]
+	start      *connect.Client[process.StartRequest, process.StartResponse]
+	connect    *connect.Client[process.ConnectRequest, process.ConnectResponse]
+	sendSignal *connect.Client[process.SendSignalRequest, process.SendSignalResponse]
 }
 
 // Start calls process.Process.Start.
@@ -81,11 +107,26 @@ func (c *processClient) Start(ctx context.Context, req *connect.Request[process.
 	return c.start.CallServerStream(ctx, req)
 }
 
+// Connect calls process.Process.Connect.
+func (c *processClient) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest]) (*connect.ServerStreamForClient[process.ConnectResponse], error) {
+	return c.connect.CallServerStream(ctx, req)
+}
+
+// SendSignal calls process.Process.SendSignal.
+func (c *processClient) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	return c.sendSignal.CallUnary(ctx, req)
+}
+
 // ProcessHandler is an implementation of the process.Process service.
 type ProcessHandler interface {
 	// Start runs a process and streams its events: start, data and keepalive
 	// in any number, then exactly one end.
 	Start(context.Context, *connect.Request[process.StartRequest], *connect.ServerStream[process.StartResponse]) error
+	// Connect streams the events of a process started before, selected by
+	// pid or tag: what it has said so far, then the rest until its end.
+	Connect(context.Context, *connect.Request[process.ConnectRequest], *connect.ServerStream[process.ConnectResponse]) error
+	// SendSignal signals a running process.
+	SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error)
 }
 
 // NewProcessHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -101,10 +142,26 @@ func NewProcessHandler(svc ProcessHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(processMethods.ByName("Start")),
 		connect.WithHandlerOptions(opts...),
 	)
+	processConnectHandler := connect.NewServerStreamHandler(
+		ProcessConnectProcedure,
+		svc.Connect,
+		connect.WithSchema(processMethods.ByName("Connect")),
+		connect.WithHandlerOptions(opts...),
+	)
+	processSendSignalHandler := connect.NewUnaryHandler(
+		ProcessSendSignalProcedure,
+		svc.SendSignal,
+		connect.WithSchema(processMethods.ByName("SendSignal")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/process.Process/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProcessStartProcedure:
 			processStartHandler.ServeHTTP(w, r)
+		case ProcessConnectProcedure:
+			processConnectHandler.ServeHTTP(w, r)
+		case ProcessSendSignalProcedure:
+			processSendSignalHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -116,4 +173,12 @@ type UnimplementedProcessHandler struct{}
 
 func (UnimplementedProcessHandler) Start(context.Context, *connect.Request[process.StartRequest], *connect.ServerStream[process.StartResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("process.Process.Start is not implemented"))
+}
+
+func (UnimplementedProcessHandler) Connect(context.Context, *connect.Request[process.ConnectRequest], *connect.ServerStream[process.ConnectResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("process.Process.Connect is not implemented"))
+}
+
+func (UnimplementedProcessHandler) SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("process.Process.SendSignal is not implemented"))
 }

@@ -1,0 +1,190 @@
+package agentruntime_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"molt.dev/pkg/agentruntime"
+	"molt.dev/pkg/agentruntime/devruntime"
+	processpb "molt.dev/pkg/agentruntime/gen/process"
+	"molt.dev/pkg/agentruntime/gen/process/processconnect"
+)
+
+// A tagged command runs once however often, and however late, a caller
+// that lost it calls again: the second call follows the first run to its
+// end, running or ended.
+
+// runs counts the lines script appended to its file: one per run.
+func runs(t *testing.T, file string) int {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("read %s: %v", file, err)
+	}
+	return strings.Count(string(raw), "\n")
+}
+
+func TestTaggedExecSurvivesItsCaller(t *testing.T) {
+	url := devServer(t, devruntime.Target{})
+	dir := t.TempDir()
+	file, gate := filepath.Join(dir, "runs"), filepath.Join(dir, "gate")
+	// The command records its run, then waits for the gate file.
+	script := "echo run >> " + file + "; echo first-output; while [ ! -e " + gate + " ]; do sleep 0.05; done; echo backed-up; echo warn >&2; exit 0"
+	req := agentruntime.ExecRequest{BaseURL: url, Command: bash(script), Tag: "molt/attempt-1/PreUpgrade", Timeout: 30 * time.Second}
+
+	// The first caller dies while the command runs.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := agentruntime.Exec(ctx, req); done <- err }()
+	waitFor(t, func() bool { return runs(t, file) == 1 }, "the command's first run")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Exec after cancel = %v, want context.Canceled", err)
+	}
+
+	// The second caller attaches to the same run, which goes on.
+	second := make(chan struct {
+		res agentruntime.Result
+		err error
+	}, 1)
+	go func() {
+		res, err := agentruntime.Exec(context.Background(), req)
+		second <- struct {
+			res agentruntime.Result
+			err error
+		}{res, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // let it attach before the command ends
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := <-second
+	if got.err != nil {
+		t.Fatalf("second Exec: %v", got.err)
+	}
+	want := agentruntime.Result{ExitCode: 0, Exited: true, Status: "exit status 0", Stdout: "first-output\nbacked-up\n", Stderr: "warn\n", Reattached: true}
+	if got.res != want {
+		t.Errorf("second Exec = %+v, want %+v", got.res, want)
+	}
+
+	// A third caller, after the end, gets the same end without a run.
+	res, err := agentruntime.Exec(context.Background(), req)
+	if err != nil || res != want {
+		t.Errorf("third Exec after the end = %+v, %v; want %+v", res, err, want)
+	}
+	if n := runs(t, file); n != 1 {
+		t.Errorf("the tagged command ran %d times, want 1", n)
+	}
+
+	// Another tag is another run.
+	other := req
+	other.Tag = "molt/attempt-2/PreUpgrade"
+	if res, err := agentruntime.Exec(context.Background(), other); err != nil || !res.Succeeded() || res.Reattached {
+		t.Errorf("Exec with a new tag = %+v, %v; want a fresh successful run", res, err)
+	}
+	if n := runs(t, file); n != 2 {
+		t.Errorf("after a second tag the command ran %d times, want 2", n)
+	}
+}
+
+func TestTaggedExecKilledAtItsTimeout(t *testing.T) {
+	url := devServer(t, devruntime.Target{})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	req := agentruntime.ExecRequest{BaseURL: url, Command: bash("echo $$ > " + pidFile + "; exec sleep 60"), Tag: "molt/a/PreUpgrade", Timeout: time.Second}
+	_, err := agentruntime.Exec(context.Background(), req)
+	if !errors.Is(err, agentruntime.ErrTimeout) {
+		t.Fatalf("Exec = %v, want a timeout", err)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("read pid: %v", err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	waitFor(t, func() bool { return syscall.Kill(pid, 0) != nil }, "the timed-out tagged command to be killed")
+	// Its end stays: a caller that comes back reads how it ended, no rerun.
+	req.Timeout = 10 * time.Second
+	res, err := agentruntime.Exec(context.Background(), req)
+	if err != nil || res.Exited || res.ExitCode != -9 || !res.Reattached {
+		t.Errorf("Exec after the kill = %+v, %v; want the killed run's end (exit code -9, reattached)", res, err)
+	}
+}
+
+func TestDevRuntimeTags(t *testing.T) {
+	stopped := make(chan struct{})
+	url := devServer(t, devruntime.Target{Stopped: stopped})
+	client := processconnect.NewProcessClient(h2cClient(), url, connect.WithGRPC())
+	ctx := context.Background()
+	tag := "molt/x/PostUpgrade"
+	pidFile := filepath.Join(t.TempDir(), "pid")
+
+	// Connect to a tag nobody started: NotFound.
+	cs, err := client.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: tag}}}))
+	if err == nil {
+		for cs.Receive() {
+		}
+		err = cs.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("Connect to an unknown tag: %v, want NotFound", err)
+	}
+
+	// Start it; a second Start of the same tag is refused.
+	start := func() *connect.ServerStreamForClient[processpb.StartResponse] {
+		req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "echo $$ > " + pidFile + "; exec sleep 60"}}, Tag: &tag})
+		s, err := client.Start(ctx, req)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		return s
+	}
+	first := start()
+	if !first.Receive() || first.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("first Start: no start event (%v)", first.Err())
+	}
+	dup := start()
+	for dup.Receive() {
+	}
+	if connect.CodeOf(dup.Err()) != connect.CodeAlreadyExists {
+		t.Errorf("second Start of tag %q: %v, want AlreadyExists", tag, dup.Err())
+	}
+	first.Close()
+	waitFor(t, func() bool { _, err := os.Stat(pidFile); return err == nil }, "the tagged command to start")
+	raw, _ := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	time.Sleep(200 * time.Millisecond)
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatalf("tagged command (pid %d) died with its caller", pid)
+	}
+
+	// A SIGTERM request that is neither SIGTERM nor SIGKILL is refused.
+	_, err = client.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: tag}}}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("SendSignal without a signal: %v, want InvalidArgument", err)
+	}
+	// When the pod's runtime stops, its processes die.
+	close(stopped)
+	waitFor(t, func() bool { return syscall.Kill(pid, 0) != nil }, "the tagged command to die when its runtime stopped")
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 10s waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,53 @@
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// DryRunCreatePod asks the API server whether it would create pod: a
+// server-side dry run under a name generated from pod's (its own name may
+// still be taken by the pod it replaces). It returns the server's words
+// when it refuses the pod for good (see PodRefusal), and an error for
+// anything a retry may fix.
+func DryRunCreatePod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) (refused string, err error) {
+	probe := pod.DeepCopy()
+	probe.GenerateName, probe.Name = pod.Name+"-", ""
+	_, err = kube.CoreV1().Pods(pod.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if r := PodRefusal(err); r != "" {
+		return r, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("dry-run create of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return "", nil
+}
+
+// PodRefusal returns the API server's message when err refuses a pod for
+// good — Invalid, BadRequest, RequestEntityTooLarge, or Forbidden by
+// admission, quota or pod security — and "" otherwise. A Forbidden that is
+// the caller's own RBAC (it may not create pods) is not the pod's fault:
+// fixing the service's permissions mends it, so it is "" too.
+func PodRefusal(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.IsForbidden(err) && isRBACDenial(err):
+		return ""
+	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err):
+		return err.Error()
+	}
+	return ""
+}
+
+// isRBACDenial tells the authorizer's refusal ("... cannot create resource
+// "pods" ...") from admission's.
+func isRBACDenial(err error) bool {
+	return strings.Contains(err.Error(), `cannot create resource "pods"`)
+}
