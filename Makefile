@@ -83,3 +83,16 @@ test-unit: ## run the tests that need no control plane
 .PHONY: clean
 clean: down ## stop the stack and remove bin/ and .molt/
 	rm -rf $(BIN) .molt
+
+##@ Images
+IMAGES := $(SERVICES) molt-devruntime
+.PHONY: images images-check docker-stop
+images: ## build one image per service and molt-devruntime, FROM scratch (installs and starts Docker if needed)
+	hack/docker.sh ensure
+	GO="$(GO)" hack/build-images.sh $(foreach s,$(SERVICES),$(s)=molt.dev/services/$(s)) molt-devruntime=molt.dev/pkg/cmd/molt-devruntime
+
+images-check: images $(BIN)/nats-server ## prove that each image starts and answers its probe
+	hack/check-images.sh $(IMAGES)
+
+docker-stop: ## stop the dockerd that `make images` started (by its pid)
+	hack/docker.sh stop

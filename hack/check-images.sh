@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Proves that each image `make images` built starts and answers its probe.
+# `make images-check` runs it.
+#
+#   hack/check-images.sh NAME...      (IMAGE_REPO, default molt; the :dev tag)
+#
+# For every image:
+#   - it runs as 65532:65532 and carries the OCI labels source, revision, version;
+#   - `probe http://127.0.0.1:1/` exits 1 and says why (nothing listens there).
+# For a service image, the service really starts, as a Deployment runs it (read-only
+# root, all capabilities dropped, no privilege escalation), on the host network, with a
+# NATS server of bin/ and a kubeconfig whose API server does not answer:
+#   - `probe .../healthz`, run inside the container (docker exec), exits 0;
+#   - `probe .../readyz` exits 1 with "503 ... not ready: kubernetes: ...".
+# For molt-devruntime, which needs a cluster and privileges to serve: without a
+# command it prints its usage and exits 1.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+IMAGE_REPO="${IMAGE_REPO:-molt}"
+[[ $# -gt 0 ]] || { sed -n '2,17p' "$0" >&2; exit 1; }
+
+docker_cli() {
+	if [[ -x /usr/bin/docker ]]; then /usr/bin/docker "$@"; else docker "$@"; fi
+}
+docker_cli info >/dev/null 2>&1 || { echo "check-images: no Docker daemon answers: run \`make images\` (hack/docker.sh ensure)" >&2; exit 1; }
+[[ -x "${ROOT}/bin/nats-server" ]] || { echo "check-images: bin/nats-server is missing: run \`make tools\`" >&2; exit 1; }
+
+WORK="$(mktemp -d /tmp/molt-check-images.XXXXXX)"
+containers=()
+nats_pid=""
+cleanup() {
+	for c in "${containers[@]}"; do docker_cli rm -f "${c}" >/dev/null 2>&1 || true; done
+	if [[ -n "${nats_pid}" ]]; then kill "${nats_pid}" 2>/dev/null || true; wait "${nats_pid}" 2>/dev/null || true; fi
+	rm -rf "${WORK}"
+}
+trap cleanup EXIT
+
+failures=0
+fail() { echo "FAIL $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok   $*"; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# The NATS server the services connect to (JetStream, loopback only).
+nats_port="$(free_port)"
+"${ROOT}/bin/nats-server" -a 127.0.0.1 -p "${nats_port}" -js -sd "${WORK}/jetstream" >"${WORK}/nats.log" 2>&1 &
+nats_pid=$!
+
+# A kubeconfig whose API server refuses connections: the service starts, serves
+# /healthz, and is not ready.
+cat >"${WORK}/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+EOF
+chmod 0644 "${WORK}/kubeconfig"
+
+# expect_exit WANT_CODE WANT_TEXT LABEL -- COMMAND...: the command exits WANT_CODE and
+# prints WANT_TEXT (stdout or stderr).
+expect_exit() {
+	local want_code="$1" want_text="$2" label="$3"
+	shift 4
+	local out code=0
+	out="$("$@" 2>&1)" || code=$?
+	if [[ "${code}" != "${want_code}" ]]; then
+		fail "${label}: exit ${code}, want ${want_code}: ${out}"
+	elif [[ "${out}" != *"${want_text}"* ]]; then
+		fail "${label}: output ${out@Q} lacks ${want_text@Q}"
+	else
+		pass "${label}: exit ${code}: ${out%%$'\n'*}"
+	fi
+}
+
+for name in "$@"; do
+	image="${IMAGE_REPO}/${name}:dev"
+	if ! docker_cli image inspect "${image}" >/dev/null 2>&1; then
+		fail "${image}: no such image: run \`make images\`"
+		continue
+	fi
+	user="$(docker_cli image inspect -f '{{.Config.User}}' "${image}")"
+	[[ "${user}" == 65532:65532 ]] && pass "${image}: user ${user}" || fail "${image}: user ${user@Q}, want 65532:65532"
+	for label in source revision version; do
+		value="$(docker_cli image inspect -f "{{index .Config.Labels \"org.opencontainers.image.${label}\"}}" "${image}")"
+		[[ -n "${value}" ]] && pass "${image}: org.opencontainers.image.${label}=${value}" || fail "${image}: no label org.opencontainers.image.${label}"
+	done
+	expect_exit 1 "probe http://127.0.0.1:1/: no answer" "${image} probe http://127.0.0.1:1/" -- \
+		docker_cli run --rm --network none "${image}" probe http://127.0.0.1:1/
+
+	if [[ "${name}" == molt-devruntime ]]; then
+		expect_exit 1 "usage:" "${image} without a command" -- docker_cli run --rm --network none "${image}"
+		continue
+	fi
+
+	port="$(free_port)"
+	c="molt-check-${name}-$$"
+	containers+=("${c}")
+	docker_cli run -d --name "${c}" --network host --read-only --cap-drop ALL \
+		--security-opt no-new-privileges -v "${WORK}/kubeconfig:/etc/molt/kubeconfig:ro" \
+		"${image}" --kubeconfig=/etc/molt/kubeconfig --nats-url="nats://127.0.0.1:${nats_port}" \
+		--http-addr="127.0.0.1:${port}" >/dev/null
+	healthy=""
+	for _ in $(seq 1 60); do
+		if [[ "$(docker_cli inspect -f '{{.State.Running}}' "${c}")" != true ]]; then
+			break
+		fi
+		if docker_cli exec "${c}" "/${name}" probe "http://127.0.0.1:${port}/healthz" >/dev/null 2>&1; then
+			healthy=yes
+			break
+		fi
+		sleep 0.5
+	done
+	if [[ -z "${healthy}" ]]; then
+		fail "${image}: /healthz never answered 2xx; its log:"
+		docker_cli logs --tail 20 "${c}" >&2 || true
+		continue
+	fi
+	expect_exit 0 "ok" "${image} (running) probe /healthz" -- \
+		docker_cli exec "${c}" "/${name}" probe "http://127.0.0.1:${port}/healthz"
+	expect_exit 1 "answered 503 Service Unavailable: not ready: kubernetes" "${image} (running) probe /readyz" -- \
+		docker_cli exec "${c}" "/${name}" probe "http://127.0.0.1:${port}/readyz"
+	docker_cli rm -f "${c}" >/dev/null
+done
+
+if [[ "${failures}" -gt 0 ]]; then
+	echo "check-images: ${failures} check(s) failed" >&2
+	exit 1
+fi
+echo "check-images: every image starts and answers its probe"
