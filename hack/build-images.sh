@@ -36,16 +36,25 @@ docker_cli() {
 	if [[ -x /usr/bin/docker ]]; then /usr/bin/docker "$@"; else docker "$@"; fi
 }
 
+die() { echo "build-images: $*" >&2; exit 1; }
+
 names=()
 pkgs=()
 for arg in "$@"; do
+	[[ "${arg}" == ?*=?* ]] || die "argument ${arg@Q} is not NAME=PACKAGE"
 	names+=("${arg%%=*}")
 	pkgs+=("${arg#*=}")
 done
 
+docker_cli info >/dev/null 2>&1 || die "no Docker daemon answers: run \`hack/docker.sh ensure\` (\`make images\` does)"
+
 echo "go build (CGO_ENABLED=0): ${names[*]}"
 mkdir -p "${OUT}"
-CGO_ENABLED=0 GOOS=linux "${GO}" build -trimpath -ldflags='-s -w' -o "${OUT}/" "${pkgs[@]}"
+CGO_ENABLED=0 GOOS=linux "${GO}" build -trimpath -ldflags='-s -w' -o "${OUT}/" "${pkgs[@]}" ||
+	die "go build (CGO_ENABLED=0 GOOS=linux) of ${pkgs[*]} failed (errors above): fix them, then run \`make images\` again"
+for name in "${names[@]}"; do
+	[[ -x "${OUT}/${name}" ]] || die "go build wrote no ${OUT}/${name}: NAME must be the last element of its PACKAGE"
+done
 
 for name in "${names[@]}"; do
 	ctx="${OUT}/${name}.context"
@@ -67,6 +76,9 @@ LABEL org.opencontainers.image.title="${name}" \\
       org.opencontainers.image.version="${VERSION}"
 EOF
 	image="${IMAGE_REPO}/${name}"
-	DOCKER_BUILDKIT=0 docker_cli build --quiet -t "${image}:${IMAGE_TAG}" -t "${image}:dev" "${ctx}" >/dev/null
+	# The classic builder: BuildKit (docker-buildx) is another package, and FROM
+	# scratch needs nothing it adds.
+	DOCKER_BUILDKIT=0 docker_cli build --quiet -t "${image}:${IMAGE_TAG}" -t "${image}:dev" "${ctx}" >/dev/null ||
+		die "docker build of ${image} failed (errors above); its context is ${ctx}, the Docker daemon's log is in \`hack/docker.sh status\`"
 	echo "built ${image}:${IMAGE_TAG} (and :dev), $(docker_cli image inspect -f '{{.Size}}' "${image}:${IMAGE_TAG}" | awk '{printf "%.1f MB", $1/1e6}')"
 done

@@ -45,8 +45,9 @@ install() {
 	fi
 	log "installing docker.io from Debian"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null
+	apt-get update -qq || { log "apt-get update failed (errors above): check the machine's apt sources and network, then run \`hack/docker.sh install\` again"; exit 1; }
+	apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null ||
+		{ log "apt-get install docker.io failed (errors above): run \`apt-get install -y docker.io\` to see why"; exit 1; }
 	command -v dockerd >/dev/null 2>&1 || { log "apt-get installed docker.io but there is no dockerd on PATH"; exit 1; }
 }
 
@@ -67,14 +68,17 @@ start() {
 			return 0
 		fi
 		if ! kill -0 "$(cat "${PID_FILE}")" 2>/dev/null; then
-			log "dockerd exited; the end of its log:"
+			log "dockerd exited at start; the end of its log (${LOG_FILE}):"
 			tail -20 "${LOG_FILE}" >&2
+			log "fix what it names (storage driver, iptables, cgroups), then run \`hack/docker.sh start\`"
 			rm -f "${PID_FILE}"
 			exit 1
 		fi
 		sleep 0.5
 	done
-	log "dockerd does not answer after 60s: see ${LOG_FILE}"
+	log "dockerd (pid $(cat "${PID_FILE}")) does not answer \`docker info\` after 60s; the end of its log (${LOG_FILE}):"
+	tail -20 "${LOG_FILE}" >&2
+	log "it still runs: \`hack/docker.sh stop\` stops it"
 	exit 1
 }
 
@@ -98,7 +102,7 @@ stop() {
 
 status() {
 	if answers; then
-		if ours; then echo "dockerd runs (pid $(cat "${PID_FILE}"), started by hack/docker.sh)"; else echo "a Docker daemon answers (not started by hack/docker.sh)"; fi
+		if ours; then echo "dockerd runs (pid $(cat "${PID_FILE}"), started by hack/docker.sh, log ${LOG_FILE})"; else echo "a Docker daemon answers (not started by hack/docker.sh)"; fi
 	else
 		echo "no Docker daemon answers"
 	fi

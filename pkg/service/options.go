@@ -16,8 +16,11 @@ type Options struct {
 	Name string
 	// Kubeconfig is the path of a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
-	// NATSURL is the NATS server URL.
+	// NATSURL is the NATS server URL (several, comma-separated, for a
+	// cluster). Credentials go in NATSAuth, not in the URL.
 	NATSURL string
+	// NATSAuth is how the service logs in to NATS.
+	NATSAuth NATSAuth
 	// HTTPAddr is where /healthz, /readyz and /metrics are served.
 	HTTPAddr string
 	// KubeQPS and KubeBurst set client-go's client-side rate limit.
@@ -27,8 +30,9 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Stream is the config of the event stream for when this service
 	// creates it (the first service to start does; a running stream is kept
-	// as it is, see events.EnsureStream). Only its duplicate window is a
-	// flag; the zero value of every other field is the production default.
+	// as it is, see events.EnsureStream). Its duplicate window and replicas
+	// are flags; the zero value of every other field is the production
+	// default.
 	Stream events.StreamConfig
 
 	// Env is where the flag defaults came from; services register their
@@ -41,7 +45,13 @@ type Options struct {
 func (o *Options) RegisterFlags(fs *flag.FlagSet, name, defaultAddr string) {
 	o.Name = name
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Env.String("KUBECONFIG", ""), "path to a kubeconfig file; empty means in-cluster config (env KUBECONFIG)")
-	fs.StringVar(&o.NATSURL, "nats-url", o.Env.String("MOLT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env MOLT_NATS_URL)")
+	fs.StringVar(&o.NATSURL, "nats-url", o.Env.String("MOLT_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL, or several comma-separated (env MOLT_NATS_URL)")
+	fs.StringVar(&o.NATSAuth.User, "nats-user", o.Env.String("MOLT_NATS_USER", ""), "NATS user, with --nats-password-file (env MOLT_NATS_USER)")
+	fs.StringVar(&o.NATSAuth.PasswordFile, "nats-password-file", o.Env.String("MOLT_NATS_PASSWORD_FILE", ""),
+		"file holding the NATS user's password, read again at every reconnect (env MOLT_NATS_PASSWORD_FILE)")
+	fs.StringVar(&o.NATSAuth.CredsFile, "nats-creds", o.Env.String("MOLT_NATS_CREDS", ""), "NATS credentials file, instead of a user and password (env MOLT_NATS_CREDS)")
+	fs.IntVar(&o.Stream.Replicas, "stream-replicas", o.Env.Int("MOLT_STREAM_REPLICAS", 1),
+		"replicas of the event stream, set when this service creates it: 3 on a 3-node JetStream cluster (env MOLT_STREAM_REPLICAS)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.Env.String("MOLT_HTTP_ADDR", defaultAddr), "address for /healthz, /readyz and /metrics (env MOLT_HTTP_ADDR)")
 	fs.Float64Var(&o.KubeQPS, "kube-qps", o.Env.Float("MOLT_KUBE_QPS", 200), "client-side QPS limit towards the API server (env MOLT_KUBE_QPS)")
 	fs.IntVar(&o.KubeBurst, "kube-burst", o.Env.Int("MOLT_KUBE_BURST", 400), "client-side burst towards the API server (env MOLT_KUBE_BURST)")
@@ -68,8 +78,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("flag --kube-burst=%d: must be greater than 0", o.KubeBurst)
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("flag --shutdown-timeout=%s: must be greater than 0", o.ShutdownTimeout)
+	case o.Stream.Replicas < 0 || o.Stream.Replicas > 5:
+		return fmt.Errorf("flag --stream-replicas=%d: must be between 1 and 5", o.Stream.Replicas)
 	case o.Stream.Duplicates < 0:
 		return fmt.Errorf("flag --duplicate-window=%s: must not be negative (0 means the default, %s)", o.Stream.Duplicates, events.DefaultDuplicates)
 	}
-	return nil
+	return o.NATSAuth.validate()
 }

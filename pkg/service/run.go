@@ -78,19 +78,14 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 		return fmt.Errorf("build kubernetes client: %w", err)
 	}
 
-	nc, err := nats.Connect(opts.NATSURL,
-		nats.Name("molt-"+opts.Name),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
-	)
+	nc, err := connectNATS(opts)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s (flag --nats-url): %w", opts.NATSURL, err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fmt.Errorf("open JetStream on %s: %w", opts.NATSURL, err)
+		return fmt.Errorf("open JetStream on %s: %w", RedactURL(opts.NATSURL), err)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -103,7 +98,10 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 	rt.AddReadyCheck("kubernetes", func() error { return pingKube(ctx, kube) })
 	rt.AddReadyCheck("nats", func() error {
 		if s := nc.Status(); s != nats.CONNECTED {
-			return fmt.Errorf("connection to %s is %s", opts.NATSURL, s)
+			if last := nc.LastError(); last != nil {
+				return fmt.Errorf("connection to %s is %s: %v", RedactURL(opts.NATSURL), s, last)
+			}
+			return fmt.Errorf("connection to %s is %s", RedactURL(opts.NATSURL), s)
 		}
 		return nil
 	})

@@ -22,9 +22,15 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // serves on and a stop function that waits for Run to return.
 func startService(t *testing.T, natsURL string) (addr string, stop func() error) {
 	t.Helper()
+	return startServiceAs(t, natsURL, testenv.Get(t).NATSAuth("admin"))
+}
+
+// startServiceAs is startService logging in to NATS as auth says.
+func startServiceAs(t *testing.T, natsURL string, auth service.NATSAuth) (addr string, stop func() error) {
+	t.Helper()
 	env := testenv.Get(t)
 	opts := service.Options{
-		Name: "test", Kubeconfig: env.Kubeconfig, NATSURL: natsURL, HTTPAddr: "127.0.0.1:0",
+		Name: "test", Kubeconfig: env.Kubeconfig, NATSURL: natsURL, NATSAuth: auth, HTTPAddr: "127.0.0.1:0",
 		KubeQPS: 50, KubeBurst: 100, ShutdownTimeout: 5 * time.Second,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -99,6 +105,70 @@ func TestNotReadyWithoutNATS(t *testing.T) {
 		code, body := get(addr, "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "nats"), fmt.Errorf("%d %s", code, body)
 	})
+}
+
+// TestNotReadyWithAWrongNATSPassword: a service whose password NATS refuses
+// is not ready and says why, without printing the password; when the file
+// gets the right password (a rotated Secret), it connects without a restart.
+func TestNotReadyWithAWrongNATSPassword(t *testing.T) {
+	env := testenv.Get(t)
+	file := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(file, []byte("wrong-secret-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startServiceAs(t, env.NATSURL, service.NATSAuth{User: "patcher", PasswordFile: file})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	testenv.Eventually(t, 10*time.Second, "/readyz names the authorization violation", func() (bool, error) {
+		code, body := get(addr, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(strings.ToLower(body), "authorization violation"), fmt.Errorf("%d %s", code, body)
+	})
+	if _, body := get(addr, "/readyz"); strings.Contains(body, "wrong-secret-value") {
+		t.Fatalf("/readyz prints the password: %s", body)
+	}
+	if err := os.WriteFile(file, []byte(env.NATSPasswords.Password("patcher")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "/readyz 200 after the password file changed", func() (bool, error) {
+		code, body := get(addr, "/readyz")
+		return code == http.StatusOK, fmt.Errorf("%d %s", code, body)
+	})
+}
+
+func TestNATSFlagsMustGoTogether(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		auth service.NATSAuth
+		flag string
+	}{
+		{"user without password file", service.NATSAuth{User: "patcher"}, "--nats-password-file"},
+		{"password file without user", service.NATSAuth{PasswordFile: "/p"}, "--nats-user"},
+		{"creds and user", service.NATSAuth{CredsFile: "/c", User: "patcher", PasswordFile: "/p"}, "--nats-creds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := service.Run(context.Background(), service.Options{Name: "x", NATSURL: "nats://x", NATSAuth: tc.auth, HTTPAddr: ":0", KubeQPS: 1, KubeBurst: 1, ShutdownTimeout: time.Second},
+				func(context.Context, *service.Runtime) error { return nil })
+			if err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.flag)
+			}
+		})
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":             "nats://127.0.0.1:4222",
+		"nats://patcher:s3cret@nats:4222":   "nats://redacted@nats:4222",
+		"nats://a:1@n0:4222,nats://n1:4222": "nats://redacted@n0:4222,nats://n1:4222",
+		"nats://tok%zz@n0:4222":             "(a URL with credentials, not shown)",
+	} {
+		if got := service.RedactURL(in); got != want || strings.Contains(got, "s3cret") {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestBadConfigNamesTheFlag(t *testing.T) {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"math/rand/v2"
@@ -19,6 +21,7 @@ import (
 	"molt.dev/pkg/devcluster"
 	"molt.dev/pkg/devnode"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
+	"molt.dev/pkg/service"
 )
 
 // Env is what every test of a package shares.
@@ -30,6 +33,10 @@ type Env struct {
 	Kube       kubernetes.Interface
 	NATS       *natsserver.Server
 	NATSURL    string
+	// NATSPasswords are the passwords of deploy/nats/auth.conf's users on
+	// NATS (and on every NATSProcess a test starts): connect with
+	// NATSConnect, start a service with NATSAuth.
+	NATSPasswords *devcluster.NATSPasswords
 	// Kubeconfig is a kubeconfig file for the cluster (for kubectl).
 	Kubeconfig string
 
@@ -118,7 +125,21 @@ func Start() (*Env, error) {
 		return nil, fmt.Errorf("build kubernetes client: %w", err)
 	}
 
-	env.NATS, err = StartNATS(filepath.Join(stateDir, "jetstream"))
+	env.NATSPasswords, err = devcluster.LoadNATSPasswords(filepath.Join(stateDir, "nats-auth"))
+	if err != nil {
+		env.Stop()
+		return nil, err
+	}
+	// auth.conf reads the passwords from the environment; NATS processes
+	// that tests start inherit it.
+	for _, kv := range env.NATSPasswords.ServerEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		if err := os.Setenv(k, v); err != nil {
+			env.Stop()
+			return nil, err
+		}
+	}
+	env.NATS, err = StartNATS(devcluster.NATSAuthConf(root), filepath.Join(stateDir, "jetstream"))
 	if err != nil {
 		env.Stop()
 		return nil, err
@@ -173,16 +194,17 @@ func (e *Env) Stop() {
 	}
 }
 
-// StartNATS starts an in-process NATS server with JetStream on a free port.
-func StartNATS(storeDir string) (*natsserver.Server, error) {
-	opts := &natsserver.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  storeDir,
-		NoLog:     true,
-		NoSigs:    true,
+// StartNATS starts an in-process NATS server with JetStream on a free port,
+// with the users and permissions of authConf (deploy/nats/auth.conf; its
+// passwords must be in the environment, see NATSPasswords.ServerEnv).
+func StartNATS(authConf, storeDir string) (*natsserver.Server, error) {
+	opts, err := natsserver.ProcessConfigFile(authConf)
+	if err != nil {
+		return nil, fmt.Errorf("load NATS auth config: %w", err)
 	}
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.JetStream, opts.StoreDir = true, storeDir
+	opts.NoLog, opts.NoSigs = true, true
 	srv, err := natsserver.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("create NATS server: %w", err)
@@ -193,4 +215,27 @@ func StartNATS(storeDir string) (*natsserver.Server, error) {
 		return nil, errors.New("NATS server not ready for connections after 10s")
 	}
 	return srv, nil
+}
+
+// NATSAuth is how a service logs in to the test NATS as user (one of
+// devcluster.NATSUsers).
+func (e *Env) NATSAuth(user string) service.NATSAuth {
+	return service.NATSAuth{User: user, PasswordFile: e.NATSPasswords.File(user)}
+}
+
+// NATSConnect connects to url (the harness's NATS when empty) as user; the
+// connection is closed when the test ends.
+func (e *Env) NATSConnect(t testing.TB, url, user string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	if url == "" {
+		url = e.NATSURL
+	}
+	nc, err := nats.Connect(url, append([]nats.Option{
+		nats.UserInfo(user, e.NATSPasswords.Password(user)), nats.CustomInboxPrefix(service.InboxPrefix(user)),
+	}, opts...)...)
+	if err != nil {
+		t.Fatalf("connect to NATS at %s as %s: %v", url, user, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

@@ -19,7 +19,8 @@ import (
 // (bin/nats-server, built from the module version the harness embeds), for
 // tests that kill it: Kill9 takes it down as a crash would, Start brings it
 // back on the same port and store. The harness's in-process server (Env.NATS)
-// cannot be killed that way.
+// cannot be killed that way. It runs with the users and permissions of
+// deploy/nats/auth.conf, like every NATS of the tests.
 type NATSProcess struct {
 	// URL is where clients connect; it stays the same across restarts.
 	URL string
@@ -29,46 +30,69 @@ type NATSProcess struct {
 	LogPath string
 
 	launcher devcluster.Config
+	name     string
 	bin      string
-	port     int
+	args     []string
+	env      []string
+	admin    nats.Option
 	proc     *devcluster.Process
 }
 
-// StartNATSProcess starts bin/nats-server from binDir on a free port, with
-// its store and log under stateDir, and waits until JetStream answers. The
-// process dies with the test binary.
-func StartNATSProcess(binDir, stateDir string) (*NATSProcess, error) {
+// StartNATSProcess starts bin/nats-server on a free port, with
+// deploy/nats/auth.conf and its store and log under stateDir, and waits until
+// JetStream answers. The process dies with the test binary.
+func (e *Env) StartNATSProcess(stateDir string) (*NATSProcess, error) {
 	port, err := devcluster.FreePort()
 	if err != nil {
 		return nil, err
 	}
+	n := e.natsProcess("nats-server", stateDir, port, []string{
+		"-c", devcluster.NATSAuthConf(e.RootDir), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js",
+		"-sd", filepath.Join(stateDir, "jetstream"), "-n", "molt-test",
+	}, nil)
+	return n, n.Start()
+}
+
+// natsProcess is a NATSProcess named name (its log), not started, that
+// clients reach on port.
+func (e *Env) natsProcess(name, stateDir string, port int, args, env []string) *NATSProcess {
 	n := &NATSProcess{
 		URL:      fmt.Sprintf("nats://127.0.0.1:%d", port),
 		StoreDir: filepath.Join(stateDir, "jetstream"),
-		launcher: devcluster.Config{BinDir: binDir, StateDir: stateDir},
-		bin:      filepath.Join(binDir, "nats-server"),
-		port:     port,
+		launcher: devcluster.Config{BinDir: filepath.Join(e.RootDir, "bin"), StateDir: stateDir},
+		name:     name,
+		bin:      filepath.Join(e.RootDir, "bin", "nats-server"),
+		args:     args,
+		env:      env,
+		admin:    nats.UserInfo("admin", e.NATSPasswords.Password("admin")),
 	}
-	n.LogPath = filepath.Join(n.launcher.LogDir(), "nats-server.log")
-	return n, n.Start()
+	n.LogPath = filepath.Join(n.launcher.LogDir(), name+".log")
+	return n
 }
 
 // Start starts the server (again) on its port and store and waits up to 30s
 // until JetStream answers.
 func (n *NATSProcess) Start() error {
-	if n.proc != nil && !n.proc.Exited() {
-		return fmt.Errorf("start nats-server on %s: it is still running (pid %d)", n.URL, n.proc.Cmd.Process.Pid)
+	if err := n.launch(); err != nil {
+		return err
 	}
-	p, err := n.launcher.Launch("nats-server", n.bin, []string{
-		"-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", n.StoreDir, "-n", "molt-test",
-	}, nil)
+	if err := n.waitJetStream(30 * time.Second); err != nil {
+		return fmt.Errorf("nats-server on %s (log %s): %w", n.URL, n.LogPath, err)
+	}
+	return nil
+}
+
+// launch starts the process without waiting for JetStream (a cluster node
+// has none until a quorum of its peers runs).
+func (n *NATSProcess) launch() error {
+	if n.proc != nil && !n.proc.Exited() {
+		return fmt.Errorf("start %s on %s: it is still running (pid %d)", n.name, n.URL, n.proc.Cmd.Process.Pid)
+	}
+	p, err := n.launcher.Launch(n.name, n.bin, n.args, n.env)
 	if err != nil {
 		return err
 	}
 	n.proc = p
-	if err := n.waitJetStream(30 * time.Second); err != nil {
-		return fmt.Errorf("nats-server on %s (log %s): %w", n.URL, n.LogPath, err)
-	}
 	return nil
 }
 
@@ -90,7 +114,7 @@ func (n *NATSProcess) waitJetStream(timeout time.Duration) error {
 }
 
 func (n *NATSProcess) jetStreamAnswers() error {
-	nc, err := nats.Connect(n.URL, nats.Timeout(time.Second))
+	nc, err := nats.Connect(n.URL, nats.Timeout(time.Second), n.admin)
 	if err != nil {
 		return err
 	}
@@ -108,13 +132,13 @@ func (n *NATSProcess) jetStreamAnswers() error {
 // Kill9 kills the server with SIGKILL and waits until it is gone.
 func (n *NATSProcess) Kill9() error {
 	if n.proc == nil || n.proc.Exited() {
-		return fmt.Errorf("kill -9 nats-server on %s: it is not running", n.URL)
+		return fmt.Errorf("kill -9 %s on %s: it is not running", n.name, n.URL)
 	}
 	if err := n.proc.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 nats-server (pid %d): %w", n.proc.Cmd.Process.Pid, err)
+		return fmt.Errorf("kill -9 %s (pid %d): %w", n.name, n.proc.Cmd.Process.Pid, err)
 	}
 	if !n.proc.WaitExit(10 * time.Second) {
-		return fmt.Errorf("nats-server (pid %d) still runs 10s after SIGKILL", n.proc.Cmd.Process.Pid)
+		return fmt.Errorf("%s (pid %d) still runs 10s after SIGKILL", n.name, n.proc.Cmd.Process.Pid)
 	}
 	return nil
 }
@@ -123,5 +147,76 @@ func (n *NATSProcess) Kill9() error {
 func (n *NATSProcess) Stop() {
 	if n.proc != nil {
 		n.proc.Stop(5 * time.Second)
+	}
+}
+
+// NATSCluster is a JetStream cluster of NATS processes on loopback ports,
+// each run from deploy/nats/nats.conf (the StatefulSet's config) with the
+// environment that StatefulSet sets, so the test runs what a cluster runs.
+type NATSCluster struct {
+	Nodes []*NATSProcess
+	// URLs are the client URLs of every node, comma-separated (--nats-url).
+	URLs string
+}
+
+// StartNATSCluster starts size nodes under stateDir and waits until
+// JetStream answers on each.
+func (e *Env) StartNATSCluster(stateDir string, size int) (*NATSCluster, error) {
+	clientPorts, routePorts := make([]int, size), make([]int, size)
+	for i := range size {
+		var err error
+		if clientPorts[i], err = devcluster.FreePort(); err != nil {
+			return nil, err
+		}
+		if routePorts[i], err = devcluster.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	routes := "["
+	for i, p := range routePorts {
+		if i > 0 {
+			routes += ", "
+		}
+		routes += fmt.Sprintf("\"nats-route://127.0.0.1:%d\"", p)
+	}
+	routes += "]"
+	c := &NATSCluster{}
+	conf := filepath.Join(e.RootDir, "deploy", "nats", "nats.conf")
+	for i := range size {
+		name := fmt.Sprintf("nats-%d", i)
+		dir := filepath.Join(stateDir, name)
+		n := e.natsProcess(name, dir, clientPorts[i], []string{"-c", conf, "-a", "127.0.0.1"}, []string{
+			"NATS_SERVER_NAME=" + name,
+			"NATS_CLIENT_PORT=" + strconv.Itoa(clientPorts[i]),
+			"NATS_CLUSTER_PORT=" + strconv.Itoa(routePorts[i]),
+			"NATS_MONITOR_PORT=0",
+			"NATS_ROUTES=" + routes,
+			"NATS_STORE_DIR=" + filepath.Join(dir, "jetstream"),
+		})
+		c.Nodes = append(c.Nodes, n)
+		if i > 0 {
+			c.URLs += ","
+		}
+		c.URLs += n.URL
+	}
+	for _, n := range c.Nodes {
+		if err := n.launch(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := n.waitJetStream(60 * time.Second); err != nil {
+			c.Stop()
+			return nil, fmt.Errorf("%s on %s (log %s): %w", n.name, n.URL, n.LogPath, err)
+		}
+	}
+	return c, nil
+}
+
+// Stop stops every node.
+func (c *NATSCluster) Stop() {
+	for _, n := range c.Nodes {
+		n.Stop()
 	}
 }

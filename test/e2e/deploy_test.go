@@ -332,7 +332,7 @@ func readmeInstallLines(t *testing.T) []string {
 		if i := strings.Index(l, " #"); i >= 0 {
 			l = strings.TrimSpace(l[:i])
 		}
-		if strings.HasPrefix(l, "kubectl ") {
+		if strings.HasPrefix(l, "kubectl ") || strings.HasPrefix(l, "for ") {
 			lines = append(lines, l)
 		}
 	}
@@ -456,8 +456,9 @@ func replicaSetEvents(ctx context.Context, kube kubernetes.Interface, name strin
 }
 
 // deleteDeployWorkloads deletes what deploy/ runs (Deployments, their
-// ReplicaSets and pods, Services, PodDisruptionBudgets) and waits until no
-// pod is left in molt-system.
+// ReplicaSets and pods, the NATS StatefulSet, its config and NetworkPolicy,
+// the NATS Secrets the README's line made, Services, PodDisruptionBudgets)
+// and waits until no pod is left in molt-system.
 func deleteDeployWorkloads(t *testing.T, env *testenv.Env) {
 	ctx := context.Background()
 	background := metav1.DeletePropagationBackground
@@ -468,6 +469,12 @@ func deleteDeployWorkloads(t *testing.T, env *testenv.Env) {
 		env.Kube.AppsV1().ReplicaSets(deployNamespace).DeleteCollection(ctx, opts, sel),
 		env.Kube.PolicyV1().PodDisruptionBudgets(deployNamespace).DeleteCollection(ctx, opts, sel),
 		env.Kube.CoreV1().Pods(deployNamespace).DeleteCollection(ctx, opts, sel),
+		env.Kube.AppsV1().StatefulSets(deployNamespace).DeleteCollection(ctx, opts, sel),
+		env.Kube.CoreV1().ConfigMaps(deployNamespace).DeleteCollection(ctx, opts, sel),
+		env.Kube.NetworkingV1().NetworkPolicies(deployNamespace).DeleteCollection(ctx, opts, sel),
+	}
+	for _, user := range devcluster.NATSUsers {
+		errs = append(errs, env.Kube.CoreV1().Secrets(deployNamespace).Delete(ctx, "molt-nats-"+user, metav1.DeleteOptions{}))
 	}
 	services, err := env.Kube.CoreV1().Services(deployNamespace).List(ctx, sel)
 	errs = append(errs, err)
@@ -726,8 +733,9 @@ func TestDeployManifests(t *testing.T) {
 		overlay  string
 		replicas int32
 		image    string // fmt pattern of a service's image
+		nats     bool   // the overlay installs deploy/nats
 	}{
-		{overlay: "deploy/overlays/production", replicas: 2, image: "registry.example.com/molt/%s:v0.1.0"},
+		{overlay: "deploy/overlays/production", replicas: 2, image: "registry.example.com/molt/%s:v0.1.0", nats: true},
 		{overlay: "deploy/overlays/dev", replicas: 1, image: "molt/%s:dev"},
 	} {
 		t.Run(filepath.Base(tc.overlay), func(t *testing.T) {
@@ -746,6 +754,9 @@ func TestDeployManifests(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					checkDeployment(t, byKind, name, tc.replicas, fmt.Sprintf(tc.image, name))
 				})
+			}
+			if tc.nats {
+				t.Run("nats", func(t *testing.T) { checkNATS(t, byKind) })
 			}
 		})
 	}
@@ -813,12 +824,15 @@ func checkDeployment(t *testing.T, byKind map[string]map[string]*unstructured.Un
 	}
 	secret := false
 	for _, v := range pod.Volumes {
-		if s := v.Secret; s != nil && s.SecretName == "molt-nats-"+name && s.Optional != nil && *s.Optional {
+		if s := v.Secret; s != nil && s.SecretName == "molt-nats-"+name && (s.Optional == nil || !*s.Optional) {
 			secret = true
 		}
 	}
 	if !secret {
-		t.Errorf("no optional volume of the Secret molt-nats-%s", name)
+		t.Errorf("no volume of the Secret molt-nats-%s (required: without its password the service cannot log in)", name)
+	}
+	if env["MOLT_NATS_USER"].Value != name || env["MOLT_NATS_PASSWORD_FILE"].Value != "/etc/molt/nats/password" {
+		t.Errorf("MOLT_NATS_USER %q, MOLT_NATS_PASSWORD_FILE %q; want %q and /etc/molt/nats/password", env["MOLT_NATS_USER"].Value, env["MOLT_NATS_PASSWORD_FILE"].Value, name)
 	}
 
 	var svc corev1.Service
@@ -836,5 +850,66 @@ func checkDeployment(t *testing.T, byKind map[string]map[string]*unstructured.Un
 		t.Fatal(err)
 	} else if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
 		t.Errorf("PodDisruptionBudget %s selects %v, not the Deployment's pods", name, pdb.Spec.Selector)
+	}
+}
+
+// checkNATS checks deploy/nats as the production overlay renders it: a
+// 3-node StatefulSet on PersistentVolumes, hardened like the services, run
+// from the ConfigMap holding nats.conf and auth.conf, reading every user's
+// password from that user's Secret; a headless Service for the routes.
+func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstructured) {
+	t.Helper()
+	var ss appsv1.StatefulSet
+	u, ok := byKind["StatefulSet"]["nats"]
+	if !ok {
+		t.Fatal("no StatefulSet nats")
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ss); err != nil {
+		t.Fatal(err)
+	}
+	if ss.Spec.Replicas == nil || *ss.Spec.Replicas != 3 || ss.Spec.ServiceName != "nats" || len(ss.Spec.VolumeClaimTemplates) != 1 {
+		t.Errorf("StatefulSet nats: replicas %v, serviceName %q, %d volume claim templates; want 3, nats, 1", ss.Spec.Replicas, ss.Spec.ServiceName, len(ss.Spec.VolumeClaimTemplates))
+	}
+	pod := ss.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.Image != "registry.example.com/molt/nats-server:v0.1.0" {
+		t.Errorf("image %q, want the production overlay's molt/nats-server", c.Image)
+	}
+	sc := c.SecurityContext
+	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot ||
+		sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("not hardened: pod %+v, container %+v", pod.SecurityContext, sc)
+	}
+	secretOf := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secretOf[e.Name] = e.ValueFrom.SecretKeyRef.Name
+		}
+	}
+	for _, user := range devcluster.NATSUsers {
+		if got := secretOf[devcluster.NATSPasswordEnv(user)]; got != "molt-nats-"+user {
+			t.Errorf("%s from Secret %q, want molt-nats-%s", devcluster.NATSPasswordEnv(user), got, user)
+		}
+	}
+	var cm *unstructured.Unstructured
+	for name, o := range byKind["ConfigMap"] {
+		if strings.HasPrefix(name, "nats-config") {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no ConfigMap nats-config")
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	if !strings.Contains(data["nats.conf"], "include ./auth.conf") || !strings.Contains(data["auth.conf"], "MOLT_NATS_PASSWORD_PODCYCLER") {
+		t.Errorf("ConfigMap %s does not hold nats.conf including auth.conf", cm.GetName())
+	}
+	if svc, ok := byKind["Service"]["nats"]; !ok {
+		t.Error("no Service nats")
+	} else if ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP"); ip != "None" {
+		t.Errorf("Service nats has clusterIP %q, want None (headless, for the routes)", ip)
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -69,7 +69,7 @@ func natsProcess(t *testing.T) *testenv.NATSProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := testenv.StartNATSProcess(filepath.Join(env.RootDir, "bin"), dir)
+	n, err := env.StartNATSProcess(dir)
 	if err != nil {
 		t.Fatalf("start bin/nats-server (run `make tools` if it is missing): %v", err)
 	}
@@ -475,17 +475,20 @@ func TestBothLeadersKilledWithTwoReplicas(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	nc := natsProcess(t)
-	// The Leases live in the test's namespace, so none is left over from
-	// another run.
-	s := OwnStack(t, stackOptions{replicas: 2, natsURL: nc.URL, env: []string{
-		"MOLT_LEADER_ELECT=true", "MOLT_LEADER_ELECTION_NAMESPACE=" + ns,
-	}})
+	// The Leases live in molt-system, the one namespace where deploy/'s
+	// RBAC lets the services hold them; none may be left over.
+	for _, l := range []string{selectorLease, statusaggLease} {
+		if err := env.Kube.CoordinationV1().Leases(deployNamespace).Delete(context.Background(), l, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete Lease %s/%s: %v", deployNamespace, l, err)
+		}
+	}
+	s := OwnStack(t, stackOptions{replicas: 2, natsURL: nc.URL, env: []string{"MOLT_LEADER_ELECT=true"}})
 	t.Logf("namespace %s; service logs in %s", ns, s.cfg.LogDir())
 
 	names := makeSandboxes(t, s, ns, "le", sandboxes, pool, nil)
 	oldUID := podUIDs(t, s, ns, names)
-	selLeader, selID := leaseHolder(t, s, ns, selectorLease, "selector")
-	aggLeader, aggID := leaseHolder(t, s, ns, statusaggLease, "statusagg")
+	selLeader, selID := leaseHolder(t, s, deployNamespace, selectorLease, "selector")
+	aggLeader, aggID := leaseHolder(t, s, deployNamespace, statusaggLease, "statusagg")
 	t.Logf("leaders: %s (%s), %s (%s)", selLeader, selID, aggLeader, aggID)
 
 	w := watch(t, s, ns)
@@ -541,7 +544,7 @@ func TestBothLeadersKilledWithTwoReplicas(t *testing.T) {
 	}
 	reportProblems(t, s, problems)
 	for _, l := range []struct{ lease, svc, killed string }{{selectorLease, "selector", selID}, {statusaggLease, "statusagg", aggID}} {
-		inst, id := leaseHolder(t, s, ns, l.lease, l.svc)
+		inst, id := leaseHolder(t, s, deployNamespace, l.lease, l.svc)
 		if id == l.killed {
 			t.Errorf("Lease %s is still held by the killed replica's identity %s", l.lease, id)
 		}
@@ -582,11 +585,7 @@ func publishedStored(t *testing.T, s *stack, inst, eventType string) int {
 // streamDuplicates reads the duplicate window of the running stream.
 func streamDuplicates(t *testing.T, url string) time.Duration {
 	t.Helper()
-	conn, err := nats.Connect(url)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
-	}
-	defer conn.Close()
+	conn := testenv.Get(t).NATSConnect(t, url, "admin")
 	js, err := jetstream.New(conn)
 	if err != nil {
 		t.Fatal(err)

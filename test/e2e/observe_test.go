@@ -20,8 +20,8 @@ import (
 	"molt.dev/pkg/testenv"
 )
 
-// readmeNATSLines returns the `bin/nats` command lines of the README block
-// between <!-- nats-history --> and <!-- /nats-history -->.
+// readmeNATSLines returns the command lines (no comments) of the README
+// block between <!-- nats-history --> and <!-- /nats-history -->.
 func readmeNATSLines(t *testing.T) []string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
@@ -35,15 +35,43 @@ func readmeNATSLines(t *testing.T) []string {
 	}
 	var lines []string
 	for _, l := range strings.Split(text[start:end], "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "bin/nats ") {
-			lines = append(lines, strings.TrimSpace(l))
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "```") && !strings.HasPrefix(l, "<!--") {
+			lines = append(lines, l)
 		}
 	}
 	return lines
 }
 
-// TestREADMENATSHistory runs the README's history line for one upgraded
-// sandbox and checks it shows that sandbox's events, in pipeline order.
+// runREADMENATSLine runs the README's login line and then line in bash, in
+// a directory laid out like a checkout after `make up` (bin/, and
+// .molt/nats-auth with the harness's passwords), with only the NATS address
+// changed to the harness's, as the read-only user viewer.
+func runREADMENATSLine(t *testing.T, s *stack, login, line string, env ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(s.env.RootDir, "bin"), filepath.Join(dir, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ".molt"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(s.env.NATSPasswords.Dir, filepath.Join(dir, ".molt", "nats-auth")); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(login, "nats://127.0.0.1:4222", s.env.NATSURL) + "\n" + line
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s\n%s: %v\n%s", login, line, err, out)
+	}
+	return string(out)
+}
+
+// TestREADMENATSHistory runs the README's history lines for one upgraded
+// sandbox, as the read-only user viewer: the history shows that sandbox's
+// events in pipeline order, and the stream and consumer lines answer.
 func TestREADMENATSHistory(t *testing.T) {
 	s := Stack(t)
 	ns := s.env.Namespace(t)
@@ -51,24 +79,29 @@ func TestREADMENATSHistory(t *testing.T) {
 	kubectl(t, opsYAML("hist", "hist-pool", "1", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
 	waitOps(t, s, ns, "hist", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
 
-	var history string
-	for _, l := range readmeNATSLines(t) {
-		if strings.Contains(l, "--terminate-at-end") {
+	lines := readmeNATSLines(t)
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "export NATS_URL=") {
+		t.Fatalf("README's nats-history block does not start with the login line (export NATS_URL=...): %q", lines)
+	}
+	login, history := lines[0], ""
+	for _, l := range lines[1:] {
+		switch {
+		case strings.Contains(l, "--terminate-at-end"):
 			history = l
+		case strings.Contains(l, " sub "):
+			// follows live, never ends
+		default:
+			if out := runREADMENATSLine(t, s, login, l); !strings.Contains(out, events.StreamName) {
+				t.Errorf("%s does not name stream %s:\n%s", l, events.StreamName, out)
+			}
 		}
 	}
 	if history == "" {
 		t.Fatal("README has no history line (bin/nats sub ... --all --terminate-at-end)")
 	}
-	line := strings.NewReplacer("$NS", ns, "$SANDBOX", "hist-00", "nats://127.0.0.1:4222", s.env.NATSURL).Replace(history)
-	args := strings.Fields(strings.ReplaceAll(line, "'", ""))
-	cmd := exec.Command(filepath.Join(s.env.RootDir, args[0]), args[1:]...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", line, err, out)
-	}
+	out := runREADMENATSLine(t, s, login, history, "NS="+ns, "SANDBOX=hist-00")
 	var types []string
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		var ce struct {
 			Type    string `json:"type"`

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -254,11 +253,7 @@ func TestStreamDeletedMidUpgrade(t *testing.T) {
 		c := upgradingCondition(t, s, ns, names[0])
 		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("%+v", c)
 	})
-	nc, err := nats.Connect(s.env.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := s.env.NATSConnect(t, "", "admin")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

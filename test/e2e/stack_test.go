@@ -25,6 +25,9 @@ var serviceNames = []string{"selector", "patcher", "hookrunner", "podcycler", "s
 // failures happen within a test (the production defaults are minutes).
 var stageEnv = []string{
 	"MOLT_LEADER_ELECT=false",
+	// Where deploy/ lets the services hold their Leases (when a test turns
+	// leader election on).
+	"MOLT_LEADER_ELECTION_NAMESPACE=" + deployNamespace,
 	"MOLT_POD_READY_TIMEOUT=45s",
 	"MOLT_PATCH_TIMEOUT=5s",
 	"MOLT_HOOK_MARGIN=5s",
@@ -51,6 +54,8 @@ type stack struct {
 	cfg    devcluster.Config
 	opts   stackOptions
 	agents versioned.Interface
+	// kubeconfigs impersonate each service's ServiceAccount, by service.
+	kubeconfigs map[string]string
 
 	mu      sync.Mutex
 	procs   map[string]*devcluster.Process // by instance
@@ -145,8 +150,26 @@ func newStack(env *testenv.Env, opts stackOptions) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every service runs as its ServiceAccount of deploy/, with exactly the
+	// RBAC deploy/ grants it: a permission the code needs and deploy/ lacks
+	// fails the tests.
+	rbacOnce.Do(func() { rbacErr = applyDeployRBAC(env) })
+	if rbacErr != nil {
+		return nil, fmt.Errorf("apply deploy/'s RBAC for the services' ServiceAccounts: %w", rbacErr)
+	}
+	s.kubeconfigs = map[string]string{}
+	for _, svc := range serviceNames {
+		if s.kubeconfigs[svc], err = impersonatingKubeconfig(env, dir, svc); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
+
+var (
+	rbacOnce sync.Once
+	rbacErr  error
+)
 
 // instance names replica i (from 0) of svc.
 func (s *stack) instance(svc string, i int) string {
@@ -216,9 +239,9 @@ func (s *stack) start(inst string) error {
 		return err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.cfg.Launch(inst, filepath.Join(s.cfg.BinDir, svc), []string{
-		"--kubeconfig=" + s.env.Kubeconfig, "--nats-url=" + s.opts.natsURL, "--http-addr=" + addr,
-	}, append(append([]string(nil), stageEnv...), s.opts.env...))
+	p, err := s.cfg.Launch(inst, filepath.Join(s.cfg.BinDir, svc), append([]string{
+		"--kubeconfig=" + s.kubeconfigs[svc], "--nats-url=" + s.opts.natsURL, "--http-addr=" + addr,
+	}, s.env.NATSPasswords.ServiceArgs(svc)...), append(append([]string(nil), stageEnv...), s.opts.env...))
 	if err != nil {
 		return err
 	}

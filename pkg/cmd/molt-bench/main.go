@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/kubernetes"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -25,15 +26,17 @@ import (
 type config struct {
 	kubeconfig string
 	natsURL    string
-	n          int
-	maxUnavail string
-	out        string
-	qps        float64
-	burst      int
-	pidDir     string
-	timeout    time.Duration
-	hookN      int
-	hookSleep  int
+	// natsPasswordFile is the password of the NATS user viewer.
+	natsPasswordFile string
+	n                int
+	maxUnavail       string
+	out              string
+	qps              float64
+	burst            int
+	pidDir           string
+	timeout          time.Duration
+	hookN            int
+	hookSleep        int
 }
 
 func main() {
@@ -48,6 +51,7 @@ func run() error {
 	fs := flag.NewFlagSet("molt-bench", flag.ExitOnError)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the local stack")
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS of the local stack")
+	fs.StringVar(&c.natsPasswordFile, "nats-password-file", ".molt/nats-auth/viewer.password", "password of the NATS user viewer (the history's reader)")
 	fs.IntVar(&c.n, "n", 1000, "how many sandboxes to upgrade")
 	fs.StringVar(&c.maxUnavail, "max-unavailable", "100%,10%", "comma-separated maxUnavailable settings, one run each")
 	fs.StringVar(&c.out, "out", "bench-results.md", "results file")
@@ -63,6 +67,11 @@ func run() error {
 	if c.n < 1 {
 		return fmt.Errorf("flag -n=%d: must be at least 1", c.n)
 	}
+	pw, err := os.ReadFile(c.natsPasswordFile)
+	if err != nil {
+		return fmt.Errorf("flag --nats-password-file: %w (make up writes it)", err)
+	}
+	natsLogin = nats.UserInfo("viewer", strings.TrimSpace(string(pw)))
 	rc, err := service.LoadRestConfig(c.kubeconfig)
 	if err != nil {
 		return err

@@ -51,8 +51,11 @@ func apiserverWrites(ctx context.Context, kube kubernetes.Interface) (float64, e
 	return sum, nil
 }
 
+// natsLogin logs the bench in to NATS as the read-only user viewer.
+var natsLogin nats.Option = func(*nats.Options) error { return nil }
+
 func streamMessages(ctx context.Context, url string) (uint64, error) {
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, natsLogin)
 	if err != nil {
 		return 0, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
@@ -75,7 +78,7 @@ func streamMessages(ctx context.Context, url string) (uint64, error) {
 // stageLatencies reads every event of the namespace from the stream and
 // returns, per stage, how long each sandbox spent in it.
 func stageLatencies(ctx context.Context, url, ns string) (map[string][]time.Duration, error) {
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, natsLogin)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}

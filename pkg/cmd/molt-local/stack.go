@@ -67,6 +67,10 @@ func loadConfig() (stackConfig, error) {
 
 func (c stackConfig) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort) }
 
+// natsAuthDir holds the local stack's NATS passwords, one file per user of
+// deploy/nats/auth.conf (made by the first `make up`, kept after).
+func (c stackConfig) natsAuthDir() string { return filepath.Join(c.stateDir, "nats-auth") }
+
 func up(c stackConfig) error {
 	pids, err := devcluster.ReadPidFiles(c.cluster.PidDir())
 	if err != nil {
@@ -90,10 +94,19 @@ func up(c stackConfig) error {
 		_ = down(c)
 		return err
 	}
-	fmt.Printf("starting NATS with JetStream on %s (store %s)\n", c.natsURL(), filepath.Join(c.stateDir, "nats"))
+	// NATS runs with deploy/nats/auth.conf, as in a cluster: each service
+	// logs in as its own user, allowed only its own subjects.
+	passwords, err := devcluster.LoadNATSPasswords(c.natsAuthDir())
+	if err != nil {
+		_ = down(c)
+		return err
+	}
+	fmt.Printf("starting NATS with JetStream on %s (store %s, users of deploy/nats/auth.conf, passwords in %s)\n",
+		c.natsURL(), filepath.Join(c.stateDir, "nats"), c.natsAuthDir())
 	if _, err := c.cluster.Launch("nats-server", filepath.Join(c.binDir, "nats-server"), []string{
+		"-c", devcluster.NATSAuthConf(c.root),
 		"-a", "127.0.0.1", "-p", strconv.Itoa(c.natsPort), "-js", "-sd", filepath.Join(c.stateDir, "nats"), "-n", "molt-local",
-	}, nil); err != nil {
+	}, passwords.ServerEnv()); err != nil {
 		_ = down(c)
 		return err
 	}
@@ -112,9 +125,9 @@ func up(c stackConfig) error {
 	}
 	fmt.Println("starting molt's services")
 	for _, s := range services {
-		if _, err := c.cluster.Launch(s.name, filepath.Join(c.binDir, s.name), []string{
+		if _, err := c.cluster.Launch(s.name, filepath.Join(c.binDir, s.name), append([]string{
 			"--kubeconfig=" + kubeconfig, "--nats-url=" + c.natsURL(), "--http-addr=" + s.addr,
-		}, nil); err != nil {
+		}, passwords.ServiceArgs(s.name)...), nil); err != nil {
 			_ = down(c)
 			return err
 		}
@@ -137,9 +150,12 @@ molt is up. Next:
   export PATH=%s:$PATH
   kubectl get nodes
   kubectl get suo,sbx,sbs,cp -A
+  # the event history, as the read-only NATS user viewer:
+  export NATS_URL=%s NATS_USER=viewer NATS_PASSWORD="$(cat %s)"
+  nats stream info MOLT_EVENTS
   make status    # what runs; logs are in %s
   make down      # stop it all
-`, c.cluster.KubeconfigPath(), c.binDir, c.cluster.LogDir())
+`, c.cluster.KubeconfigPath(), c.binDir, c.natsURL(), filepath.Join(c.natsAuthDir(), "viewer.password"), c.cluster.LogDir())
 }
 
 func down(c stackConfig) error {

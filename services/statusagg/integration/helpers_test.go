@@ -51,7 +51,7 @@ func start(t *testing.T) *harness {
 	env := testenv.Get(t)
 	addr := freeAddr(t)
 	cfg := statusagg.Config{
-		Options: service.Options{Name: "statusagg", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, HTTPAddr: addr,
+		Options: service.Options{Name: "statusagg", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("statusagg"), HTTPAddr: addr,
 			KubeQPS: 100, KubeBurst: 200, ShutdownTimeout: 10 * time.Second},
 		SandboxWorkers: 2, OpsWorkers: 2, EventWorkers: 4,
 	}
@@ -83,11 +83,7 @@ func start(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(env.NATSURL)
-	if err != nil {
-		t.Fatalf("connect to NATS: %v", err)
-	}
-	t.Cleanup(nc.Close)
+	nc := env.NATSConnect(t, "", "admin")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

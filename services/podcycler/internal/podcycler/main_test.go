@@ -48,7 +48,7 @@ func startPodcycler(t *testing.T) {
 	podcyclerOnce.Do(func() {
 		cfg := podcycler.Config{
 			Options: service.Options{
-				Name: "podcycler", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, HTTPAddr: "127.0.0.1:0",
+				Name: "podcycler", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("podcycler"), HTTPAddr: "127.0.0.1:0",
 				KubeQPS: 100, KubeBurst: 200, ShutdownTimeout: 5 * time.Second,
 			},
 			Workers:         4,
@@ -199,11 +199,7 @@ type bus struct {
 
 func connectBus(t *testing.T) *bus {
 	t.Helper()
-	nc, err := nats.Connect(testenv.Get(t).NATSURL)
-	if err != nil {
-		t.Fatalf("connect to NATS: %v", err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testenv.Get(t).NATSConnect(t, "", "admin")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,7 +48,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatalf("build agents client: %v", err)
 	}
 	f := &fixture{t: t, ns: env.Namespace(t), agents: agents}
-	f.events = recordRequested(t, env.NATSURL, f.ns)
+	f.events = recordRequested(t, f.ns)
 	return f
 }
 
@@ -62,7 +61,7 @@ func (f *fixture) startSelector() {
 	env := testenv.Get(t)
 	cfg := Config{
 		Options: service.Options{
-			Name: "selector", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, HTTPAddr: "127.0.0.1:0",
+			Name: "selector", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("selector"), HTTPAddr: "127.0.0.1:0",
 			KubeQPS: 50, KubeBurst: 100, ShutdownTimeout: 5 * time.Second,
 		},
 		LeaderElection: service.LeaderElection{Enabled: true, Namespace: f.ns, LeaseName: LeaseName}, Workers: 2, RepublishAfter: DefaultRepublishAfter,
@@ -268,13 +267,10 @@ type recorder struct {
 	err error
 }
 
-func recordRequested(t *testing.T, natsURL, ns string) *recorder {
+func recordRequested(t *testing.T, ns string) *recorder {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatalf("connect to NATS: %v", err)
-	}
+	nc := testenv.Get(t).NATSConnect(t, "", "admin")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatalf("open JetStream: %v", err)
