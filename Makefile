@@ -85,11 +85,11 @@ clean: down ## stop the stack and remove bin/ and .molt/
 	rm -rf $(BIN) .molt
 
 ##@ Images
-IMAGES := $(SERVICES) molt-devruntime
+IMAGES := $(SERVICES) molt-devruntime nats-server
 .PHONY: images images-check docker-stop
-images: ## build one image per service and molt-devruntime, FROM scratch (installs and starts Docker if needed)
+images: ## build one image per service, molt-devruntime and nats-server (deploy/nats), FROM scratch (installs and starts Docker if needed)
 	hack/docker.sh ensure
-	GO="$(GO)" hack/build-images.sh $(foreach s,$(SERVICES),$(s)=molt.dev/services/$(s)) molt-devruntime=molt.dev/pkg/cmd/molt-devruntime
+	GO="$(GO)" hack/build-images.sh $(foreach s,$(SERVICES),$(s)=molt.dev/services/$(s)) molt-devruntime=molt.dev/pkg/cmd/molt-devruntime nats-server=github.com/nats-io/nats-server/v2
 
 images-check: images $(BIN)/nats-server ## prove that each image starts and answers its probe
 	hack/check-images.sh $(IMAGES)

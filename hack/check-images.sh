@@ -16,7 +16,8 @@
 #     check that needs the API server, such as informers; not nats).
 # It needs bash, coreutils and docker only (no python3, curl or nc).
 # For molt-devruntime, which needs a cluster and privileges to serve: without a
-# command it prints its usage and exits 1.
+# command it prints its usage and exits 1. For nats-server (deploy/nats's image),
+# JetStream starts and its monitoring /healthz answers 200.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -112,6 +113,44 @@ expect_exit() {
 	fi
 }
 
+# http_get PORT PATH prints the answer of 127.0.0.1:PORT to GET PATH (bash's /dev/tcp).
+http_get() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 0
+		printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+		timeout 5 cat <&3
+	) 2>/dev/null
+}
+
+# check_nats_image IMAGE: the NATS server of deploy/nats starts as the StatefulSet
+# runs it (read-only root, all capabilities dropped, its store on a volume) and its
+# monitoring endpoint answers /healthz?js-enabled-only=true with 200 (the
+# StatefulSet's probes are httpGet on that port: the image has no probe mode).
+check_nats_image() {
+	local image="$1" c="molt-check-nats-server-$$" port mon out
+	port="$(free_port)"
+	mon="$(free_port)"
+	containers+=("${c}")
+	if ! out="$(docker_cli run -d --name "${c}" --network host --read-only --cap-drop ALL \
+		--security-opt no-new-privileges --tmpfs /data:uid=65532,gid=65532 \
+		"${image}" -a 127.0.0.1 -p "${port}" -m "${mon}" -js -sd /data/jetstream 2>&1)"; then
+		fail "${image}: docker run failed: ${out}"
+		return
+	fi
+	for _ in $(seq 1 40); do
+		[[ "$(http_get "${mon}" '/healthz?js-enabled-only=true')" == "HTTP/1.0 200"* ]] && break
+		sleep 0.25
+	done
+	out="$(http_get "${mon}" '/healthz?js-enabled-only=true')"
+	if [[ "${out}" == "HTTP/1.0 200"* ]]; then
+		pass "${image} (running): /healthz?js-enabled-only=true answers 200"
+	else
+		fail "${image}: /healthz?js-enabled-only=true on 127.0.0.1:${mon} answered ${out@Q}; its log:"
+		docker_cli logs --tail 20 "${c}" >&2 || true
+	fi
+	docker_cli rm -f "${c}" >/dev/null
+}
+
 for name in "$@"; do
 	image="${IMAGE_REPO}/${name}:dev"
 	if ! docker_cli image inspect "${image}" >/dev/null 2>&1; then
@@ -124,6 +163,10 @@ for name in "$@"; do
 		value="$(docker_cli image inspect -f "{{index .Config.Labels \"org.opencontainers.image.${label}\"}}" "${image}")"
 		[[ -n "${value}" ]] && pass "${image}: org.opencontainers.image.${label}=${value}" || fail "${image}: no label org.opencontainers.image.${label}"
 	done
+	if [[ "${name}" == nats-server ]]; then
+		check_nats_image "${image}"
+		continue
+	fi
 	expect_exit 1 "probe http://127.0.0.1:1/: no answer" "${image} probe http://127.0.0.1:1/" -- \
 		docker_cli run --rm --network none "${image}" probe http://127.0.0.1:1/
 
