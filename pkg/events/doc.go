@@ -36,9 +36,10 @@
 // # Stream and consumers
 //
 // EnsureStream and EnsureConsumer create the stream MOLT_EVENTS (file storage, limits by age
-// and size, a duplicate window) and the durable pull consumers selector, patcher,
-// hookrunner, podcycler and statusagg, each filtered to the event types its service reacts
-// to (FilterSubjects). All replicas of a service share its consumer.
+// and size, a duplicate window) and the durable pull consumers patcher, hookrunner,
+// podcycler and statusagg, each filtered to the event types its service reacts to
+// (FilterSubjects). All replicas of a service share its consumer. The selector only
+// publishes (requested); it reads how attempts end from the Sandbox status.
 //
 // They create, and never update: a stream or consumer that exists is kept as it runs, so an
 // operator's replicas, limits or ack wait survive every restart. A field that differs from

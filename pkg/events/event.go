@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	ce "github.com/cloudevents/sdk-go/v2/event"
@@ -16,25 +17,31 @@ import (
 // CloudEvent types: reverse-DNS and versioned. A breaking change to a payload gets a new
 // version (….v2) next to the old one; consumers decode only the types listed here.
 const (
-	// TypeRequested asks for one sandbox to be upgraded. Producer: selector. Consumer: patcher.
+	// TypeRequested asks for one sandbox to be upgraded. Producers: selector (admission),
+	// statusagg (the watchdog's re-drive of a stalled PreUpgrade). Consumer: patcher.
 	TypeRequested = "dev.molt.sandbox.requested.v1"
 	// TypePatched says the sandbox template now carries the patch. Producer: patcher.
 	// Consumer: hookrunner (runs preUpgrade).
 	TypePatched = "dev.molt.sandbox.patched.v1"
 	// TypePreHookDone says preUpgrade succeeded (or there was none) on the old pod.
-	// Producer: hookrunner. Consumer: podcycler (checkpoints and recreates the pod).
+	// Producers: hookrunner, statusagg (the watchdog's re-drive of a stalled UpgradePod).
+	// Consumer: podcycler (recreates the pod).
 	TypePreHookDone = "dev.molt.sandbox.prehook.done.v1"
-	// TypePodReady says the new pod of the target revision is Ready. Producer: podcycler.
-	// Consumer: hookrunner (runs postUpgrade).
+	// TypePodReady says the new pod of the target revision is Ready. Producers: podcycler,
+	// patcher (an attempt that resumes at PostUpgrade on a pod already rebuilt), statusagg
+	// (the watchdog's re-drive of a stalled PostUpgrade). Consumer: hookrunner (runs
+	// postUpgrade).
 	TypePodReady = "dev.molt.sandbox.pod.ready.v1"
 	// TypePostHookDone ends a sandbox's upgrade successfully. Producer: hookrunner.
-	// Consumers: statusagg (status, Events, metrics) and selector (frees maxUnavailable budget).
+	// Consumer: statusagg (status, Events, metrics); the selector frees the sandbox's
+	// maxUnavailable budget when statusagg's status shows Succeeded.
 	TypePostHookDone = "dev.molt.sandbox.posthook.done.v1"
 	// TypeFailed ends a sandbox's upgrade in a stage's failure reason (Data.Reason, Data.Message).
-	// Producer: any stage. Consumers: statusagg and selector.
+	// Producers: patcher, hookrunner, podcycler, statusagg (the watchdog). Consumer:
+	// statusagg.
 	TypeFailed = "dev.molt.sandbox.failed.v1"
 	// TypeStageStarted reports progress: a stage (Data.Stage) began work on the sandbox.
-	// Producer: any stage. Consumer: statusagg.
+	// Producers: hookrunner, podcycler. Consumer: statusagg.
 	TypeStageStarted = "dev.molt.sandbox.stage.started.v1"
 )
 
@@ -58,6 +65,16 @@ var typeTokens = map[string]string{
 	TypePostHookDone: TokenPostHookDone,
 	TypeFailed:       TokenFailed,
 	TypeStageStarted: TokenStageStarted,
+}
+
+// Types returns every event type, sorted.
+func Types() []string {
+	out := make([]string, 0, len(typeTokens))
+	for t := range typeTokens {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TokenFor returns the subject token of a known event type.

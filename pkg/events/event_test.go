@@ -29,19 +29,39 @@ func sampleEvent(typ string) Event {
 			Stage:   "PreUpgrade",
 		},
 	}
-	if typ == TypeFailed {
+	// Each type with the fields its producer sets.
+	switch typ {
+	case TypeFailed:
 		ev.Data.Reason = "PreUpgradeFailed"
 		ev.Data.Message = "hook failed with exit code 3, stderr: disk full, stdout: "
 		ev.Data.HookExitCode = exitCode(3)
 		ev.Data.OldPodUID = "33333333-3333-3333-3333-333333333333"
+	case TypeRequested:
+		ev.Source, ev.Data.Stage = "selector", ""
+		ev.Data.ResumedAttempt, ev.Data.ResumedReason = "0", "UpgradePodFailed"
+	case TypePatched:
+		ev.Source = "patcher"
+		ev.Data.TargetRevision = "5d8f7c9b4"
+	case TypePreHookDone:
+		ev.Data.TargetRevision, ev.Data.HookExitCode = "5d8f7c9b4", exitCode(0)
+		ev.Data.OldPodUID = "33333333-3333-3333-3333-333333333333"
+	case TypePodReady:
+		ev.Source, ev.Data.Stage = "podcycler", "UpgradePod"
+		ev.Data.TargetRevision = "5d8f7c9b4"
+		ev.Data.OldPodUID, ev.Data.NewPodUID = "33333333-3333-3333-3333-333333333333", "44444444-4444-4444-4444-444444444444"
+	case TypePostHookDone:
+		ev.Data.Stage, ev.Data.TargetRevision, ev.Data.HookExitCode = "PostUpgrade", "5d8f7c9b4", exitCode(0)
+		ev.Data.NewPodUID = "44444444-4444-4444-4444-444444444444"
+	case TypeStageStarted:
+		ev.Source, ev.Data.Stage = "podcycler", "UpgradePod"
 	}
 	ev.ID = MessageID(ev)
 	return ev
 }
 
-// TestEncodeGolden pins the wire format (what `nats stream view` shows) for two events.
+// TestEncodeGolden pins the wire format (what `nats stream view` shows) of every event type.
 func TestEncodeGolden(t *testing.T) {
-	for _, typ := range []string{TypePatched, TypeFailed} {
+	for _, typ := range Types() {
 		tok, _ := TokenFor(typ)
 		t.Run(tok, func(t *testing.T) {
 			body, err := Encode(sampleEvent(typ))

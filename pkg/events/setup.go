@@ -8,12 +8,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Durable consumer names, one per service; every replica of a service reads through the same
-// consumer, so replicas share the work. Each is created by EnsureConsumer in that service.
+// Durable consumer names, one per service that reacts to events; every replica of a service
+// reads through the same consumer, so replicas share the work. Each is created by
+// EnsureConsumer in that service. The selector opens none: it publishes requested and learns
+// how an attempt ended from the Sandbox status (its informer).
 const (
-	// ConsumerSelector: selector learns that a sandbox finished (posthook-done) or failed, and
-	// frees its maxUnavailable budget.
-	ConsumerSelector = "selector"
 	// ConsumerPatcher: patcher reacts to requested.
 	ConsumerPatcher = "patcher"
 	// ConsumerHookRunner: hookrunner runs preUpgrade on patched and postUpgrade on pod-ready.
@@ -28,11 +27,20 @@ const (
 func filterFor(token string) string { return SubjectPrefix + ".*.*." + token }
 
 var consumerFilters = map[string][]string{
-	ConsumerSelector:   {filterFor(TokenPostHookDone), filterFor(TokenFailed)},
 	ConsumerPatcher:    {filterFor(TokenRequested)},
 	ConsumerHookRunner: {filterFor(TokenPatched), filterFor(TokenPodReady)},
 	ConsumerPodCycler:  {filterFor(TokenPreHookDone)},
 	ConsumerStatusAgg:  {StreamSubjects},
+}
+
+// Consumers returns the name of every durable consumer, sorted.
+func Consumers() []string {
+	out := make([]string, 0, len(consumerFilters))
+	for c := range consumerFilters {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // FilterSubjects returns the filter subjects of a durable consumer named by one of the

@@ -66,10 +66,10 @@ func TestConsumerConfig(t *testing.T) {
 		{"explicit backoff sets ack wait", ConsumerPodCycler, ConsumerConfig{BackOff: []time.Duration{5 * s, 10 * s}}, func(c jetstream.ConsumerConfig) bool {
 			return c.AckWait == 5*s && len(c.BackOff) == 2
 		}, ""},
-		{"backoff trimmed to max deliver", ConsumerSelector, ConsumerConfig{MaxDeliver: 2}, func(c jetstream.ConsumerConfig) bool {
+		{"backoff trimmed to max deliver", ConsumerPatcher, ConsumerConfig{MaxDeliver: 2}, func(c jetstream.ConsumerConfig) bool {
 			return c.MaxDeliver == 2 && len(c.BackOff) == 2
 		}, ""},
-		{"unlimited deliveries", ConsumerSelector, ConsumerConfig{MaxDeliver: -1}, func(c jetstream.ConsumerConfig) bool {
+		{"unlimited deliveries", ConsumerPatcher, ConsumerConfig{MaxDeliver: -1}, func(c jetstream.ConsumerConfig) bool {
 			return c.MaxDeliver == -1 && len(c.BackOff) == 4
 		}, ""},
 		{"unknown consumer", "nobody", ConsumerConfig{}, nil, "unknown consumer"},

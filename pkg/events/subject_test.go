@@ -112,7 +112,6 @@ func TestTypeTokens(t *testing.T) {
 // that every event type except progress reaches some stage consumer besides statusagg.
 func TestConsumerFilters(t *testing.T) {
 	want := map[string][]string{
-		ConsumerSelector:   {"molt.*.*.posthook-done", "molt.*.*.failed"},
 		ConsumerPatcher:    {"molt.*.*.requested"},
 		ConsumerHookRunner: {"molt.*.*.patched", "molt.*.*.pod-ready"},
 		ConsumerPodCycler:  {"molt.*.*.prehook-done"},

@@ -13,7 +13,8 @@ const (
 	// ConditionAttempt is the Sandbox condition that says which attempt the
 	// Upgrading condition describes: status True, reason the current
 	// Upgrading reason, message the attempt id (the ops UID, or for a direct
-	// upgrade "direct-<generation>"). Written by statusagg together with
+	// upgrade "direct-<target revision>-<sandbox generation>", see
+	// DirectAttemptPrefix). Written by statusagg together with
 	// Upgrading; read by selector and statusagg.
 	ConditionAttempt = "UpgradeAttempt"
 

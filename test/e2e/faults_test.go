@@ -640,7 +640,7 @@ func TestStatusaggStoppedLongerThanTheDuplicateWindow(t *testing.T) {
 	ns := env.Namespace(t)
 	nc := natsProcess(t)
 	s := OwnStack(t, stackOptions{natsURL: nc.URL, env: []string{
-		"MOLT_DUPLICATE_WINDOW=" + window.String(), "MOLT_REPUBLISH_AFTER=3s",
+		"MOLT_DUPLICATE_WINDOW=" + window.String(), "MOLT_SELECTOR_REPUBLISH_AFTER=3s",
 	}})
 	t.Logf("namespace %s; service logs in %s", ns, s.cfg.LogDir())
 	if got := streamDuplicates(t, nc.URL); got != window {

@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
@@ -44,30 +48,37 @@ var natsEventTypes = map[string]string{
 	events.TokenStageStarted: events.TypeStageStarted,
 }
 
-// forge publishes an event of type typ for the sandbox ns/name as user
-// would, through JetStream, and returns the publish error (nil: stored).
-func forge(t *testing.T, nc *nats.Conn, user, typ, ns, name, attempt string) error {
+// forge publishes a valid event of type typ for the sandbox ns/name, of the
+// ops opsName whose UID is the attempt (as for any ops's attempt), as source
+// would, through JetStream, and returns the publish error (nil: stored). An
+// event that would not even encode fails the test: a refusal must be the
+// server's.
+func forge(t *testing.T, nc *nats.Conn, source, typ string, sb events.SandboxRef, opsName, attempt string) error {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := events.NewPublisher(js, user, nil)
+	pub, err := events.NewPublisher(js, source, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	d := events.Data{
-		Ops:     events.OpsRef{Name: "forged"},
-		Sandbox: events.SandboxRef{Namespace: ns, Name: name, UID: "forged"},
+	ev := events.Event{Type: typ, Source: source, Time: time.Now().UTC(), Data: events.Data{
+		Ops:     events.OpsRef{Name: opsName, UID: types.UID(attempt)},
+		Sandbox: sb,
 		Attempt: attempt,
 		Stage:   agentsv1alpha1.UpgradingReasonPreUpgrade,
-	}
+	}}
 	if typ == events.TypeFailed {
-		d.Reason = agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+		ev.Data.Reason = agentsv1alpha1.UpgradingReasonPreUpgradeFailed
 	}
-	return pub.Publish(ctx, events.Event{Type: typ, Data: d})
+	ev.ID = events.MessageID(ev)
+	if _, err := events.Encode(ev); err != nil {
+		t.Fatalf("the forged %s does not encode, so it proves nothing: %v", typ, err)
+	}
+	return pub.Publish(ctx, ev)
 }
 
 // storedOn returns how many messages of the stream are on subject.
@@ -123,37 +134,48 @@ func TestNATSEachUserPublishesOnlyItsOwnEvents(t *testing.T) {
 	env := testenv.Get(t)
 	Stack(t) // the services create the stream
 	ns := env.Namespace(t)
-	for user, allowed := range natsPublishes {
-		nc := env.NATSConnect(t, "", user)
-		for token, typ := range natsEventTypes {
-			name := "perm-" + user + "-" + token
-			err := forge(t, nc, user, typ, ns, name, "perm-"+user)
-			want := slices.Contains(allowed, token)
-			got := storedOn(t, env, events.SandboxSubject(ns, name, token))
-			switch {
-			case want && err != nil:
-				t.Errorf("%s publishing %s: %v, want it stored", user, token, err)
-			case want && got != 1:
-				t.Errorf("%s publishing %s: %d messages stored, want 1", user, token, got)
-			case !want && err == nil:
-				t.Errorf("%s publishing %s: stored, want refused", user, token)
-			case !want && got != 0:
-				t.Errorf("%s publishing %s: refused, but %d messages are on the stream", user, token, got)
-			}
+	// A refused publish is answered by nobody: each waits out forge's
+	// timeout, so the users run side by side.
+	t.Run("publish", func(t *testing.T) {
+		for user, allowed := range natsPublishes {
+			t.Run(user, func(t *testing.T) {
+				t.Parallel()
+				nc := env.NATSConnect(t, "", user)
+				for token, typ := range natsEventTypes {
+					name := "perm-" + user + "-" + token
+					err := forge(t, nc, user, typ, events.SandboxRef{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}, "perm", "perm-"+user)
+					want := slices.Contains(allowed, token)
+					got := storedOn(t, env, events.SandboxSubject(ns, name, token))
+					switch {
+					case want && err != nil:
+						t.Errorf("%s publishing %s: %v, want it stored", user, token, err)
+					case want && got != 1:
+						t.Errorf("%s publishing %s: %d messages stored, want 1", user, token, got)
+					case !want && err == nil:
+						t.Errorf("%s publishing %s: stored, want refused", user, token)
+					case !want && got != 0:
+						t.Errorf("%s publishing %s: refused, but %d messages are on the stream", user, token, got)
+					}
+				}
+			})
 		}
-	}
+	})
 	// A service reads only its own consumer.
 	nc := env.NATSConnect(t, "", "patcher")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if _, err := js.Consumer(ctx, events.StreamName, events.ConsumerPodCycler); err == nil {
+	lookUp := func(name string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := js.Consumer(ctx, events.StreamName, name)
+		return err
+	}
+	if err := lookUp(events.ConsumerPodCycler); err == nil {
 		t.Errorf("patcher looked up consumer %s: allowed, want refused", events.ConsumerPodCycler)
 	}
-	if _, err := js.Consumer(ctx, events.StreamName, events.ConsumerPatcher); err != nil {
+	if err := lookUp(events.ConsumerPatcher); err != nil {
 		t.Errorf("patcher looked up its own consumer: %v", err)
 	}
 }
@@ -174,7 +196,7 @@ func TestForgedPrehookDoneChangesNothing(t *testing.T) {
 	before := podUIDs(t, s, ns, names)
 	y := strings.Replace(hookOps("forge", "forge-pool", "my-registry/sandbox-image:v2", "sleep 50", "true", 90), "maxUnavailable: 1", "maxUnavailable: 3", 1)
 	kubectl(t, y, "apply", "-n", ns, "-f", "-")
-	attempts := map[string]string{}
+	attempts, uids := map[string]string{}, map[string]types.UID{}
 	testenv.Eventually(t, time.Minute, "every sandbox in PreUpgrade", func() (bool, error) {
 		for _, n := range names {
 			sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), n, metav1.GetOptions{})
@@ -185,14 +207,14 @@ func TestForgedPrehookDoneChangesNothing(t *testing.T) {
 			if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgrade || upgrade.CurrentAttempt(sb) == "" {
 				return false, fmt.Errorf("%s: %+v", n, c)
 			}
-			attempts[n] = upgrade.CurrentAttempt(sb)
+			attempts[n], uids[n] = upgrade.CurrentAttempt(sb), sb.UID
 		}
 		return true, nil
 	})
 
 	patcher := env.NATSConnect(t, "", "patcher")
 	for _, n := range names {
-		if err := forge(t, patcher, "hookrunner", events.TypePreHookDone, ns, n, attempts[n]); err == nil {
+		if err := forge(t, patcher, "hookrunner", events.TypePreHookDone, events.SandboxRef{Namespace: ns, Name: n, UID: uids[n]}, "forge", attempts[n]); err == nil {
 			t.Errorf("prehook-done for %s forged with the patcher's credentials: stored, want refused", n)
 		}
 		nc, err := nats.Connect(env.NATSURL, nats.UserInfo("hookrunner", "guessed"))
@@ -292,4 +314,109 @@ func TestThreeNodeNATSClusterLosesANode(t *testing.T) {
 	}
 	reportProblems(t, s, problems)
 	assertNoneExited(t, s)
+}
+
+// readmeEventRow is one row of the README's event catalogue.
+type readmeEventRow struct {
+	token                string
+	producers, consumers []string
+}
+
+// readmeEvents parses the README table between <!-- events --> and
+// <!-- /events -->, by event type.
+func readmeEvents(t *testing.T) map[string]readmeEventRow {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start, end := strings.Index(text, "<!-- events -->"), strings.Index(text, "<!-- /events -->")
+	if start < 0 || end < start {
+		t.Fatal("README.md has no <!-- events --> block")
+	}
+	list := func(cell string) []string {
+		var out []string
+		for _, f := range strings.Split(cell, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	rows := map[string]readmeEventRow{}
+	for _, l := range strings.Split(text[start:end], "\n") {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
+		if len(cells) != 4 || !strings.Contains(cells[0], "dev.molt.") {
+			continue
+		}
+		rows[strings.Trim(strings.TrimSpace(cells[0]), "`")] = readmeEventRow{
+			token:     strings.Trim(strings.TrimSpace(cells[1]), "`"),
+			producers: list(cells[2]),
+			consumers: list(cells[3]),
+		}
+	}
+	return rows
+}
+
+// TestREADMEEventCatalogue: the README's event catalogue names every event
+// type of pkg/events with its subject token; its consumers are exactly the
+// durable consumers whose filters take that token, and its producers exactly
+// the users that NATS lets publish it (natsPublishes, which
+// TestNATSEachUserPublishesOnlyItsOwnEvents checks against the server).
+func TestREADMEEventCatalogue(t *testing.T) {
+	rows := readmeEvents(t)
+	if got, want := len(rows), len(events.Types()); got != want {
+		t.Errorf("README's event catalogue has %d rows, pkg/events %d types", got, want)
+	}
+	for _, typ := range events.Types() {
+		row, ok := rows[typ]
+		if !ok {
+			t.Errorf("README's event catalogue lacks %s", typ)
+			continue
+		}
+		token, _ := events.TokenFor(typ)
+		if row.token != token {
+			t.Errorf("%s: README says token %q, pkg/events %q", typ, row.token, token)
+		}
+		var consumers, producers []string
+		for _, c := range events.Consumers() {
+			for _, f := range events.FilterSubjects(c) {
+				if subjectMatches(f, events.SandboxSubject("ns", "sbx", token)) && !slices.Contains(consumers, c) {
+					consumers = append(consumers, c)
+				}
+			}
+		}
+		for user, tokens := range natsPublishes {
+			if slices.Contains(tokens, token) {
+				producers = append(producers, user)
+			}
+		}
+		sort.Strings(consumers)
+		sort.Strings(producers)
+		if !slices.Equal(row.consumers, consumers) {
+			t.Errorf("%s: README's consumers %v, the consumers' filters say %v", typ, row.consumers, consumers)
+		}
+		if !slices.Equal(row.producers, producers) {
+			t.Errorf("%s: README's producers %v, NATS lets %v publish it", typ, row.producers, producers)
+		}
+	}
+}
+
+// subjectMatches reports whether subject falls under the NATS filter f
+// (tokens, `*` for one, a final `>` for the rest).
+func subjectMatches(f, subject string) bool {
+	ft, st := strings.Split(f, "."), strings.Split(subject, ".")
+	for i, tok := range ft {
+		switch {
+		case tok == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case tok != "*" && tok != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }

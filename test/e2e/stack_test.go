@@ -29,9 +29,9 @@ var stageEnv = []string{
 	// leader election on).
 	"MOLT_LEADER_ELECTION_NAMESPACE=" + deployNamespace,
 	"MOLT_POD_READY_TIMEOUT=45s",
-	"MOLT_PATCH_TIMEOUT=5s",
-	"MOLT_HOOK_MARGIN=5s",
-	"MOLT_WATCHDOG_INTERVAL=1s",
+	"MOLT_STATUSAGG_PATCH_TIMEOUT=5s",
+	"MOLT_STATUSAGG_HOOK_MARGIN=5s",
+	"MOLT_STATUSAGG_WATCHDOG_INTERVAL=1s",
 }
 
 // stackOptions say how a stack runs the services. The zero value is the

@@ -21,29 +21,32 @@ const (
 	LabelUpgradeFailed = Prefix + "upgrade-failed"
 
 	// AnnotationUpgradeResumeTrigger is the Sandbox annotation set to
-	// "true" while a paused sandbox is being woken to be upgraded. Written
-	// by selector, removed with the ops; read by podcycler, which pauses
-	// the sandbox again after the upgrade if spec.paused is still true.
+	// "true" while a paused sandbox is admitted to be upgraded. Written by
+	// selector at admission, removed with the ops. Nothing reads it yet:
+	// waking a paused sandbox for its upgrade is not built (README, "Not
+	// built yet").
 	AnnotationUpgradeResumeTrigger = Prefix + "upgrade-resume-trigger"
 
 	// LabelSandboxClaimed is the Sandbox label "true"/"false": whether the
 	// sandbox was claimed out of its pool by a user. Written by whoever
-	// claims; read by selector (pool members are not upgraded by an ops).
+	// claims. Part of the API (API.md); molt reads it nowhere yet (the
+	// SandboxSet warm pool is not built).
 	LabelSandboxClaimed = Prefix + "sandbox-claimed"
 
 	// LabelSandboxPool is the Sandbox label naming the SandboxSet that
-	// created it. Written by selector (pool); read by selector and in the
-	// SandboxSet's status.selector.
+	// created it. Part of the API (API.md); molt writes it nowhere yet (the
+	// SandboxSet warm pool is not built).
 	LabelSandboxPool = Prefix + "sandbox-pool"
 
 	// LabelSandboxTemplate is the Sandbox label naming the SandboxSet
-	// template it was built from; the guides select sandboxes by it.
-	// Written by selector (pool); read by users' ops selectors.
+	// template it was built from; the guides select sandboxes by it. Written
+	// by users (and by the warm pool, once built); read by users' ops
+	// selectors.
 	LabelSandboxTemplate = Prefix + "sandbox-template"
 
 	// LabelTemplateHash is the Sandbox label holding the SandboxSet
-	// revision it was created from. Written by selector (pool); read by
-	// selector and statusagg to count updated replicas.
+	// revision it was created from. Part of the API (API.md); molt writes
+	// and reads it nowhere yet (the SandboxSet warm pool is not built).
 	LabelTemplateHash = Prefix + "template-hash"
 
 	// LabelPodTemplateHash (no prefix) is the Pod label holding the

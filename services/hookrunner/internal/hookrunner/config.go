@@ -23,8 +23,8 @@ type Config struct {
 // RegisterFlags adds hookrunner's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "hookrunner", DefaultHTTPAddr)
-	fs.IntVar(&c.MaxHooks, "max-hooks", c.Env.Int("MOLT_MAX_HOOKS", 64), "how many hooks run at once (env MOLT_MAX_HOOKS)")
-	fs.DurationVar(&c.ReachWait, "runtime-reach-wait", c.Env.Duration("MOLT_RUNTIME_REACH_WAIT", 15*time.Second), "how long an agent-runtime that refuses connections is retried before the hook fails (env MOLT_RUNTIME_REACH_WAIT)")
+	fs.IntVar(&c.MaxHooks, "max-hooks", c.Env.Int("MOLT_HOOKRUNNER_MAX_HOOKS", 64), "how many hooks run at once (env MOLT_HOOKRUNNER_MAX_HOOKS)")
+	fs.DurationVar(&c.ReachWait, "runtime-reach-wait", c.Env.Duration("MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT", 15*time.Second), "how long an agent-runtime that refuses connections is retried before the hook fails (env MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT)")
 }
 
 // Validate reports the first setting that cannot work.

@@ -32,8 +32,8 @@ type Config struct {
 // RegisterFlags adds podcycler's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "podcycler", DefaultHTTPAddr)
-	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_WORKERS", DefaultWorkers),
-		"sandboxes synced and prehook-done events handled at once (env MOLT_WORKERS)")
+	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_PODCYCLER_WORKERS", DefaultWorkers),
+		"sandboxes synced and prehook-done events handled at once (env MOLT_PODCYCLER_WORKERS)")
 	fs.DurationVar(&c.PodReadyTimeout, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
 		"how long an upgraded pod may take to become Ready before the upgrade fails (env MOLT_POD_READY_TIMEOUT)")
 }

@@ -21,7 +21,7 @@ func TestConfigFlags(t *testing.T) {
 				t.Errorf("workers=%d timeout=%s, want %d %s", c.Workers, c.PodReadyTimeout, DefaultWorkers, DefaultPodReadyTimeout)
 			}
 		}},
-		{name: "env fallback", env: map[string]string{"MOLT_POD_READY_TIMEOUT": "90s", "MOLT_WORKERS": "3"}, check: func(t *testing.T, c Config) {
+		{name: "env fallback", env: map[string]string{"MOLT_POD_READY_TIMEOUT": "90s", "MOLT_PODCYCLER_WORKERS": "3"}, check: func(t *testing.T, c Config) {
 			if c.Workers != 3 || c.PodReadyTimeout != 90*time.Second {
 				t.Errorf("workers=%d timeout=%s, want 3 1m30s", c.Workers, c.PodReadyTimeout)
 			}
@@ -37,7 +37,7 @@ func TestConfigFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MOLT_POD_READY_TIMEOUT", "MOLT_WORKERS"} {
+			for _, k := range []string{"MOLT_POD_READY_TIMEOUT", "MOLT_PODCYCLER_WORKERS"} {
 				if v, ok := tt.env[k]; ok {
 					t.Setenv(k, v)
 				} else {

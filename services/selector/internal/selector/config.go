@@ -42,8 +42,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.LeaderElection.RegisterFlags(fs, &c.Env, LeaseName)
 	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_SELECTOR_WORKERS", DefaultWorkers),
 		"SandboxUpdateOps reconciled at once (env MOLT_SELECTOR_WORKERS)")
-	fs.DurationVar(&c.RepublishAfter, "republish-after", c.Env.Duration("MOLT_REPUBLISH_AFTER", DefaultRepublishAfter),
-		"publish `requested` again for an admitted sandbox whose status does not show the attempt after this long (env MOLT_REPUBLISH_AFTER)")
+	fs.DurationVar(&c.RepublishAfter, "republish-after", c.Env.Duration("MOLT_SELECTOR_REPUBLISH_AFTER", DefaultRepublishAfter),
+		"publish `requested` again for an admitted sandbox whose status does not show the attempt after this long (env MOLT_SELECTOR_REPUBLISH_AFTER)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.

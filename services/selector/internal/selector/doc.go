@@ -2,8 +2,9 @@
 // enter a SandboxUpdateOps upgrade, and when (docs/pipeline.md, API.md
 // "Behaviour").
 //
-// One controller, keyed by ops ("namespace/name"), reads SandboxUpdateOps and
-// Sandboxes from one shared informer factory; any change to a sandbox or an
+// Two controllers. The first, keyed by ops ("namespace/name"), reads
+// SandboxUpdateOps and Sandboxes from one shared informer factory; any change
+// to a sandbox or an
 // ops enqueues every ops of its namespace, so pacing reacts to status that
 // statusagg writes and a waiting ops starts when the active one ends. Per
 // ops it keeps the protection finalizer, applies upgrade.Select within the
@@ -14,6 +15,11 @@
 // `agents.kruise.io/upgrade-failed` in step with failed attempts and, when the
 // ops is deleted, removes its label and the resume-trigger annotation from
 // its sandboxes before the finalizer. It never writes status.
+//
+// The second, keyed by sandbox, upgrades a sandbox with spec.upgradePolicy
+// whose template changed without an ops (a direct upgrade, attempt
+// upgrade.DirectAttemptPrefix + revision), over a second factory that watches
+// only the pods molt built.
 //
 // Recovery: the label is the durable truth. An admitted sandbox whose status
 // does not show the attempt gets `requested` again on the first sync after a

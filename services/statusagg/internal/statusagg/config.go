@@ -58,16 +58,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventWorkers, "event-workers", c.Env.Int("MOLT_STATUSAGG_EVENT_WORKERS", DefaultEventWorkers),
 		"events of different sandboxes handled at once (env MOLT_STATUSAGG_EVENT_WORKERS)")
 	d := &c.Deadlines
-	fs.DurationVar(&d.Patch, "patch-timeout", c.Env.Duration("MOLT_PATCH_TIMEOUT", DefaultPatchTimeout),
-		"time the patcher's part of PreUpgrade may take before the watchdog calls it stalled (env MOLT_PATCH_TIMEOUT)")
-	fs.DurationVar(&d.HookMargin, "hook-margin", c.Env.Duration("MOLT_HOOK_MARGIN", DefaultHookMargin),
-		"added to a hook's timeoutSeconds and to --pod-ready-timeout before a stage is stalled (env MOLT_HOOK_MARGIN)")
+	fs.DurationVar(&d.Patch, "patch-timeout", c.Env.Duration("MOLT_STATUSAGG_PATCH_TIMEOUT", DefaultPatchTimeout),
+		"time the patcher's part of PreUpgrade may take before the watchdog calls it stalled (env MOLT_STATUSAGG_PATCH_TIMEOUT)")
+	fs.DurationVar(&d.HookMargin, "hook-margin", c.Env.Duration("MOLT_STATUSAGG_HOOK_MARGIN", DefaultHookMargin),
+		"added to a hook's timeoutSeconds and to --pod-ready-timeout before a stage is stalled (env MOLT_STATUSAGG_HOOK_MARGIN)")
 	fs.DurationVar(&d.PodReady, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
 		"podcycler's --pod-ready-timeout: the UpgradePod stage's deadline before the margin (env MOLT_POD_READY_TIMEOUT)")
-	fs.IntVar(&d.Redrives, "redrives", c.Env.Int("MOLT_REDRIVES", DefaultRedrives),
-		"times a stalled stage is re-driven before it fails (env MOLT_REDRIVES)")
-	fs.DurationVar(&d.Interval, "watchdog-interval", c.Env.Duration("MOLT_WATCHDOG_INTERVAL", DefaultWatchdogInterval),
-		"how often the watchdog looks for stalled stages (env MOLT_WATCHDOG_INTERVAL)")
+	fs.IntVar(&d.Redrives, "redrives", c.Env.Int("MOLT_STATUSAGG_REDRIVES", DefaultRedrives),
+		"times a stalled stage is re-driven before it fails (env MOLT_STATUSAGG_REDRIVES)")
+	fs.DurationVar(&d.Interval, "watchdog-interval", c.Env.Duration("MOLT_STATUSAGG_WATCHDOG_INTERVAL", DefaultWatchdogInterval),
+		"how often the watchdog looks for stalled stages (env MOLT_STATUSAGG_WATCHDOG_INTERVAL)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/testenv"
+)
+
+// readmeMetric is one row of the README's metric table.
+type readmeMetric struct {
+	name, kind string
+	labels     []string
+	servedBy   []string
+	// eventual: the row says the metric appears only after something
+	// ("after the first failure").
+	eventual bool
+}
+
+// readmeMetrics parses the README table between <!-- metrics --> and
+// <!-- /metrics -->, by metric name.
+func readmeMetrics(t *testing.T) map[string]readmeMetric {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start, end := strings.Index(text, "<!-- metrics -->"), strings.Index(text, "<!-- /metrics -->")
+	if start < 0 || end < start {
+		t.Fatal("README.md has no <!-- metrics --> block")
+	}
+	list := func(cell string) []string {
+		var out []string
+		for _, f := range strings.Split(cell, ",") {
+			if f = strings.Trim(strings.TrimSpace(f), "`"); f != "" {
+				out = append(out, f)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	rows := map[string]readmeMetric{}
+	for _, l := range strings.Split(text[start:end], "\n") {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
+		if len(cells) != 5 || !strings.HasPrefix(strings.TrimSpace(cells[0]), "`molt_") {
+			continue
+		}
+		m := readmeMetric{
+			name:     strings.Trim(strings.TrimSpace(cells[0]), "`"),
+			kind:     strings.TrimSpace(cells[1]),
+			labels:   list(cells[2]),
+			servedBy: list(cells[3]),
+			eventual: strings.Contains(cells[4], "(after the first "),
+		}
+		rows[m.name] = m
+	}
+	if len(rows) == 0 {
+		t.Fatal("README's metric table has no rows")
+	}
+	return rows
+}
+
+// servedMetric is a molt_ metric family as a service serves it.
+type servedMetric struct {
+	kind   string
+	labels []string
+}
+
+// scrapeMolt returns the molt_ metric families inst serves, by name.
+func scrapeMolt(t *testing.T, s *stack, inst string) map[string]servedMetric {
+	t.Helper()
+	resp, err := http.Get(s.MetricsURL(inst))
+	if err != nil {
+		t.Fatalf("get %s metrics: %v", inst, err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s metrics: %v", inst, err)
+	}
+	out := map[string]servedMetric{}
+	for name, f := range families {
+		if !strings.HasPrefix(name, "molt_") {
+			continue
+		}
+		var labels []string
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if !slices.Contains(labels, lp.GetName()) {
+					labels = append(labels, lp.GetName())
+				}
+			}
+		}
+		sort.Strings(labels)
+		out[name] = servedMetric{kind: strings.ToLower(f.GetType().String()), labels: labels}
+	}
+	return out
+}
+
+// TestREADMEMetrics: after an upgrade, every molt_ metric a service serves
+// is in the README's table, with its type, its labels and that service; and
+// every row of the table is served by one of the services it names (but for
+// the rows that appear only after a failure or a re-drive).
+func TestREADMEMetrics(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "rmet", 2, "rmet-pool", nil)
+	kubectl(t, opsYAML("rmet", "rmet-pool", "2", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "rmet", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	rows := readmeMetrics(t)
+
+	seen := map[string]bool{}
+	testenv.Eventually(t, 30*time.Second, "the ops's progress metrics on statusagg", func() (bool, error) {
+		_, ok := scrapeMolt(t, s, "statusagg")["molt_ops_phase"]
+		return ok, fmt.Errorf("statusagg serves no molt_ops_phase yet")
+	})
+	for _, svc := range serviceNames {
+		for name, m := range scrapeMolt(t, s, svc) {
+			row, ok := rows[name]
+			switch {
+			case !ok:
+				t.Errorf("%s serves %s (%s, labels %v), which the README's metric table does not list", svc, name, m.kind, m.labels)
+				continue
+			case row.kind != m.kind:
+				t.Errorf("%s: README says %s, %s serves a %s", name, row.kind, svc, m.kind)
+			case !slices.Equal(row.labels, m.labels):
+				t.Errorf("%s: README lists labels %v, %s serves %v", name, row.labels, svc, m.labels)
+			case !slices.Contains(row.servedBy, svc):
+				t.Errorf("%s: served by %s, which the README's row (%v) does not name", name, svc, row.servedBy)
+			}
+			seen[name] = true
+		}
+	}
+	for name, row := range rows {
+		if !seen[name] && !row.eventual {
+			t.Errorf("README lists %s (served by %v), which no service serves after an upgrade", name, row.servedBy)
+		}
+	}
+}
