@@ -41,7 +41,8 @@ const (
 	// statusagg.
 	TypeFailed = "dev.molt.sandbox.failed.v1"
 	// TypeStageStarted reports progress: a stage (Data.Stage) began work on the sandbox.
-	// Producers: hookrunner, podcycler. Consumer: statusagg.
+	// Producers: hookrunner, podcycler, patcher (ResumeSucceed: a paused sandbox woken for
+	// its upgrade has its old pod Ready). Consumer: statusagg.
 	TypeStageStarted = "dev.molt.sandbox.stage.started.v1"
 )
 

@@ -2,6 +2,8 @@ package upgrade
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -156,4 +158,11 @@ func PodReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// ControlledBy reports whether pod's controller is the Sandbox with uid:
+// molt acts only on a pod that is provably its sandbox's.
+func ControlledBy(pod *corev1.Pod, uid types.UID) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.Kind == "Sandbox" && ref.UID == uid
 }

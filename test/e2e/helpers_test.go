@@ -84,19 +84,21 @@ func makeSandboxes(t *testing.T, s *stack, ns, prefix string, n int, pool string
 }
 
 // watcher records, from informers (every event, no sampling), how many
-// sandboxes were upgrading at once and every pod created.
+// sandboxes were upgrading (phase Upgrading or Resuming) at once and every
+// pod created, with when it was seen.
 type watcher struct {
 	mu           sync.Mutex
 	upgrading    map[string]bool
 	maxUpgrading int
 	sawUpgrading map[string]bool
 	podAdds      map[string][]string // sandbox name -> UIDs of pods added after start
+	podAddTimes  map[string][]time.Time // sandbox name -> when each of podAdds was seen
 	stop         chan struct{}
 }
 
 func watch(t *testing.T, s *stack, ns string) *watcher {
 	t.Helper()
-	w := &watcher{upgrading: map[string]bool{}, sawUpgrading: map[string]bool{}, podAdds: map[string][]string{}, stop: make(chan struct{})}
+	w := &watcher{upgrading: map[string]bool{}, sawUpgrading: map[string]bool{}, podAdds: map[string][]string{}, podAddTimes: map[string][]time.Time{}, stop: make(chan struct{})}
 	af := agentsinformers.NewSharedInformerFactoryWithOptions(s.agents, 0, agentsinformers.WithNamespace(ns))
 	kf := informers.NewSharedInformerFactoryWithOptions(s.env.Kube, 0, informers.WithNamespace(ns))
 	sbInf := af.Agents().V1alpha1().Sandboxes().Informer()
@@ -107,7 +109,7 @@ func watch(t *testing.T, s *stack, ns string) *watcher {
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if sb.Status.Phase == agentsv1alpha1.SandboxUpgrading {
+		if sb.Status.Phase == agentsv1alpha1.SandboxUpgrading || sb.Status.Phase == agentsv1alpha1.SandboxResuming {
 			w.upgrading[sb.Name] = true
 			w.sawUpgrading[sb.Name] = true
 		} else {
@@ -127,6 +129,7 @@ func watch(t *testing.T, s *stack, ns string) *watcher {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.podAdds[pod.Name] = append(w.podAdds[pod.Name], string(pod.UID))
+		w.podAddTimes[pod.Name] = append(w.podAddTimes[pod.Name], time.Now())
 	}})
 	af.Start(w.stop)
 	kf.Start(w.stop)
@@ -135,10 +138,17 @@ func watch(t *testing.T, s *stack, ns string) *watcher {
 	}
 	// Pods that exist already are the old ones; count only later adds.
 	w.mu.Lock()
-	w.podAdds = map[string][]string{}
+	w.podAdds, w.podAddTimes = map[string][]string{}, map[string][]time.Time{}
 	w.mu.Unlock()
 	t.Cleanup(func() { close(w.stop) })
 	return w
+}
+
+// addTimes returns when each pod of sandbox name was seen created.
+func (w *watcher) addTimes(name string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Time(nil), w.podAddTimes[name]...)
 }
 
 func (w *watcher) snapshot() (maxUp int, saw map[string]bool, adds map[string][]string) {

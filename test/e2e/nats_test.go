@@ -30,7 +30,7 @@ import (
 // (statusagg) and the patcher's resume at PostUpgrade (pod-ready).
 var natsPublishes = map[string][]string{
 	"selector":   {events.TokenRequested},
-	"patcher":    {events.TokenPatched, events.TokenPodReady, events.TokenFailed},
+	"patcher":    {events.TokenPatched, events.TokenPodReady, events.TokenStageStarted, events.TokenFailed},
 	"hookrunner": {events.TokenStageStarted, events.TokenPreHookDone, events.TokenPostHookDone, events.TokenFailed},
 	"podcycler":  {events.TokenStageStarted, events.TokenPodReady, events.TokenFailed},
 	"statusagg":  {events.TokenRequested, events.TokenPreHookDone, events.TokenPodReady, events.TokenFailed},

@@ -3,6 +3,7 @@ package patcher
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"molt.dev/pkg/service"
 )
@@ -15,18 +16,30 @@ type Config struct {
 	service.Options
 	// Workers is how many sandboxes are patched at once.
 	Workers int
+	// PodReadyTimeout is how long a paused sandbox woken for its upgrade may
+	// take to have a Ready pod before its attempt fails.
+	PodReadyTimeout time.Duration
 }
+
+// DefaultPodReadyTimeout is --pod-ready-timeout's default, the same as
+// podcycler's and statusagg's.
+const DefaultPodReadyTimeout = 5 * time.Minute
 
 // RegisterFlags adds patcher's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "patcher", DefaultHTTPAddr)
 	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_PATCHER_WORKERS", 16), "how many sandboxes are patched at once (env MOLT_PATCHER_WORKERS)")
+	fs.DurationVar(&c.PodReadyTimeout, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
+		"how long a paused sandbox woken for its upgrade may take to have a Ready pod (env MOLT_POD_READY_TIMEOUT)")
 }
 
 // Validate reports the first setting that cannot work.
 func (c *Config) Validate() error {
 	if c.Workers < 1 {
 		return fmt.Errorf("flag --workers=%d: must be at least 1", c.Workers)
+	}
+	if c.PodReadyTimeout <= 0 {
+		return fmt.Errorf("flag --pod-ready-timeout=%s: must be greater than 0", c.PodReadyTimeout)
 	}
 	return c.Options.Validate()
 }

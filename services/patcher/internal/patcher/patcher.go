@@ -3,6 +3,7 @@ package patcher
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -24,6 +25,8 @@ type Patcher struct {
 	kube      kubernetes.Interface
 	ops       listers.SandboxUpdateOpsLister
 	publisher *events.Publisher
+	// wakeTimeout bounds the wait for a woken paused sandbox's pod.
+	wakeTimeout time.Duration
 }
 
 // Handle reacts to `requested`:
@@ -33,13 +36,17 @@ type Patcher struct {
 //  2. skip if this attempt already went past PreUpgrade (by its status, or
 //     by a pod this attempt built: durable proof that survives a lagging
 //     status);
-//  3. apply the ops patch to the template (strategic merge on raw bytes); a
+//  3. a paused sandbox the ops woke (upgrade.WokenForUpgrade): wait until its
+//     pod, built by podcycler from the old template, is Ready (Resuming), and
+//     report ResumeSucceed; a pod not Ready in time fails it (PreUpgradeFailed)
+//     before anything was patched;
+//  4. apply the ops patch to the template (strategic merge on raw bytes); a
 //     patch that fails on this sandbox's template fails it as
 //     PreUpgradeFailed (the stage the patch belongs to) and touches nothing;
-//  4. write template and lifecycle in one update carrying the
+//  5. write template and lifecycle in one update carrying the
 //     resourceVersion read (nothing is written when nothing changes;
 //     spec.upgradePolicy is left as the user set it);
-//  5. publish `patched` with the target revision and the pod that exists now;
+//  6. publish `patched` with the target revision and the pod that exists now;
 //     a resumed attempt continues from upgrade.ResumeAt (never skipping a
 //     backup the original pod can still give), straight to `pod-ready` when
 //     it resumes at PostUpgrade.
@@ -70,6 +77,23 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	if upgrade.BuiltBy(pod, d.Attempt) {
 		logger.Info("skip: the pod was already rebuilt by this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
 		return nil
+	}
+	if upgrade.WokenForUpgrade(sb) {
+		woken, problem, err := p.waitAwake(ctx, sb)
+		if err != nil {
+			return err
+		}
+		if problem != "" {
+			return p.failWake(ctx, ev, problem)
+		}
+		pod = woken
+		if err := p.publish(ctx, ev, events.TypeStageStarted, func(out *events.Data) {
+			out.Stage = agentsv1alpha1.UpgradingReasonResumeSucceed
+			out.OldPodUID = pod.UID
+		}); err != nil {
+			return err
+		}
+		logger.Info("paused sandbox woken with its old template", "pod", klog.KObj(pod), "uid", pod.UID)
 	}
 	target := sb.Spec.Template
 	if d.Ops.Name != "" {
@@ -142,6 +166,48 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 	}
 	klog.FromContext(ctx).V(1).Info("spec patched")
 	return nil
+}
+
+// waitAwake polls until the pod of the woken paused sandbox sb is Ready
+// (podcycler creates it from the old template) and returns it, or returns
+// why it did not become Ready within wakeTimeout. The consume loop keeps the
+// message alive meanwhile.
+func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*corev1.Pod, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.wakeTimeout)
+	defer cancel()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	last := "no pod yet"
+	for {
+		pod, err := p.currentPod(ctx, sb)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return nil, "", err
+		case pod != nil && pod.DeletionTimestamp == nil && upgrade.ControlledBy(pod, sb.UID) && upgrade.PodReady(pod):
+			return pod, "", nil
+		case pod != nil:
+			last = fmt.Sprintf("pod %s (uid %s) is not Ready", pod.Name, pod.UID)
+		}
+		select {
+		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded && p.wakeTimeout > 0 {
+				return nil, fmt.Sprintf("the paused sandbox was woken for its upgrade but had no Ready pod within %s (--pod-ready-timeout): %s; nothing was patched and it is paused again: find out why its pod does not start (kubectl describe pod %s -n %s), then create a new SandboxUpdateOps",
+					p.wakeTimeout, last, sb.Name, sb.Namespace), nil
+			}
+			return nil, "", ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// failWake files a failed wake-up under Resuming's failure reason.
+func (p *Patcher) failWake(ctx context.Context, in events.Event, message string) error {
+	klog.FromContext(ctx).Info("sandbox failed", "message", message)
+	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
+		out.Stage = agentsv1alpha1.UpgradingReasonResuming
+		out.Reason = upgrade.FailedReason(agentsv1alpha1.UpgradingReasonResuming)
+		out.Message = agentsv1alpha1.TruncateConditionMessage(message)
+	})
 }
 
 func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*corev1.Pod, error) {

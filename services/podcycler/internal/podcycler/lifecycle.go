@@ -57,7 +57,9 @@ var upgradeStagesOwningPod = map[string]bool{
 //  1. load the sandbox; gone or being deleted → nothing (the garbage collector removes
 //     the pod through its owner reference);
 //  2. no spec.template (a templateRef) → nothing: pods are built from inline templates;
-//  3. spec.paused → delete the pod, with a UID precondition;
+//  3. spec.paused → delete the pod, with a UID precondition, unless an ops woke the
+//     sandbox for its upgrade and that attempt has not ended (upgrade.KeepAwake): then
+//     it is treated as running, and paused again when the attempt ends;
 //  4. no pod → create it from spec.template, unless an upgrade owns the pod now
 //     (createMissingPod);
 //  5. a pod created by an upgrade attempt → watch it until Ready, failed or past its
@@ -95,7 +97,7 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 	}
 
 	switch {
-	case sb.Spec.Paused:
+	case sb.Spec.Paused && !upgrade.KeepAwake(sb):
 		if pod == nil || pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) {
 			return nil
 		}

@@ -68,10 +68,7 @@ func ownerSandbox(pod *corev1.Pod) (string, bool) {
 }
 
 // ownedBy reports whether pod is controlled by the sandbox with uid.
-func ownedBy(pod *corev1.Pod, uid types.UID) bool {
-	ref := metav1.GetControllerOf(pod)
-	return ref != nil && ref.Kind == sandboxKind.Kind && ref.UID == uid
-}
+func ownedBy(pod *corev1.Pod, uid types.UID) bool { return upgrade.ControlledBy(pod, uid) }
 
 // createPod creates pod and counts it under reason. It reports created=false, and no
 // error, when a pod of that name already exists: creation is by name, so a second

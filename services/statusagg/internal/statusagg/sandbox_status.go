@@ -35,7 +35,8 @@ const (
 //  3. the base phase and Ready: no pod → Pending (Paused when spec.paused),
 //     pod Running and Ready → Running with Ready=True/PodReady;
 //  4. the upgrade overlay: while an attempt is in a stage or failed, phase
-//     Upgrading and Ready=False/Upgrading, and a failure's message as
+//     Upgrading (Resuming while a paused sandbox is woken for it) and
+//     Ready=False/Upgrading, and a failure's message as
 //     status.message; a Succeeded attempt leaves the base rules alone.
 //
 // Conditions go through meta.SetStatusCondition, so lastTransitionTime moves
@@ -92,6 +93,9 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, agentsv1alpha1.ReadyReasonUpgrading, agentsv1alpha1.ReadyMessageUpgrading
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
 			st.Message = up.Message
+		}
+		if up.Reason == agentsv1alpha1.UpgradingReasonResuming {
+			st.Phase = agentsv1alpha1.SandboxResuming
 		}
 	}
 	if sb.DeletionTimestamp != nil {

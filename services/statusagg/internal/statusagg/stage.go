@@ -8,14 +8,23 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// stageOf is the Upgrading reason an event reports. prehook-done leads to
+// stageOf is the Upgrading reason an event reports. requested begins
+// Resuming for a paused sandbox woken for its upgrade (the patcher reports
+// ResumeSucceed with stage-started once its old pod is Ready), PreUpgrade
+// otherwise. prehook-done leads to
 // Checkpointing for a sandbox upgraded by CheckpointRestore (the patcher has
 // written the ops strategy into spec.upgradePolicy by then), else to
 // UpgradePod. An event naming an unknown stage or failure reason is an error
 // that no redelivery can fix.
 func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
 	switch ev.Type {
-	case events.TypeRequested, events.TypePatched:
+	case events.TypeRequested:
+		if upgrade.WokenForUpgrade(sb) {
+			// A paused sandbox is woken with its old template first.
+			return agentsv1alpha1.UpgradingReasonResuming, nil
+		}
+		return agentsv1alpha1.UpgradingReasonPreUpgrade, nil
+	case events.TypePatched:
 		return agentsv1alpha1.UpgradingReasonPreUpgrade, nil
 	case events.TypePreHookDone:
 		if p := sb.Spec.UpgradePolicy; p != nil && p.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore {

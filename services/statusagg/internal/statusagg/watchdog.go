@@ -173,7 +173,7 @@ func (w *watchdog) deadline(sb *agentsv1alpha1.Sandbox, stage string) time.Durat
 		lc = ops.Spec.Lifecycle // the patcher may not have copied it into the sandbox yet
 	}
 	switch stage {
-	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing:
+	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonResuming:
 		return w.cfg.PodReady + w.cfg.HookMargin
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
 		return hook(lc.PostUpgrade) + w.cfg.HookMargin
@@ -290,6 +290,12 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 			state = podNotReadyMessage(pod)
 		}
 		return fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; the backup made by preUpgrade is kept: create a new SandboxUpdateOps to resume from UpgradePod", sb.Name, state)
+	case agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed:
+		state := "missing"
+		if pod := w.s.podOf(sb); pod != nil {
+			state = podNotReadyMessage(pod)
+		}
+		return fmt.Sprintf("the paused sandbox was woken for its upgrade, but the patcher did not report its pod Ready (pod %s: %s); check podcycler's and the patcher's logs; nothing was patched: create a new SandboxUpdateOps to resume", sb.Name, state)
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
 		return "hookrunner did not report the postUpgrade hook; check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`; create a SandboxUpdateOps with only postUpgrade to run it again"
 	default:

@@ -1,0 +1,34 @@
+package upgrade
+
+import (
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// A paused sandbox that an ops admits (its stateFilter has Paused) is
+// upgraded in two phases: it is woken with its old template (Resuming, then
+// ResumeSucceed), then patched and upgraded like a running one, and paused
+// again when its attempt ends if spec.paused is still true. The selector
+// marks it at admission with AnnotationUpgradeResumeTrigger; these two
+// predicates are how every service reads that mark.
+
+// WokenForUpgrade reports whether sb is a paused sandbox that an ops has
+// admitted to be upgraded (spec.paused, the ops label and the resume
+// trigger): the patcher waits for its old pod before patching, and statusagg
+// files its `requested` as Resuming.
+func WokenForUpgrade(sb *agentsv1alpha1.Sandbox) bool {
+	return sb.Spec.Paused && sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" &&
+		sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] == "true"
+}
+
+// KeepAwake reports whether a paused sandbox must have a pod now: it is
+// woken for an upgrade and the attempt its status shows has not ended (none
+// shown yet counts as not ended). podcycler creates and keeps its pod
+// while this holds, and stops it, as for any pause, once the attempt
+// succeeded or failed.
+func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
+	if !WokenForUpgrade(sb) {
+		return false
+	}
+	reason, ok := ReasonFor(sb, CurrentAttempt(sb))
+	return !ok || !Terminal(reason)
+}

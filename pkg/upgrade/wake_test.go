@@ -1,0 +1,53 @@
+package upgrade
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+func TestWokenForUpgradeAndKeepAwake(t *testing.T) {
+	sandbox := func(paused, labelled, trigger bool, reason string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}, Annotations: map[string]string{}}}
+		sb.Spec.Paused = paused
+		if labelled {
+			sb.Labels[agentsv1alpha1.LabelUpdateOps] = "ops"
+		}
+		if trigger {
+			sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = "true"
+		}
+		if reason != "" {
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "a1"},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+			}
+		}
+		return sb
+	}
+	for _, tc := range []struct {
+		name        string
+		sb          *agentsv1alpha1.Sandbox
+		woken, keep bool
+	}{
+		{"paused, admitted, no attempt recorded yet", sandbox(true, true, true, ""), true, true},
+		{"paused, admitted, resuming", sandbox(true, true, true, agentsv1alpha1.UpgradingReasonResuming), true, true},
+		{"paused, admitted, in UpgradePod", sandbox(true, true, true, agentsv1alpha1.UpgradingReasonUpgradePod), true, true},
+		{"paused, admitted, succeeded", sandbox(true, true, true, agentsv1alpha1.UpgradingReasonSucceeded), true, false},
+		{"paused, admitted, failed", sandbox(true, true, true, agentsv1alpha1.UpgradingReasonPreUpgradeFailed), true, false},
+		{"unpaused meanwhile", sandbox(false, true, true, agentsv1alpha1.UpgradingReasonPreUpgrade), false, false},
+		{"paused, ops deleted (no label)", sandbox(true, false, true, agentsv1alpha1.UpgradingReasonPreUpgrade), false, false},
+		{"paused, never admitted", sandbox(true, false, false, ""), false, false},
+		{"paused, admitted without trigger", sandbox(true, true, false, agentsv1alpha1.UpgradingReasonPreUpgrade), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := WokenForUpgrade(tc.sb); got != tc.woken {
+				t.Errorf("WokenForUpgrade = %v, want %v", got, tc.woken)
+			}
+			if got := KeepAwake(tc.sb); got != tc.keep {
+				t.Errorf("KeepAwake = %v, want %v", got, tc.keep)
+			}
+		})
+	}
+}
