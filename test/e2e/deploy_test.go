@@ -151,7 +151,7 @@ func (g grant) String() string {
 
 // groupOf is the API group of each resource molt's RBAC names.
 var groupOf = map[string]string{
-	"sandboxes": agentsv1alpha1.GroupName, "sandboxupdateops": agentsv1alpha1.GroupName,
+	"sandboxes": agentsv1alpha1.GroupName, "sandboxupdateops": agentsv1alpha1.GroupName, "sandboxsets": agentsv1alpha1.GroupName,
 	"pods": "", "events": "", "secrets": "", "leases": "coordination.k8s.io",
 }
 
@@ -506,24 +506,29 @@ type access struct {
 // another stage's writes, and what no service needs at all.
 var refusals = map[string][]access{
 	"selector": {
+		{verb: "update", resource: "sandboxsets/status"}, {verb: "update", resource: "sandboxsets"},
 		{verb: "delete", resource: "pods"}, {verb: "update", resource: "sandboxes"}, {verb: "update", resource: "sandboxes/status"},
 		{verb: "update", resource: "sandboxupdateops/status"}, {verb: "create", resource: "events"},
 		{verb: "update", resource: "leases", namespace: deployNamespace, name: "molt-statusagg"},
 	},
 	"patcher": {
+		{verb: "delete", resource: "sandboxes"},
 		{verb: "update", resource: "sandboxes/status"}, {verb: "patch", resource: "sandboxes"}, {verb: "list", resource: "sandboxes"},
 		{verb: "patch", resource: "sandboxupdateops"}, {verb: "create", resource: "pods"}, {verb: "delete", resource: "pods"},
 		{verb: "create", resource: "leases", namespace: deployNamespace},
 	},
 	"hookrunner": {
+		{verb: "delete", resource: "sandboxes"},
 		{verb: "delete", resource: "pods"}, {verb: "create", resource: "pods"}, {verb: "create", resource: "pods/exec"},
 		{verb: "update", resource: "sandboxes"}, {verb: "patch", resource: "sandboxes"}, {verb: "get", resource: "sandboxupdateops"},
 	},
 	"podcycler": {
+		{verb: "delete", resource: "sandboxes"},
 		{verb: "patch", resource: "sandboxupdateops"}, {verb: "get", resource: "sandboxupdateops"}, {verb: "update", resource: "sandboxes"},
 		{verb: "update", resource: "sandboxes/status"}, {verb: "create", resource: "events"}, {verb: "create", resource: "pods/exec"},
 	},
 	"statusagg": {
+		{verb: "delete", resource: "sandboxes"}, {verb: "create", resource: "sandboxes"}, {verb: "update", resource: "sandboxsets"},
 		{verb: "create", resource: "pods"}, {verb: "delete", resource: "pods"}, {verb: "patch", resource: "sandboxes"},
 		{verb: "update", resource: "sandboxes"}, {verb: "patch", resource: "sandboxupdateops"},
 		{verb: "update", resource: "leases", namespace: deployNamespace, name: "molt-selector"},
@@ -533,7 +538,7 @@ var refusals = map[string][]access{
 // refusedOfAll are refused to every service.
 var refusedOfAll = []access{
 	{verb: "list", resource: "secrets"}, {verb: "get", resource: "secrets", namespace: deployNamespace},
-	{verb: "create", resource: "sandboxupdateops"}, {verb: "delete", resource: "sandboxes"},
+	{verb: "create", resource: "sandboxupdateops"},
 	{verb: "create", resource: "leases", namespace: "kube-system"},
 }
 

@@ -91,7 +91,7 @@ type watcher struct {
 	upgrading    map[string]bool
 	maxUpgrading int
 	sawUpgrading map[string]bool
-	podAdds      map[string][]string // sandbox name -> UIDs of pods added after start
+	podAdds      map[string][]string    // sandbox name -> UIDs of pods added after start
 	podAddTimes  map[string][]time.Time // sandbox name -> when each of podAdds was seen
 	stop         chan struct{}
 }

@@ -22,31 +22,34 @@ const (
 
 	// AnnotationUpgradeResumeTrigger is the Sandbox annotation set to
 	// "true" while a paused sandbox is admitted to be upgraded. Written by
-	// selector at admission, removed with the ops. Nothing reads it yet:
-	// waking a paused sandbox for its upgrade is not built (README, "Not
-	// built yet").
+	// selector at admission, removed with the ops; read through
+	// upgrade.WokenForUpgrade by podcycler (it wakes the sandbox), the
+	// patcher (it waits for the woken pod) and statusagg (Resuming).
 	AnnotationUpgradeResumeTrigger = Prefix + "upgrade-resume-trigger"
 
 	// LabelSandboxClaimed is the Sandbox label "true"/"false": whether the
-	// sandbox was claimed out of its pool by a user. Written by whoever
-	// claims. Part of the API (API.md); molt reads it nowhere yet (the
-	// SandboxSet warm pool is not built).
+	// sandbox was claimed out of its pool by a user. Written "false" by
+	// selector on the pool members it creates, "true" by whoever claims (who
+	// also removes the SandboxSet's controller reference, which is what
+	// makes a sandbox leave the pool); part of the SandboxSet's
+	// status.selector (statusagg).
 	LabelSandboxClaimed = Prefix + "sandbox-claimed"
 
 	// LabelSandboxPool is the Sandbox label naming the SandboxSet that
-	// created it. Part of the API (API.md); molt writes it nowhere yet (the
-	// SandboxSet warm pool is not built).
+	// created it. Written by selector (pool.go); read by selector and
+	// statusagg to find a set's members (with the controller reference).
 	LabelSandboxPool = Prefix + "sandbox-pool"
 
 	// LabelSandboxTemplate is the Sandbox label naming the SandboxSet
 	// template it was built from; the guides select sandboxes by it. Written
-	// by users (and by the warm pool, once built); read by users' ops
+	// by users and by selector on pool members; read by users' ops
 	// selectors.
 	LabelSandboxTemplate = Prefix + "sandbox-template"
 
 	// LabelTemplateHash is the Sandbox label holding the SandboxSet
-	// revision it was created from. Part of the API (API.md); molt writes
-	// and reads it nowhere yet (the SandboxSet warm pool is not built).
+	// revision it was created from. Written by selector on pool members;
+	// read by selector (the rolling update replaces the others) and
+	// statusagg (updatedReplicas).
 	LabelTemplateHash = Prefix + "template-hash"
 
 	// LabelPodTemplateHash (no prefix) is the Pod label holding the

@@ -24,10 +24,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		factory := informers.NewSharedInformerFactory(agents, 0)
 		p := &Patcher{
-			agents:     agents,
-			kube:       rt.Kube,
+			agents:      agents,
+			kube:        rt.Kube,
 			wakeTimeout: cfg.PodReadyTimeout,
-			ops:    factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
+			ops:         factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
 		}
 		synced := []func() bool{
 			factory.Agents().V1alpha1().SandboxUpdateOps().Informer().HasSynced,

@@ -90,13 +90,25 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	if _, err := podInformer.Informer().AddEventHandler(podOwnerHandler(directCtl.EnqueueKey)); err != nil {
 		return fmt.Errorf("watch Pods: %w", err)
 	}
+	// The SandboxSet warm pools.
+	setInformer := factory.Agents().V1alpha1().SandboxSets()
+	pl := &pool{client: client, sets: setInformer.Lister(), sandboxes: sandboxInformer.Lister(), expect: map[string]*expectation{}}
+	poolCtl := controller.New("selector-pool", pl.sync)
+	pl.enqueueAfter = poolCtl.EnqueueAfter
+	if _, err := setInformer.Informer().AddEventHandler(poolHandler(poolCtl.EnqueueKey)); err != nil {
+		return fmt.Errorf("watch SandboxSets: %w", err)
+	}
+	if _, err := sandboxInformer.Informer().AddEventHandler(poolHandler(poolCtl.EnqueueKey)); err != nil {
+		return fmt.Errorf("watch Sandboxes: %w", err)
+	}
 	factory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer podFactory.Shutdown()
-	synced := []cache.InformerSynced{opsInformer.Informer().HasSynced, sandboxInformer.Informer().HasSynced, podInformer.Informer().HasSynced}
-	errs := make(chan error, 1)
+	synced := []cache.InformerSynced{opsInformer.Informer().HasSynced, sandboxInformer.Informer().HasSynced, podInformer.Informer().HasSynced, setInformer.Informer().HasSynced}
+	errs := make(chan error, 2)
 	go func() { errs <- directCtl.Run(ctx, 1, synced...) }()
+	go func() { errs <- poolCtl.Run(ctx, 2, synced...) }()
 	err := ctl.Run(ctx, cfg.Workers, synced...)
-	return errors.Join(err, <-errs)
+	return errors.Join(err, <-errs, <-errs)
 }

@@ -27,9 +27,11 @@ type server struct {
 	agents     versioned.Interface
 	sandboxes  agentslisters.SandboxLister
 	ops        agentslisters.SandboxUpdateOpsLister
+	sets       agentslisters.SandboxSetLister
 	pods       corelisters.PodLister
 	sandboxCtl *controller.Controller
 	opsCtl     *controller.Controller
+	setCtl     *controller.Controller
 	metrics    *metrics
 	clock      *stageClock
 	recorder   record.EventRecorder
@@ -70,14 +72,16 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		informers.WithTransform(stripManagedFields))
 	sandboxInf := agentInformers.Agents().V1alpha1().Sandboxes()
 	opsInf := agentInformers.Agents().V1alpha1().SandboxUpdateOps()
+	setInf := agentInformers.Agents().V1alpha1().SandboxSets()
 	podInf := kubeInformers.Core().V1().Pods()
 
 	s := &server{
-		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), pods: podInf.Lister(),
+		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), sets: setInf.Lister(), pods: podInf.Lister(),
 		metrics: m, clock: newStageClock(), recorder: recorder,
 	}
 	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox)
 	s.opsCtl = controller.New("statusagg-ops", s.syncOps)
+	s.setCtl = controller.New("statusagg-sandboxset", s.syncSet)
 	for _, h := range []struct {
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandler
@@ -88,12 +92,14 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		{opsInf.Informer(), s.opsCtl.Handler()},
 		{opsInf.Informer(), s.namespaceHandler()},
 		{podInf.Informer(), s.podHandler()},
+		{setInf.Informer(), s.setHandler()},
+		{sandboxInf.Informer(), s.setHandler()},
 	} {
 		if _, err := h.inf.AddEventHandler(h.handler); err != nil {
 			return fmt.Errorf("add informer handler: %w", err)
 		}
 	}
-	synced := []cache.InformerSynced{sandboxInf.Informer().HasSynced, opsInf.Informer().HasSynced, podInf.Informer().HasSynced}
+	synced := []cache.InformerSynced{sandboxInf.Informer().HasSynced, opsInf.Informer().HasSynced, podInf.Informer().HasSynced, setInf.Informer().HasSynced}
 
 	agentInformers.Start(ctx.Done())
 	kubeInformers.Start(ctx.Done())
@@ -111,6 +117,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.sandboxCtl.Run(gctx, cfg.SandboxWorkers, synced...) })
 	g.Go(func() error { return s.opsCtl.Run(gctx, cfg.OpsWorkers, synced...) })
+	g.Go(func() error { return s.setCtl.Run(gctx, 2, synced...) })
 	g.Go(func() error {
 		if !cache.WaitForCacheSync(gctx.Done(), synced...) {
 			return nil

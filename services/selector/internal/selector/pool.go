@@ -1,0 +1,335 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
+	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// pool keeps each SandboxSet's warm pool: spec.replicas unclaimed sandboxes
+// on the set's current template. A member is a Sandbox whose controller is
+// the set (a claimed sandbox has that owner reference removed and leaves the
+// pool). The selector is the pool's only writer of members; statusagg
+// writes the set's status.
+type pool struct {
+	client       versioned.Interface
+	sets         listers.SandboxSetLister
+	sandboxes    listers.SandboxLister
+	enqueueAfter func(key string, d time.Duration)
+
+	mu sync.Mutex
+	// expect holds, per set, the creates and deletes of its last sync until
+	// the cache shows them: deciding again on a cache that lags behind its
+	// own writes would replace more members than maxUnavailable allows.
+	expect map[string]*expectation
+}
+
+// expectation is what one sync wrote and waits to see in the cache.
+type expectation struct {
+	created  []string    // names of members created
+	deleted  []types.UID // members deleted
+	deadline time.Time   // after which the cache is trusted anyway
+}
+
+// expectWait bounds how long a sync waits for the cache to show its writes.
+const expectWait = 30 * time.Second
+
+// satisfied reports whether the cache shows every write of e.
+func (p *pool) satisfied(ns string, e *expectation) bool {
+	if time.Now().After(e.deadline) {
+		return true
+	}
+	for _, name := range e.created {
+		if _, err := p.sandboxes.Sandboxes(ns).Get(name); err != nil {
+			return false
+		}
+	}
+	all, err := p.sandboxes.Sandboxes(ns).List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	for _, sb := range all {
+		if slices.Contains(e.deleted, sb.UID) && sb.DeletionTimestamp == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// sync brings one SandboxSet's pool in line with its spec, in this order:
+//
+//  1. load the set; gone or being deleted → nothing (the garbage collector
+//     removes its members through their owner references);
+//  2. its members (controller = the set, not being deleted) and its revision
+//     (upgrade.Revision of its template);
+//  3. delete dead members (phase Succeeded or Failed);
+//  4. rolling update: with fewer than maxUnavailable members unavailable
+//     (not Running), delete outdated members (another template-hash), the
+//     unavailable ones first, then the oldest, up to that budget;
+//  5. scale down: more members than spec.replicas → delete the surplus, the
+//     least ready and oldest first;
+//  6. scale up: fewer → create the missing ones on the current revision, in
+//     slow-start batches (1, 2, 4, ...), stopping at the first error.
+//
+// Every delete carries the member's UID as a precondition, so a sandbox
+// claimed (and so re-created by name elsewhere) or replaced meanwhile is
+// never hit.
+func (p *pool) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("sandboxset", klog.KRef(ns, name))
+	ctx = klog.NewContext(ctx, logger)
+	set, err := p.sets.SandboxSets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get SandboxSet %s: %w", key, err)
+	}
+	if set.DeletionTimestamp != nil || set.Spec.Template == nil {
+		return nil
+	}
+	p.mu.Lock()
+	e := p.expect[key]
+	p.mu.Unlock()
+	if e != nil && !p.satisfied(ns, e) {
+		logger.V(4).Info("Skip: the cache does not show the last sync's writes yet")
+		p.enqueueAfter(key, 500*time.Millisecond)
+		return nil
+	}
+	e = &expectation{deadline: time.Now().Add(expectWait)}
+	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(e.created)+len(e.deleted) == 0 {
+			delete(p.expect, key)
+		} else {
+			p.expect[key] = e
+		}
+	}()
+	revision, err := upgrade.Revision(set.Spec.Template)
+	if err != nil {
+		return fmt.Errorf("hash template of SandboxSet %s: %w", key, err)
+	}
+	members, err := p.members(set)
+	if err != nil {
+		return err
+	}
+
+	var live []*agentsv1alpha1.Sandbox
+	for _, sb := range members {
+		if sb.Status.Phase == agentsv1alpha1.SandboxSucceeded || sb.Status.Phase == agentsv1alpha1.SandboxFailed {
+			if err := p.delete(ctx, e, sb, "dead: phase "+string(sb.Status.Phase)); err != nil {
+				return err
+			}
+			continue
+		}
+		live = append(live, sb)
+	}
+
+	replicas := int(set.Spec.Replicas)
+	maxUnavailable := PoolMaxUnavailable(set)
+	unavailable := replicas - countIf(live, available)
+	if unavailable < 0 {
+		unavailable = 0
+	}
+	var outdated []*agentsv1alpha1.Sandbox
+	for _, sb := range live {
+		if sb.Labels[agentsv1alpha1.LabelTemplateHash] != revision {
+			outdated = append(outdated, sb)
+		}
+	}
+	sortForDeletion(outdated)
+	for _, sb := range outdated {
+		if unavailable >= maxUnavailable && available(sb) {
+			break // replacing an available member now would exceed maxUnavailable
+		}
+		if err := p.delete(ctx, e, sb, "outdated: template-hash "+sb.Labels[agentsv1alpha1.LabelTemplateHash]+", want "+revision); err != nil {
+			return err
+		}
+		live = slices.DeleteFunc(live, func(m *agentsv1alpha1.Sandbox) bool { return m.UID == sb.UID })
+		if available(sb) {
+			unavailable++
+		}
+	}
+
+	if surplus := len(live) - replicas; surplus > 0 {
+		sortForDeletion(live)
+		for _, sb := range live[:surplus] {
+			if err := p.delete(ctx, e, sb, "scale down"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	missing := replicas - len(live)
+	created, err := slowStart(missing, func() error { return p.create(ctx, e, set, revision) })
+	if created > 0 {
+		logger.Info("Created pool members", "count", created, "revision", revision, "replicas", replicas)
+	}
+	return err
+}
+
+// members lists the sandboxes the set controls.
+func (p *pool) members(set *agentsv1alpha1.SandboxSet) ([]*agentsv1alpha1.Sandbox, error) {
+	all, err := p.sandboxes.Sandboxes(set.Namespace).List(labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelSandboxPool: set.Name}))
+	if err != nil {
+		return nil, fmt.Errorf("list members of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	var out []*agentsv1alpha1.Sandbox
+	for _, sb := range all {
+		if ref := metav1.GetControllerOf(sb); ref != nil && ref.UID == set.UID && sb.DeletionTimestamp == nil {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// create makes one new member on revision.
+func (p *pool) create(ctx context.Context, e *expectation, set *agentsv1alpha1.SandboxSet, revision string) error {
+	sb := &agentsv1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: set.Name + "-",
+			Namespace:    set.Namespace,
+			Labels: map[string]string{
+				agentsv1alpha1.LabelSandboxPool:     set.Name,
+				agentsv1alpha1.LabelSandboxTemplate: set.Name,
+				agentsv1alpha1.LabelSandboxClaimed:  "false",
+				agentsv1alpha1.LabelTemplateHash:    revision,
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(set, agentsv1alpha1.SchemeGroupVersion.WithKind("SandboxSet"))},
+		},
+	}
+	for k, v := range set.Spec.Template.Labels {
+		if _, ours := sb.Labels[k]; !ours {
+			sb.Labels[k] = v
+		}
+	}
+	sb.Spec.Template = set.Spec.Template.DeepCopy()
+	sb.Spec.Runtimes = slices.Clone(set.Spec.Runtimes)
+	sb.Spec.PersistentContents = slices.Clone(set.Spec.PersistentContents)
+	created, err := p.client.AgentsV1alpha1().Sandboxes(set.Namespace).Create(ctx, sb, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create a member of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	e.created = append(e.created, created.Name)
+	return nil
+}
+
+// delete removes a member, with its UID as a precondition.
+func (p *pool) delete(ctx context.Context, e *expectation, sb *agentsv1alpha1.Sandbox, why string) error {
+	uid := sb.UID
+	err := p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Delete(ctx, sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or a different sandbox by now
+	}
+	if err != nil {
+		return fmt.Errorf("delete member %s/%s of its SandboxSet (%s): %w", sb.Namespace, sb.Name, why, err)
+	}
+	e.deleted = append(e.deleted, uid)
+	klog.FromContext(ctx).Info("Deleted pool member", "sandbox", klog.KObj(sb), "uid", uid, "why", why)
+	return nil
+}
+
+// available reports whether a member serves: phase Running.
+func available(sb *agentsv1alpha1.Sandbox) bool {
+	return sb.Status.Phase == agentsv1alpha1.SandboxRunning
+}
+
+func countIf(sbs []*agentsv1alpha1.Sandbox, f func(*agentsv1alpha1.Sandbox) bool) int {
+	n := 0
+	for _, sb := range sbs {
+		if f(sb) {
+			n++
+		}
+	}
+	return n
+}
+
+// sortForDeletion orders members by who goes first: not available before
+// available, then the oldest, then by name.
+func sortForDeletion(sbs []*agentsv1alpha1.Sandbox) {
+	slices.SortStableFunc(sbs, func(a, b *agentsv1alpha1.Sandbox) int {
+		if av, bv := available(a), available(b); av != bv {
+			if !av {
+				return -1
+			}
+			return 1
+		}
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// PoolMaxUnavailable is how many of a set's replicas may be unavailable
+// while its template rolls: spec.updateStrategy.maxUnavailable (default
+// 20%, rounded up), at least 1.
+func PoolMaxUnavailable(set *agentsv1alpha1.SandboxSet) int {
+	v := intstr.FromString("20%")
+	if set.Spec.UpdateStrategy.MaxUnavailable != nil {
+		v = *set.Spec.UpdateStrategy.MaxUnavailable
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, int(set.Spec.Replicas), true)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// slowStart calls create count times in batches of 1, 2, 4, ..., stopping
+// after the first batch with an error; it returns how many succeeded.
+func slowStart(count int, create func() error) (int, error) {
+	done := 0
+	for batch := 1; done < count; batch *= 2 {
+		if batch > count-done {
+			batch = count - done
+		}
+		for range batch {
+			if err := create(); err != nil {
+				return done, err
+			}
+			done++
+		}
+	}
+	return done, nil
+}
+
+// poolHandler enqueues a SandboxSet for changes to it and to its members.
+func poolHandler(enqueue func(string)) cache.ResourceEventHandler {
+	key := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		switch o := obj.(type) {
+		case *agentsv1alpha1.SandboxSet:
+			enqueue(o.Namespace + "/" + o.Name)
+		case *agentsv1alpha1.Sandbox:
+			if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "SandboxSet" {
+				enqueue(o.Namespace + "/" + ref.Name)
+			} else if name := o.Labels[agentsv1alpha1.LabelSandboxPool]; name != "" {
+				enqueue(o.Namespace + "/" + name) // claimed: the pool must refill
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: key, UpdateFunc: func(old, obj any) { key(old); key(obj) }, DeleteFunc: key}
+}

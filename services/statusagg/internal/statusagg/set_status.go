@@ -1,0 +1,116 @@
+package statusagg
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// desiredSetStatus recomputes a SandboxSet's status from its members (the
+// sandboxes it controls that are not being deleted), recounted at every
+// write so that scaling and rolling never leave a counter stale:
+//   - replicas: the members (creating and available; claimed ones left);
+//   - availableReplicas: members Running;
+//   - updateRevision: the hash of spec.template, updatedReplicas the members
+//     labelled with it, updatedAvailableReplicas those of them Running;
+//   - selector: the label selector of the unclaimed members, for the scale
+//     subresource.
+func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.Sandbox) agentsv1alpha1.SandboxSetStatus {
+	st := *set.Status.DeepCopy()
+	st.ObservedGeneration = set.Generation
+	st.Selector = labels.SelectorFromSet(labels.Set{
+		agentsv1alpha1.LabelSandboxClaimed: "false",
+		agentsv1alpha1.LabelSandboxPool:    set.Name,
+	}).String()
+	if set.Spec.Template != nil {
+		if rev, err := upgrade.Revision(set.Spec.Template); err == nil {
+			st.UpdateRevision = rev
+		}
+	}
+	st.Replicas, st.AvailableReplicas, st.UpdatedReplicas, st.UpdatedAvailableReplicas = 0, 0, 0, 0
+	for _, sb := range members {
+		running := sb.Status.Phase == agentsv1alpha1.SandboxRunning
+		updated := st.UpdateRevision != "" && sb.Labels[agentsv1alpha1.LabelTemplateHash] == st.UpdateRevision
+		st.Replicas++
+		if running {
+			st.AvailableReplicas++
+		}
+		if updated {
+			st.UpdatedReplicas++
+			if running {
+				st.UpdatedAvailableReplicas++
+			}
+		}
+	}
+	return st
+}
+
+// syncSet writes one SandboxSet's status when it differs from what its
+// members say (one UpdateStatus against the resourceVersion read; a conflict
+// retries).
+func (s *server) syncSet(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	set, err := s.sets.SandboxSets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get SandboxSet %s: %w", key, err)
+	}
+	all, err := s.sandboxes.Sandboxes(ns).List(labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelSandboxPool: name}))
+	if err != nil {
+		return fmt.Errorf("list members of SandboxSet %s: %w", key, err)
+	}
+	var members []*agentsv1alpha1.Sandbox
+	for _, sb := range all {
+		if ref := metav1.GetControllerOf(sb); ref != nil && ref.UID == set.UID && sb.DeletionTimestamp == nil {
+			members = append(members, sb)
+		}
+	}
+	want := desiredSetStatus(set, members)
+	if equality.Semantic.DeepEqual(set.Status, want) {
+		return nil
+	}
+	updated := set.DeepCopy()
+	updated.Status = want
+	if _, err := s.agents.AgentsV1alpha1().SandboxSets(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("update status of SandboxSet %s: %w", key, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Updated SandboxSet status", "sandboxset", klog.KObj(set),
+		"replicas", want.Replicas, "available", want.AvailableReplicas, "updated", want.UpdatedReplicas, "revision", want.UpdateRevision)
+	return nil
+}
+
+// setHandler enqueues a SandboxSet for changes to it and to any sandbox of
+// its pool (members, and sandboxes that just left it by being claimed).
+func (s *server) setHandler() cache.ResourceEventHandler {
+	key := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		switch o := obj.(type) {
+		case *agentsv1alpha1.SandboxSet:
+			s.setCtl.EnqueueKey(o.Namespace + "/" + o.Name)
+		case *agentsv1alpha1.Sandbox:
+			if name := o.Labels[agentsv1alpha1.LabelSandboxPool]; name != "" {
+				s.setCtl.EnqueueKey(o.Namespace + "/" + name)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: key, UpdateFunc: func(old, obj any) { key(old); key(obj) }, DeleteFunc: key}
+}
