@@ -11,7 +11,8 @@ import (
 )
 
 // Endpoint is a service's attachment to the event stream: the stream and its
-// durable consumer exist, and Publisher and Metrics are ready.
+// durable consumer (unless ConsumerConfig.PublishOnly) exist, and Publisher and
+// Metrics are ready. Open is the one way a service attaches.
 type Endpoint struct {
 	Publisher *Publisher
 	Metrics   *Metrics
@@ -31,8 +32,10 @@ const (
 )
 
 // Open registers the event metrics on reg and ensures the stream and the
-// service's durable consumer (name is one of the Consumer constants), reporting
-// config drift on the metrics (EnsureStream, EnsureConsumer).
+// service's durable consumer (name is one of the Consumer constants; with
+// consumer.PublishOnly, any service name, and no consumer), reporting config
+// drift on the metrics (EnsureStream, EnsureConsumer). The Publisher's events
+// carry name as their source.
 func Open(ctx context.Context, js jetstream.JetStream, reg prometheus.Registerer, name string, stream StreamConfig, consumer ConsumerConfig) (*Endpoint, error) {
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -54,6 +57,9 @@ func (e *Endpoint) attach(ctx context.Context) (jetstream.Consumer, error) {
 	if _, err := EnsureStream(ctx, e.js, e.stream); err != nil {
 		return nil, err
 	}
+	if e.consumer.PublishOnly {
+		return nil, nil
+	}
 	return EnsureConsumer(ctx, e.js, e.name, e.consumer)
 }
 
@@ -64,6 +70,9 @@ func (e *Endpoint) attach(ctx context.Context) (jetstream.Consumer, error) {
 // most its ReplayWindow); it pauses 1s before the first attempt and twice as long before each
 // next one, up to 30s, and logs every attempt.
 func (e *Endpoint) Consume(ctx context.Context, h Handler, opts ...ConsumeOption) error {
+	if e.consumer.PublishOnly {
+		return fmt.Errorf("consume as %s: the endpoint was opened PublishOnly, with no consumer", e.name)
+	}
 	logger := klog.FromContext(ctx).WithValues("consumer", e.name)
 	opts = append([]ConsumeOption{WithMetrics(e.Metrics)}, opts...)
 	cons, pause := e.cons, reattachPause

@@ -427,3 +427,28 @@ func TestEndpointReattaches(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenPublishOnly: a publish-only endpoint (the selector's) ensures the
+// stream, creates no consumer, publishes, and refuses to consume.
+func TestOpenPublishOnly(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	js := startJetStream(t)
+	ep, err := Open(ctx, js, prometheus.NewRegistry(), "selector", StreamConfig{Storage: jetstream.MemoryStorage}, ConsumerConfig{PublishOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		t.Fatalf("stream %s: %v", StreamName, err)
+	}
+	if n := s.CachedInfo().State.Consumers; n != 0 {
+		t.Errorf("%d consumers on the stream, want none", n)
+	}
+	if err := ep.Publisher.Publish(ctx, sampleEvent(TypeRequested)); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	err = ep.Consume(ctx, func(context.Context, *Message) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "PublishOnly") {
+		t.Fatalf("Consume on a publish-only endpoint: %v, want a refusal naming PublishOnly", err)
+	}
+}

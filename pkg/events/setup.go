@@ -110,6 +110,9 @@ func (c StreamConfig) jetstream() (jetstream.StreamConfig, error) {
 
 // ConsumerConfig tunes EnsureConsumer. The zero value is the production default.
 type ConsumerConfig struct {
+	// PublishOnly says the service consumes nothing (the selector): Open ensures the stream
+	// and makes the Publisher, and no consumer; Consume then refuses to run.
+	PublishOnly bool
 	// AckWait is how long the server waits for an ack before redelivering; default 30s.
 	// Consume sends InProgress every AckWait/3 while a handler runs, so this bounds how long a
 	// crashed replica holds a message, not how long a handler may take.

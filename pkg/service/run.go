@@ -16,8 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
 
 // Runtime is what a running service gets from the frame: clients for both
@@ -26,9 +29,11 @@ type Runtime struct {
 	Options    Options
 	RestConfig *rest.Config
 	Kube       kubernetes.Interface
-	NATS       *nats.Conn
-	JetStream  jetstream.JetStream
-	Registry   *prometheus.Registry
+	// Agents is the client of molt's API (agents.kruise.io).
+	Agents    versioned.Interface
+	NATS      *nats.Conn
+	JetStream jetstream.JetStream
+	Registry  *prometheus.Registry
 	// Addr is the address the HTTP server actually listens on.
 	Addr string
 
@@ -42,6 +47,19 @@ func (r *Runtime) AddReadyCheck(name string, check func() error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks[name] = check
+}
+
+// ReadyWhenSynced adds the readiness check "informers": ready only once every
+// informer of synced has synced; what names the caches in the failure.
+func (r *Runtime) ReadyWhenSynced(what string, synced ...cache.InformerSynced) {
+	r.AddReadyCheck("informers", func() error {
+		for _, s := range synced {
+			if !s() {
+				return fmt.Errorf("%s not synced yet", what)
+			}
+		}
+		return nil
+	})
 }
 
 // Ready runs every readiness check and returns the first failure.
@@ -77,6 +95,10 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 	if err != nil {
 		return fmt.Errorf("build kubernetes client: %w", err)
 	}
+	agents, err := versioned.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("build agents client: %w", err)
+	}
 
 	nc, err := connectNATS(opts)
 	if err != nil {
@@ -92,7 +114,7 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	rt := &Runtime{
-		Options: opts, RestConfig: restConfig, Kube: kube, NATS: nc, JetStream: js, Registry: reg,
+		Options: opts, RestConfig: restConfig, Kube: kube, Agents: agents, NATS: nc, JetStream: js, Registry: reg,
 		checks: map[string]func() error{},
 	}
 	rt.AddReadyCheck("kubernetes", func() error { return pingKube(ctx, kube) })

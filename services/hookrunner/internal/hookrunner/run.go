@@ -2,11 +2,9 @@ package hookrunner
 
 import (
 	"context"
-	"fmt"
 
 	"molt.dev/pkg/agentruntime"
 	"molt.dev/pkg/events"
-	versioned "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
 )
 
@@ -16,11 +14,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		agents, err := versioned.NewForConfig(rt.RestConfig)
-		if err != nil {
-			return fmt.Errorf("build agents client: %w", err)
-		}
-		h := &HookRunner{kube: rt.Kube, agents: agents, exec: agentruntime.Exec, reachWait: cfg.ReachWait}
+		h := &HookRunner{kube: rt.Kube, agents: rt.Agents, exec: agentruntime.Exec, reachWait: cfg.ReachWait}
 		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerHookRunner, rt.Options.Stream, events.ConsumerConfig{})
 		if err != nil {
 			return err

@@ -2,12 +2,11 @@ package patcher
 
 import (
 	"context"
-	"fmt"
+
+	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-
 	"molt.dev/pkg/events"
-	versioned "molt.dev/pkg/generated/clientset/versioned"
 	informers "molt.dev/pkg/generated/informers/externalversions"
 	"molt.dev/pkg/service"
 )
@@ -18,10 +17,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		agents, err := versioned.NewForConfig(rt.RestConfig)
-		if err != nil {
-			return fmt.Errorf("build agents client: %w", err)
-		}
+		agents := rt.Agents
 		factory := informers.NewSharedInformerFactory(agents, 0)
 		p := &Patcher{
 			agents:      agents,
@@ -29,19 +25,12 @@ func Run(ctx context.Context, cfg Config) error {
 			wakeTimeout: cfg.PodReadyTimeout,
 			ops:         factory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
 		}
-		synced := []func() bool{
+		synced := []cache.InformerSynced{
 			factory.Agents().V1alpha1().SandboxUpdateOps().Informer().HasSynced,
 		}
 		factory.Start(ctx.Done())
 		defer factory.Shutdown()
-		rt.AddReadyCheck("informers", func() error {
-			for _, s := range synced {
-				if !s() {
-					return fmt.Errorf("ops cache not synced yet")
-				}
-			}
-			return nil
-		})
+		rt.ReadyWhenSynced("ops cache", synced...)
 		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPatcher, rt.Options.Stream, events.ConsumerConfig{})
 		if err != nil {
 			return err

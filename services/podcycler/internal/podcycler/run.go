@@ -13,7 +13,6 @@ import (
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
-	agentsclient "molt.dev/pkg/generated/clientset/versioned"
 	agentsinformers "molt.dev/pkg/generated/informers/externalversions"
 	"molt.dev/pkg/service"
 )
@@ -30,10 +29,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
-	agents, err := agentsclient.NewForConfig(rt.RestConfig)
-	if err != nil {
-		return fmt.Errorf("build agents client: %w", err)
-	}
+	agents := rt.Agents
 	podMetrics, err := newMetrics(rt.Registry)
 	if err != nil {
 		return err
@@ -70,14 +66,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		return fmt.Errorf("watch pods: %w", err)
 	}
 	synced := []cache.InformerSynced{sandboxInformer.Informer().HasSynced, podInformer.Informer().HasSynced}
-	rt.AddReadyCheck("informers", func() error {
-		for _, s := range synced {
-			if !s() {
-				return errors.New("sandbox and pod caches not synced yet")
-			}
-		}
-		return nil
-	})
+	rt.ReadyWhenSynced("sandbox and pod caches", synced...)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

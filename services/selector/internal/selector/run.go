@@ -29,24 +29,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		metrics, err := events.NewMetrics(rt.Registry)
-		if err != nil {
-			return fmt.Errorf("register event metrics: %w", err)
-		}
-		stream := rt.Options.Stream
-		stream.Metrics = metrics
-		if _, err := events.EnsureStream(ctx, rt.JetStream, stream); err != nil {
-			return err
-		}
-		pub, err := events.NewPublisher(rt.JetStream, Source, metrics)
+		// The selector only publishes (requested); it reads how attempts
+		// end from the Sandbox status.
+		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, Source, rt.Options.Stream, events.ConsumerConfig{PublishOnly: true})
 		if err != nil {
 			return err
 		}
-		client, err := versioned.NewForConfig(rt.RestConfig)
-		if err != nil {
-			return fmt.Errorf("build agents client: %w", err)
-		}
-		admit := func(ctx context.Context) error { return runController(ctx, cfg, client, rt.Kube, pub) }
+		pub := ep.Publisher
+		admit := func(ctx context.Context) error { return runController(ctx, cfg, rt.Agents, rt.Kube, pub) }
 		return cfg.LeaderElection.Run(ctx, rt.Kube, admit)
 	})
 }

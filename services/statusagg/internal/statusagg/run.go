@@ -51,10 +51,7 @@ func Run(ctx context.Context, cfg Config) error {
 // run wires the informers, the two controllers and the event consumer, and
 // runs them until ctx is cancelled or one of them fails.
 func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
-	agents, err := versioned.NewForConfig(rt.RestConfig)
-	if err != nil {
-		return fmt.Errorf("build agents client: %w", err)
-	}
+	agents := rt.Agents
 	m, err := newMetrics(rt.Registry)
 	if err != nil {
 		return err
@@ -105,14 +102,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	kubeInformers.Start(ctx.Done())
 	defer agentInformers.Shutdown()
 	defer kubeInformers.Shutdown()
-	rt.AddReadyCheck("informers", func() error {
-		for _, ok := range synced {
-			if !ok() {
-				return fmt.Errorf("caches not synced yet")
-			}
-		}
-		return nil
-	})
+	rt.ReadyWhenSynced("sandbox, ops, pod and SandboxSet caches", synced...)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.sandboxCtl.Run(gctx, cfg.SandboxWorkers, synced...) })
