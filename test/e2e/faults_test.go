@@ -287,14 +287,13 @@ func assertNoneExited(t *testing.T, s *stack) {
 // counters, every pod is recreated exactly once per ops, preUpgrade runs
 // exactly once and never after the sandbox's new pod was created,
 // postUpgrade on the new pod, every workspace survives and updatedReplicas
-// never goes down. 30 sandboxes rather than the chaos test's 60, so that
-// five upgrades fit in a few minutes on two cores.
+// never goes down. 60 sandboxes, as in the chaos test.
 func TestNATSServerKill9MidUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault test: skipped with -short")
 	}
 	const (
-		sandboxes = 30
+		sandboxes = 60
 		runs      = 5
 		pool      = "nk-pool"
 	)
