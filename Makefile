@@ -35,7 +35,7 @@ tools: $(TOOL_BINS) ## build the control plane, kwok and the nats CLI from pinne
 
 build: ## build molt's services and local-stack commands into bin/ (Go's cache skips unchanged work)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/pkg/cmd/molt-local molt.dev/pkg/cmd/molt-devnode molt.dev/pkg/cmd/molt-devruntime molt.dev/pkg/cmd/molt-bench
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/dev/cmd/molt-local molt.dev/dev/cmd/molt-devnode molt.dev/dev/cmd/molt-devruntime molt.dev/dev/cmd/molt-bench
 
 $(BIN)/kube-apiserver: tools/kube/go.mod tools/kube/go.sum
 	cd tools/kube && $(TOOLGO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
@@ -52,7 +52,7 @@ $(BIN)/kwok: tools/kwok/go.mod tools/kwok/go.sum
 $(BIN)/nats: tools/nats/go.mod tools/nats/go.sum
 	cd tools/nats && $(TOOLGO) build -o $@ github.com/nats-io/natscli/nats
 # The NATS server of the local stack is the same version the tests embed.
-$(BIN)/nats-server: pkg/go.mod pkg/go.sum
+$(BIN)/nats-server: dev/go.mod dev/go.sum
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 ##@ Develop
@@ -66,11 +66,11 @@ verify: ## fail if generated code, CRDs or protobuf code are stale
 	hack/update-proto.sh --verify
 
 vet: ## go vet every module
-	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./test/e2e/...
+	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./dev/... ./test/e2e/...
 	@for m in tools/*/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
 test: tools build verify vet ## run every unit and integration test (real control plane and NATS)
-	$(GO) test -count=1 -timeout 45m ./pkg/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
+	$(GO) test -count=1 -timeout 45m ./pkg/... ./dev/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
 
 BENCH_N   ?= 1000
 BENCH_OUT ?= bench-results.md
@@ -89,7 +89,7 @@ IMAGES := $(SERVICES) molt-devruntime nats-server
 .PHONY: images images-check docker-stop
 images: ## build one image per service, molt-devruntime and nats-server (deploy/nats), FROM scratch (installs and starts Docker if needed)
 	hack/docker.sh ensure
-	GO="$(GO)" hack/build-images.sh $(foreach s,$(SERVICES),$(s)=molt.dev/services/$(s)) molt-devruntime=molt.dev/pkg/cmd/molt-devruntime nats-server=github.com/nats-io/nats-server/v2
+	GO="$(GO)" hack/build-images.sh $(foreach s,$(SERVICES),$(s)=molt.dev/services/$(s)) molt-devruntime=molt.dev/dev/cmd/molt-devruntime nats-server=github.com/nats-io/nats-server/v2
 
 images-check: images $(BIN)/nats-server ## prove that each image starts and answers its probe
 	hack/check-images.sh $(IMAGES)

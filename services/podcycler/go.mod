@@ -9,6 +9,7 @@ require (
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/klog/v2 v2.140.0
+	molt.dev/dev v0.0.0
 	molt.dev/pkg v0.0.0
 )
 
@@ -78,3 +79,5 @@ require (
 )
 
 replace molt.dev/pkg => ../../pkg
+
+replace molt.dev/dev => ../../dev

@@ -8,6 +8,7 @@ require (
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/klog/v2 v2.140.0
+	molt.dev/dev v0.0.0
 	molt.dev/pkg v0.0.0
 )
 
@@ -77,3 +78,5 @@ require (
 )
 
 replace molt.dev/pkg => ../../pkg
+
+replace molt.dev/dev => ../../dev

@@ -34,9 +34,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // deployNamespace is where deploy/ installs the services and their

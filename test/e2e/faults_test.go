@@ -28,7 +28,7 @@ import (
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	agentsinformers "molt.dev/pkg/generated/informers/externalversions"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 	"molt.dev/pkg/upgrade"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	agentsinformers "molt.dev/pkg/generated/informers/externalversions"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 const poolLabel = "agents.kruise.io/sandbox-template"

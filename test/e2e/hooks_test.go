@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // sh runs a bash script inside a sandbox through its agent-runtime, the way

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // readmeMetric is one row of the README's metric table.

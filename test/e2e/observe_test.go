@@ -17,7 +17,7 @@ import (
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // readmeNATSLines returns the command lines (no comments) of the README

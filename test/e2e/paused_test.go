@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // pause sets spec.paused of the sandboxes and waits until each is Paused

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // poolState is what the sandboxes of a SandboxSet look like now.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

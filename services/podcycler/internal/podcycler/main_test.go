@@ -20,7 +20,7 @@ import (
 	"molt.dev/pkg/events"
 	agentsclient "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 	"molt.dev/services/podcycler/internal/podcycler"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 	"molt.dev/pkg/upgrade"
 )
 

@@ -22,7 +22,7 @@ import (
 	"molt.dev/pkg/events"
 	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 	"molt.dev/pkg/upgrade"
 )
 

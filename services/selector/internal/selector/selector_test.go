@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

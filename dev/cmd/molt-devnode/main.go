@@ -1,5 +1,5 @@
 // Command molt-devnode is the development node agent of the local stack: it
-// does for kwok's fake nodes what kwok's stages should not (see pkg/devnode).
+// does for kwok's fake nodes what kwok's stages should not (see dev/devnode).
 package main
 
 import (
@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"molt.dev/pkg/devnode"
+	"molt.dev/dev/devnode"
 	"molt.dev/pkg/service"
 )
 

@@ -1,4 +1,4 @@
-package agentruntime_test
+package agentruntimetest
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 	processpb "molt.dev/pkg/agentruntime/gen/process"
 	"molt.dev/pkg/agentruntime/gen/process/processconnect"
 )

@@ -19,11 +19,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 	"molt.dev/pkg/generated/clientset/versioned"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 // Seeds whose hooks must run unchanged: they back a directory up to a

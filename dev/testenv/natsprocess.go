@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 )
 
 // NATSProcess is a NATS server with JetStream run as its own OS process

@@ -14,8 +14,8 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/devruntime"
+	"molt.dev/dev/testenv"
 )
 
 func TestMain(m *testing.M) {

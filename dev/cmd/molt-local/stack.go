@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 )
 
 // stackConfig is the fixed shape of the local stack; ports can be moved with

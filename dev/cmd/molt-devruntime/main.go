@@ -1,5 +1,5 @@
 // Command molt-devruntime is the development agent-runtime of the local
-// stack (see pkg/agentruntime/devruntime).
+// stack (see dev/devruntime).
 //
 //	molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s]
 //	    serve the envd process protocol on <podIP>:49983 for every running pod
@@ -28,7 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
 )

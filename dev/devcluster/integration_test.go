@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,4 +1,4 @@
-package service_test
+package servicetest
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 	"molt.dev/pkg/service"
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

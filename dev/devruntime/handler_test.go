@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 )
 
 // Every call must carry the sandbox's token; a sandbox without one accepts

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"molt.dev/pkg/testenv"
+	"molt.dev/dev/testenv"
 )
 
 const opsHeader = `apiVersion: agents.kruise.io/v1alpha1

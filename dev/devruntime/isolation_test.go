@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"molt.dev/pkg/agentruntime"
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 )
 
 // A command of a view cannot change the host: its system directories are

@@ -4,7 +4,7 @@ import (
 	"net"
 	"testing"
 
-	"molt.dev/pkg/agentruntime/devruntime"
+	"molt.dev/dev/devruntime"
 )
 
 // serve starts target's server on a free loopback port and returns its base

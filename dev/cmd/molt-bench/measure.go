@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/client-go/kubernetes"
 
-	"molt.dev/pkg/devcluster"
+	"molt.dev/dev/devcluster"
 	"molt.dev/pkg/events"
 )
 
