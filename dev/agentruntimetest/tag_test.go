@@ -13,8 +13,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"molt.dev/pkg/agentruntime"
 	"molt.dev/dev/devruntime"
+	"molt.dev/pkg/agentruntime"
 	processpb "molt.dev/pkg/agentruntime/gen/process"
 	"molt.dev/pkg/agentruntime/gen/process/processconnect"
 )

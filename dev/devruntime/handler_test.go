@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"molt.dev/pkg/agentruntime"
 	"molt.dev/dev/devruntime"
+	"molt.dev/pkg/agentruntime"
 )
 
 // Every call must carry the sandbox's token; a sandbox without one accepts

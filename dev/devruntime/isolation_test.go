@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"molt.dev/pkg/agentruntime"
 	"molt.dev/dev/devruntime"
+	"molt.dev/pkg/agentruntime"
 )
 
 // A command of a view cannot change the host: its system directories are

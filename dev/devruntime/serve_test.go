@@ -18,12 +18,12 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
-	"molt.dev/pkg/agentruntime"
-	"molt.dev/dev/devruntime"
-	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/dev/devcluster"
-	"molt.dev/pkg/generated/clientset/versioned"
+	"molt.dev/dev/devruntime"
 	"molt.dev/dev/testenv"
+	"molt.dev/pkg/agentruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/generated/clientset/versioned"
 )
 
 // Seeds whose hooks must run unchanged: they back a directory up to a

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"molt.dev/pkg/agentruntime"
 	"molt.dev/dev/devruntime"
 	"molt.dev/dev/testenv"
+	"molt.dev/pkg/agentruntime"
 )
 
 func TestMain(m *testing.M) {

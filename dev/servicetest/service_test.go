@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"molt.dev/dev/devcluster"
-	"molt.dev/pkg/service"
 	"molt.dev/dev/testenv"
+	"molt.dev/pkg/service"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -17,9 +17,9 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"molt.dev/dev/devruntime"
 	"molt.dev/dev/devcluster"
 	"molt.dev/dev/devnode"
+	"molt.dev/dev/devruntime"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
 )

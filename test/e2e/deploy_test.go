@@ -33,10 +33,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/dev/devcluster"
-	versioned "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
 
 // deployNamespace is where deploy/ installs the services and their

@@ -25,10 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	agentsinformers "molt.dev/pkg/generated/informers/externalversions"
-	"molt.dev/dev/testenv"
 	"molt.dev/pkg/upgrade"
 )
 

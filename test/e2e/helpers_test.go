@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	agentsinformers "molt.dev/pkg/generated/informers/externalversions"
-	"molt.dev/dev/testenv"
 )
 
 const poolLabel = "agents.kruise.io/sandbox-template"

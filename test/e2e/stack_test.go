@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"molt.dev/dev/devcluster"
-	versioned "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/dev/testenv"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"molt.dev/pkg/agentruntime"
 	"molt.dev/dev/devruntime"
+	"molt.dev/pkg/agentruntime"
 	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
 )

@@ -19,11 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
-	"molt.dev/dev/testenv"
 	"molt.dev/pkg/upgrade"
 	"molt.dev/services/statusagg/internal/statusagg"
 )

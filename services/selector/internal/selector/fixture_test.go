@@ -18,11 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/service"
-	"molt.dev/dev/testenv"
 	"molt.dev/pkg/upgrade"
 )
 
