@@ -330,8 +330,10 @@ func (l *loop) process(stopping, ctx context.Context, h *held) {
 	if err == nil {
 		msg.Event, eventType = ev, ev.Type
 		d := ev.Data
+		// The loop adds the keys every handler shares, once; a handler adds
+		// only "stage", the stage it works in.
 		logger = logger.WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name),
-			"stage", d.Stage, "attempt", d.Attempt, "type", ev.Type)
+			"attempt", d.Attempt, "type", ev.Type)
 		if d.Ops.Name != "" { // empty for a direct upgrade
 			logger = logger.WithValues("ops", klog.KRef(d.Sandbox.Namespace, d.Ops.Name))
 		}

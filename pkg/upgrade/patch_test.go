@@ -1,8 +1,10 @@
 package upgrade
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,6 +134,50 @@ func TestDropNullContainers(t *testing.T) {
 			}
 			if string(got) != tc.want {
 				t.Fatalf("dropNullContainers(%s) = %s, want %s", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current code")
+
+// TestApplyPatchGolden pins what each seed's patch makes of one template
+// (a sandbox container with a volume, a sidecar, the volume legacy-cache):
+// the template a user would see after the patcher wrote it.
+func TestApplyPatchGolden(t *testing.T) {
+	base := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{
+			{Name: "sandbox", Image: "my-registry/sandbox-image:v1", VolumeMounts: []corev1.VolumeMount{{Name: "legacy-cache", MountPath: "/cache"}}},
+			{Name: "log-agent", Image: "my-registry/log-agent:v1"},
+		},
+		Volumes: []corev1.Volume{{Name: "legacy-cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	}}
+	for _, seed := range []string{
+		"000-01-sandboxupdateops-upgrade-my-sandboxes.yaml",
+		"000-03-sandboxupdateops-patch-demo.yaml",
+		"000-04-sandboxupdateops-upgrade-sidecar.yaml",
+	} {
+		t.Run(seed, func(t *testing.T) {
+			got, err := ApplyPatch(base, seedPatch(t, seed))
+			if err != nil {
+				t.Fatalf("apply the patch of %s: %v", seed, err)
+			}
+			out := mustYAML(t, got)
+			path := filepath.Join("testdata", strings.TrimSuffix(seed, ".yaml")+".golden.yaml")
+			if *updateGolden {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run: go test ./pkg/upgrade/ -run TestApplyPatchGolden -update)", err)
+			}
+			if string(out) != string(want) {
+				t.Fatalf("the patched template of %s changed (rerun with -update if intended):\n%s\nwant:\n%s", seed, out, want)
 			}
 		})
 	}

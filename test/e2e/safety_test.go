@@ -281,3 +281,41 @@ func TestStreamDeletedMidUpgrade(t *testing.T) {
 		return done && o.Status.UpdatingReplicas == 0, fmt.Errorf("status %+v", o.Status)
 	})
 }
+
+// TestCheckpointRestoreIsRefusedPerSandboxAndTouchesNothing: this build has
+// no checkpointer, so a CheckpointRestore ops (without an image change, which
+// CEL refuses at apply) fails every sandbox it admits with CheckpointFailed
+// and a message that says so and what to use instead; no pod is replaced and
+// no template changed.
+func TestCheckpointRestoreIsRefusedPerSandboxAndTouchesNothing(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "cr", 2, "cr-pool", nil)
+	before := podUIDs(t, s, ns, names)
+	patch := "    spec:\n      containers:\n      - name: sandbox\n        env:\n        - {name: MODE, value: checkpointed}\n"
+	y := strings.Replace(opsWithPatch("cr", "cr-pool", "2", patch), "  updateStrategy:\n", "  updateStrategy:\n    type: CheckpointRestore\n", 1)
+	kubectl(t, y, "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "cr", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if st := ops.Status; st.Replicas != 2 || st.FailedReplicas != 2 || st.UpdatedReplicas != 0 {
+		t.Fatalf("ops status %+v, want 2 0 0 2", st)
+	}
+	for _, n := range names {
+		c := upgradingCondition(t, s, ns, n)
+		if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed || !strings.Contains(c.Message, "use type Recreate") {
+			t.Errorf("%s Upgrading = %+v, want CheckpointFailed saying to use Recreate", n, c)
+		}
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env := sb.Spec.Template.Spec.Containers[0].Env; len(env) != 0 {
+			t.Errorf("%s: template changed (env %v) by a refused CheckpointRestore", n, env)
+		}
+	}
+	for n, uid := range podUIDs(t, s, ns, names) {
+		if uid != before[n] {
+			t.Errorf("%s: pod replaced (%s, was %s) by a refused CheckpointRestore", n, uid, before[n])
+		}
+	}
+}

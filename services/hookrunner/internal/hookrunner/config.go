@@ -8,8 +8,15 @@ import (
 	"molt.dev/pkg/service"
 )
 
-// DefaultHTTPAddr is where hookrunner serves /healthz, /readyz and /metrics by default.
-const DefaultHTTPAddr = "127.0.0.1:9103"
+// Flag defaults.
+const (
+	// DefaultHTTPAddr is where hookrunner serves /healthz, /readyz and /metrics by default.
+	DefaultHTTPAddr = "127.0.0.1:9103"
+	// DefaultMaxHooks is --max-hooks's default.
+	DefaultMaxHooks = 64
+	// DefaultReachWait is --runtime-reach-wait's default.
+	DefaultReachWait = 15 * time.Second
+)
 
 // Config is everything hookrunner needs to run.
 type Config struct {
@@ -23,8 +30,8 @@ type Config struct {
 // RegisterFlags adds hookrunner's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "hookrunner", DefaultHTTPAddr)
-	fs.IntVar(&c.MaxHooks, "max-hooks", c.Env.Int("MOLT_HOOKRUNNER_MAX_HOOKS", 64), "how many hooks run at once (env MOLT_HOOKRUNNER_MAX_HOOKS)")
-	fs.DurationVar(&c.ReachWait, "runtime-reach-wait", c.Env.Duration("MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT", 15*time.Second), "how long an agent-runtime that refuses connections is retried before the hook fails (env MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT)")
+	fs.IntVar(&c.MaxHooks, "max-hooks", c.Env.Int("MOLT_HOOKRUNNER_MAX_HOOKS", DefaultMaxHooks), "how many hooks run at once (env MOLT_HOOKRUNNER_MAX_HOOKS)")
+	fs.DurationVar(&c.ReachWait, "runtime-reach-wait", c.Env.Duration("MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT", DefaultReachWait), "how long an agent-runtime that refuses connections is retried before the hook fails (env MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT)")
 }
 
 // Validate reports the first setting that cannot work.

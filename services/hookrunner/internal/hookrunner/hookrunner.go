@@ -75,7 +75,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	default:
 		return nil
 	}
-	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", st.stage)
+	logger := klog.FromContext(ctx).WithValues("stage", st.stage)
 	ctx = klog.NewContext(ctx, logger)
 
 	sb, skip, err := upgrade.LoadClaimed(ctx, h.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name)

@@ -21,14 +21,19 @@ type Config struct {
 	PodReadyTimeout time.Duration
 }
 
-// DefaultPodReadyTimeout is --pod-ready-timeout's default, the same as
-// podcycler's and statusagg's.
-const DefaultPodReadyTimeout = 5 * time.Minute
+// Flag defaults.
+const (
+	// DefaultWorkers is --workers's default.
+	DefaultWorkers = 16
+	// DefaultPodReadyTimeout is --pod-ready-timeout's default, the same as
+	// podcycler's and statusagg's.
+	DefaultPodReadyTimeout = 5 * time.Minute
+)
 
 // RegisterFlags adds patcher's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "patcher", DefaultHTTPAddr)
-	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_PATCHER_WORKERS", 16), "how many sandboxes are patched at once (env MOLT_PATCHER_WORKERS)")
+	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_PATCHER_WORKERS", DefaultWorkers), "how many sandboxes are patched at once (env MOLT_PATCHER_WORKERS)")
 	fs.DurationVar(&c.PodReadyTimeout, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
 		"how long a paused sandbox woken for its upgrade may take to have a Ready pod (env MOLT_POD_READY_TIMEOUT)")
 }

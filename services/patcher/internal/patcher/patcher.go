@@ -53,7 +53,7 @@ type Patcher struct {
 func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	ev := msg.Event
 	d := ev.Data
-	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(d.Sandbox.Namespace, d.Sandbox.Name), "ops", d.Ops.Name, "attempt", d.Attempt, "stage", "Patch")
+	logger := klog.FromContext(ctx).WithValues("stage", agentsv1alpha1.UpgradingReasonPreUpgrade)
 	ctx = klog.NewContext(ctx, logger)
 	if ev.Type != events.TypeRequested {
 		return nil

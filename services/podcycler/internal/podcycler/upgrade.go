@@ -31,6 +31,7 @@ const (
 // replacePod). A re-driven prehook-done (the watchdog found the stage stalled) also makes
 // the readiness wait report the pod's outcome again, under the re-drive's message ids.
 func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stage", agentsv1alpha1.UpgradingReasonUpgradePod))
 	if r := msg.Event.Data.Redrive; r > 0 {
 		key := msg.Event.SandboxKey()
 		c.redrives.Store(key, r)

@@ -37,6 +37,7 @@ type outcome struct {
 //     for an attempt's start, success or failure — only after the write;
 //  4. enqueue the namespace's ops, whose counters may have moved.
 func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stage", msg.Event.Data.Stage))
 	return s.apply(ctx, msg.Event)
 }
 
