@@ -83,12 +83,19 @@ func Serve(ctx context.Context, cfg Config) error {
 	agentsFactory := agentsinformers.NewSharedInformerFactory(cfg.Agents, 0)
 	pods := kubeFactory.Core().V1().Pods()
 	sandboxes := agentsFactory.Agents().V1alpha1().Sandboxes()
-	r := &runtimes{cfg: cfg, pods: pods.Lister(), sandboxes: sandboxes.Lister(), served: map[string]*served{}}
+	checkpoints := agentsFactory.Agents().V1alpha1().Checkpoints()
+	cp := &checkpointer{stateDir: stateDir, agents: cfg.Agents, kube: cfg.Kube, checkpoints: checkpoints.Lister(),
+		sandboxes: sandboxes.Lister(), pods: pods.Lister(), restored: map[types.UID]bool{}}
+	r := &runtimes{cfg: cfg, pods: pods.Lister(), sandboxes: sandboxes.Lister(), served: map[string]*served{}, checkpointer: cp}
 	ctl := controller.New("devruntime", r.sync)
 	if _, err := pods.Informer().AddEventHandler(ctl.Handler()); err != nil {
 		return fmt.Errorf("watch pods: %w", err)
 	}
 	_ = sandboxes.Informer()
+	cpCtl := controller.New("devruntime-checkpointer", cp.sync)
+	if _, err := checkpoints.Informer().AddEventHandler(cpCtl.Handler()); err != nil {
+		return fmt.Errorf("watch checkpoints: %w", err)
+	}
 	kubeFactory.Start(ctx.Done())
 	agentsFactory.Start(ctx.Done())
 	defer kubeFactory.Shutdown()
@@ -101,7 +108,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := r.removeStalePodDirs(); err != nil {
 		klog.FromContext(ctx).Error(err, "Remove directories of pods that are gone")
 	}
-	return ctl.Run(ctx, 2, pods.Informer().HasSynced, sandboxes.Informer().HasSynced)
+	errs := make(chan error, 1)
+	go func() { errs <- cpCtl.Run(ctx, 2, pods.Informer().HasSynced, sandboxes.Informer().HasSynced, checkpoints.Informer().HasSynced) }()
+	err = ctl.Run(ctx, 2, pods.Informer().HasSynced, sandboxes.Informer().HasSynced)
+	return errors.Join(err, <-errs)
 }
 
 // Serves reports whether a pod gets an agent-runtime: it is Running on a
@@ -117,6 +127,9 @@ type runtimes struct {
 	cfg       Config
 	pods      corelisters.PodLister
 	sandboxes agentslisters.SandboxLister
+
+	// checkpointer restores a pod built from a checkpoint before it serves.
+	checkpointer *checkpointer
 
 	mu     sync.Mutex
 	served map[string]*served // by pod key
@@ -168,6 +181,9 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 	}
 	if addr == "" {
 		return nil
+	}
+	if err := r.checkpointer.restore(ctx, pod); err != nil {
+		return err
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

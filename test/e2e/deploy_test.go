@@ -151,7 +151,7 @@ func (g grant) String() string {
 
 // groupOf is the API group of each resource molt's RBAC names.
 var groupOf = map[string]string{
-	"sandboxes": agentsv1alpha1.GroupName, "sandboxupdateops": agentsv1alpha1.GroupName, "sandboxsets": agentsv1alpha1.GroupName,
+	"sandboxes": agentsv1alpha1.GroupName, "sandboxupdateops": agentsv1alpha1.GroupName, "sandboxsets": agentsv1alpha1.GroupName, "checkpoints": agentsv1alpha1.GroupName,
 	"pods": "", "events": "", "secrets": "", "leases": "coordination.k8s.io",
 }
 

@@ -108,14 +108,17 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
 		}
-		if ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore {
-			return p.failCheckpoint(ctx, ev, ops)
+		checkpoint := ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore
+		if checkpoint {
+			if sets, _ := upgrade.SetsImage(ops.Spec.Patch.Raw); sets {
+				return p.failCheckpoint(ctx, ev, ops)
+			}
 		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
-		if err := p.writeSpec(ctx, sb, ops, target); err != nil {
+		if err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt); err != nil {
 			return err
 		}
 	}
@@ -144,12 +147,14 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	})
 }
 
-// writeSpec updates template and lifecycle if they differ. spec.upgradePolicy
-// is not written: an ops does not need it, and a policy left behind would
-// make a later template edit recreate the pod by surprise; one the user set
-// stays as it is.
-func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec) error {
-	if equality.Semantic.DeepEqual(sb.Spec.Template, target) &&
+// writeSpec updates template and lifecycle if they differ, and for a
+// CheckpointRestore attempt its strategy (upgrade.AnnotationUpgradeStrategy),
+// in one update. spec.upgradePolicy is not written: an ops does not need it,
+// and a policy left behind would make a later template edit recreate the pod
+// by surprise; one the user set stays as it is.
+func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string) error {
+	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
+	if strategyOK && equality.Semantic.DeepEqual(sb.Spec.Template, target) &&
 		equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
 		return nil
@@ -157,6 +162,12 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 	updated := sb.DeepCopy()
 	updated.Spec.Template = target
 	updated.Spec.Lifecycle = ops.Spec.Lifecycle.DeepCopy()
+	if checkpoint {
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		updated.Annotations[upgrade.AnnotationUpgradeStrategy] = upgrade.StrategyValue(attempt)
+	}
 	_, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("update sandbox %s/%s: changed since read, will retry: %w", sb.Namespace, sb.Name, err)
@@ -232,13 +243,11 @@ func (p *Patcher) fail(ctx context.Context, in events.Event, message string) err
 	})
 }
 
-// failCheckpoint refuses CheckpointRestore visibly: an image change cannot
-// be checkpointed (API.md), and this build has no checkpoint runtime.
+// failCheckpoint refuses a CheckpointRestore that changes an image (API.md;
+// CEL refuses it at apply, this is the last line): a checkpoint cannot be
+// restored onto a new image.
 func (p *Patcher) failCheckpoint(ctx context.Context, in events.Event, ops *agentsv1alpha1.SandboxUpdateOps) error {
-	msg := fmt.Sprintf("SandboxUpdateOps %s uses updateStrategy.type CheckpointRestore, which this molt build does not support yet; the sandbox was not changed: use type Recreate", ops.Name)
-	if sets, _ := upgrade.SetsImage(ops.Spec.Patch.Raw); sets {
-		msg = fmt.Sprintf("SandboxUpdateOps %s changes a container image under CheckpointRestore, which cannot restore a checkpoint onto a new image; the sandbox was not changed: use updateStrategy.type Recreate", ops.Name)
-	}
+	msg := fmt.Sprintf("SandboxUpdateOps %s changes a container image under CheckpointRestore, which cannot restore a checkpoint onto a new image; the sandbox was not changed: use updateStrategy.type Recreate", ops.Name)
 	klog.FromContext(ctx).Info("sandbox failed", "message", msg)
 	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
 		out.Stage = agentsv1alpha1.UpgradingReasonCheckpointing

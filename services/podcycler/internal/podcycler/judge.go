@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // outcome is where a pod created by an upgrade stands.
@@ -42,7 +43,11 @@ var failingWaitReasons = map[string]bool{
 // (init containers first), is past its deadline (timeout after creation), or is still on
 // its way.
 func judge(pod *corev1.Pod, now time.Time, timeout time.Duration) verdict {
-	if podReadyCondition(pod) {
+	// A pod restored from a checkpoint is Ready once the checkpointer says
+	// the restore is done, not before.
+	restored := pod.Annotations[upgrade.AnnotationRestoreFrom] == "" ||
+		pod.Annotations[upgrade.AnnotationRestored] == pod.Annotations[upgrade.AnnotationRestoreFrom]
+	if podReadyCondition(pod) && restored {
 		return verdict{outcome: podReady}
 	}
 	if msg, failed := containerFailure(pod); failed {
@@ -55,7 +60,7 @@ func judge(pod *corev1.Pod, now time.Time, timeout time.Duration) verdict {
 	age := now.Sub(pod.CreationTimestamp.Time)
 	if age >= timeout {
 		return verdict{outcome: podFailed, message: agentsv1alpha1.TruncateConditionMessage(
-			fmt.Sprintf("pod %s not Ready after %s: %s", pod.Name, timeout, waitingFor(pod)))}
+			fmt.Sprintf("pod %s not Ready after %s: %s", pod.Name, timeout, notReadyWhy(pod, restored)))}
 	}
 	return verdict{outcome: podWaiting, recheck: timeout - age}
 }
@@ -143,4 +148,12 @@ func joinNonEmpty(parts ...string) string {
 		return "no reason given"
 	}
 	return strings.Join(kept, " - ")
+}
+
+// notReadyWhy says what a pod past its deadline still waits for.
+func notReadyWhy(pod *corev1.Pod, restored bool) string {
+	if podReadyCondition(pod) && !restored {
+		return fmt.Sprintf("checkpoint %s was never restored into it (no checkpointer set %s): check the checkpointer", pod.Annotations[upgrade.AnnotationRestoreFrom], upgrade.AnnotationRestored)
+	}
+	return waitingFor(pod)
 }

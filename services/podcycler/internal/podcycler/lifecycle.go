@@ -57,6 +57,7 @@ var upgradeStagesOwningPod = map[string]bool{
 //  1. load the sandbox; gone or being deleted → nothing (the garbage collector removes
 //     the pod through its owner reference);
 //  2. no spec.template (a templateRef) → nothing: pods are built from inline templates;
+//     a CheckpointRestore attempt that ended → delete its checkpoints (cleanCheckpoints);
 //  3. spec.paused → delete the pod, with a UID precondition, unless an ops woke the
 //     sandbox for its upgrade and that attempt has not ended (upgrade.KeepAwake): then
 //     it is treated as running, and paused again when the attempt ends;
@@ -88,6 +89,9 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 		return nil
 	}
 
+	if err := c.cleanCheckpoints(ctx, sb); err != nil {
+		return err
+	}
 	pod, err := c.pods.Pods(namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get pod %s: %w", key, err)

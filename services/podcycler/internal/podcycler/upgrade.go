@@ -125,6 +125,16 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 				key, refused, old.UID))
 		}
 	}
+	if upgrade.ChecksPoint(sb, d.Attempt) {
+		id, problem, err := c.checkpoint(ctx, sb, old, d)
+		if err != nil {
+			return err
+		}
+		if problem != "" {
+			return c.failCheckpoint(ctx, d, problem)
+		}
+		pod.Annotations[upgrade.AnnotationRestoreFrom] = id
+	}
 
 	started := events.Event{Type: events.TypeStageStarted, Data: stageData(d)}
 	started.Data.TargetRevision = target

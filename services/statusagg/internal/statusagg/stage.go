@@ -13,8 +13,8 @@ import (
 // ResumeSucceed with stage-started once its old pod is Ready), PreUpgrade
 // otherwise. prehook-done leads to
 // Checkpointing for a sandbox upgraded by CheckpointRestore (the patcher has
-// written the ops strategy into spec.upgradePolicy by then), else to
-// UpgradePod. An event naming an unknown stage or failure reason is an error
+// written the attempt's strategy, upgrade.AnnotationUpgradeStrategy, by
+// then), else to UpgradePod. An event naming an unknown stage or failure reason is an error
 // that no redelivery can fix.
 func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
 	switch ev.Type {
@@ -27,7 +27,7 @@ func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
 	case events.TypePatched:
 		return agentsv1alpha1.UpgradingReasonPreUpgrade, nil
 	case events.TypePreHookDone:
-		if p := sb.Spec.UpgradePolicy; p != nil && p.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore {
+		if upgrade.ChecksPoint(sb, ev.Data.Attempt) {
 			return agentsv1alpha1.UpgradingReasonCheckpointing, nil
 		}
 		return agentsv1alpha1.UpgradingReasonUpgradePod, nil

@@ -1,0 +1,75 @@
+package upgrade
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// CheckpointRestore keeps a sandbox's filesystem across the recreation of
+// its pod: after preUpgrade, podcycler asks for a Checkpoint of the old pod
+// (owned by the sandbox, persistentContents [filesystem]) and waits until a
+// checkpointer marks it Succeeded or Failed; the new pod is created with the
+// checkpoint's id (AnnotationRestoreFrom) and is reported Ready only once
+// the checkpointer restored it (AnnotationRestored); when the attempt ends
+// podcycler deletes the sandbox's checkpoints.
+
+// AnnotationUpgradeStrategy is the Sandbox annotation the patcher writes,
+// in the update that patches the template, when an ops upgrades the sandbox
+// by CheckpointRestore: "<attempt> CheckpointRestore". Read by podcycler
+// (checkpoint before the pod is replaced) and statusagg (prehook-done leads
+// to Checkpointing); removed by podcycler with the attempt's checkpoints.
+const AnnotationUpgradeStrategy = "molt.dev/upgrade-strategy"
+
+// AnnotationRestoreFrom is the Pod annotation podcycler sets on a new pod
+// built by CheckpointRestore: the checkpoint id to restore it from. Read by
+// the checkpointer.
+const AnnotationRestoreFrom = "molt.dev/restore-from"
+
+// AnnotationRestored is the Pod annotation the checkpointer sets once it
+// restored the checkpoint AnnotationRestoreFrom names into the pod (same
+// value). podcycler reports the pod Ready only after it.
+const AnnotationRestored = "molt.dev/restored"
+
+// LabelCheckpointAttempt is the Checkpoint label naming the attempt that
+// asked for it (its hash: label values are short); LabelCheckpointSandbox
+// names the sandbox. Written by podcycler; read by podcycler to find and
+// delete a sandbox's checkpoints.
+const (
+	LabelCheckpointAttempt = "molt.dev/attempt-hash"
+	LabelCheckpointSandbox = "molt.dev/sandbox"
+)
+
+// StrategyValue encodes AnnotationUpgradeStrategy for attempt.
+func StrategyValue(attempt string) string {
+	return attempt + " " + string(agentsv1alpha1.UpgradeTypeCheckpointRestore)
+}
+
+// ChecksPoint reports whether sb's attempt upgrades by CheckpointRestore:
+// the patcher said so for this attempt, or (a direct upgrade) the sandbox's
+// own upgradePolicy does.
+func ChecksPoint(sb *agentsv1alpha1.Sandbox, attempt string) bool {
+	if f := strings.Fields(sb.Annotations[AnnotationUpgradeStrategy]); len(f) == 2 && f[0] == attempt {
+		return f[1] == string(agentsv1alpha1.UpgradeTypeCheckpointRestore)
+	}
+	return strings.HasPrefix(attempt, DirectAttemptPrefix) && sb.Spec.UpgradePolicy != nil &&
+		sb.Spec.UpgradePolicy.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore
+}
+
+// AttemptHash is a short, label-safe name of an attempt.
+func AttemptHash(attempt string) string {
+	sum := sha256.Sum256([]byte(attempt))
+	return hex.EncodeToString(sum[:])[:12]
+}
+
+// CheckpointName is the name of the Checkpoint of sandbox for attempt: one
+// per attempt, so a failed checkpoint is never reused by a new attempt.
+func CheckpointName(sandbox, attempt string) string {
+	name := sandbox
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return strings.TrimRight(name, "-.") + "-ckpt-" + AttemptHash(attempt)
+}
