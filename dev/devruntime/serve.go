@@ -109,7 +109,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		klog.FromContext(ctx).Error(err, "Remove directories of pods that are gone")
 	}
 	errs := make(chan error, 1)
-	go func() { errs <- cpCtl.Run(ctx, 2, pods.Informer().HasSynced, sandboxes.Informer().HasSynced, checkpoints.Informer().HasSynced) }()
+	go func() {
+		errs <- cpCtl.Run(ctx, 2, pods.Informer().HasSynced, sandboxes.Informer().HasSynced, checkpoints.Informer().HasSynced)
+	}()
 	err = ctl.Run(ctx, 2, pods.Informer().HasSynced, sandboxes.Informer().HasSynced)
 	return errors.Join(err, <-errs)
 }

@@ -55,7 +55,7 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 		want := &agentsv1alpha1.Checkpoint{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: sb.Namespace,
-				Labels: map[string]string{upgrade.LabelCheckpointSandbox: sb.Name, upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(d.Attempt)},
+				Labels:          map[string]string{upgrade.LabelCheckpointSandbox: sb.Name, upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(d.Attempt)},
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))},
 			},
 			Spec: agentsv1alpha1.CheckpointSpec{SandboxName: sb.Name, PodName: old.Name, PersistentContents: []string{"filesystem"}},
