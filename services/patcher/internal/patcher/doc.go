@@ -5,13 +5,16 @@
 // and its ops from the API server (a lagging cache must not drop a fresh
 // admission), and skips a redelivery whose attempt is already past
 // PreUpgrade. It applies the ops's Strategic Merge Patch to
-// spec.template, merges the ops's lifecycle hooks, and sets
-// spec.upgradePolicy for the attempt (cleared again on success unless the
-// user had set it), in one Update against the resourceVersion it read. Then
+// spec.template and copies the ops's lifecycle hooks, in one Update against
+// the resourceVersion it read (spec.upgradePolicy is left as the user set
+// it). A paused sandbox the ops woke is patched only once its old pod is
+// Ready (it reports ResumeSucceed). Then
 // it publishes `patched` (hookrunner runs preUpgrade next), or, when the
 // attempt resumes at PostUpgrade on a pod already rebuilt, `pod-ready`.
 //
 // A patch that cannot be applied to this sandbox's own template is filed as
-// PreUpgradeFailed (a `failed` event), before the pod is touched; a
-// CheckpointRestore ops is refused per sandbox with CheckpointFailed.
+// PreUpgradeFailed (a `failed` event), before the pod is touched. For a
+// CheckpointRestore ops it marks the attempt's strategy on the sandbox
+// (upgrade.AnnotationUpgradeStrategy), in the same update; one whose patch
+// changes an image (refused at apply by CEL) fails with CheckpointFailed.
 package patcher
