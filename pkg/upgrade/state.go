@@ -21,6 +21,15 @@ const (
 	// AnnotationPodAttempt is set by podcycler on every pod it creates for an
 	// upgrade: the attempt that created it. Read by podcycler and statusagg.
 	AnnotationPodAttempt = "molt.dev/attempt"
+
+	// AnnotationPodOps is set by podcycler, next to AnnotationPodAttempt, on
+	// every pod it creates for an upgrade driven by a SandboxUpdateOps: the
+	// ops' name. The attempt annotation holds the ops UID; with the name the
+	// pod alone says which ops it belongs to, so the readiness wait can check
+	// that the sandbox is still labelled by that ops and publish pod-ready
+	// with the full ops reference after a restart. Empty for direct
+	// upgrades. Written and read by podcycler.
+	AnnotationPodOps = "molt.dev/ops"
 )
 
 // HookDoneAnnotation is the pod annotation hookrunner sets, to the attempt

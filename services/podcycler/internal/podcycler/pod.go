@@ -14,14 +14,6 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// AnnotationPodOps is set by podcycler, next to upgrade.AnnotationPodAttempt, on every pod
-// it creates for an upgrade driven by a SandboxUpdateOps: the ops' name. The attempt
-// annotation holds the ops UID; with the name the pod alone says which ops it belongs to,
-// so the readiness wait can check that the sandbox is still labelled by that ops and
-// publish pod-ready with the full ops reference after a restart. Empty for direct
-// upgrades. Written and read by podcycler.
-const AnnotationPodOps = "molt.dev/ops"
-
 // sandboxKind is the owner kind of every pod podcycler creates.
 var sandboxKind = agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox")
 
@@ -43,7 +35,7 @@ func buildPod(sb *agentsv1alpha1.Sandbox, revision, attempt, ops string) *corev1
 		}
 		annotations[upgrade.AnnotationPodAttempt] = attempt
 		if ops != "" {
-			annotations[AnnotationPodOps] = ops
+			annotations[upgrade.AnnotationPodOps] = ops
 		}
 	}
 	return &corev1.Pod{

@@ -219,12 +219,12 @@ func isAttemptPod(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d 
 // adopt makes pod carry the attempt's annotations (a pod built for the attempt by another
 // writer may lack them), so the informer-driven wait reports on it.
 func (c *cycler) adopt(ctx context.Context, pod *corev1.Pod, d events.Data) error {
-	if pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt && pod.Annotations[AnnotationPodOps] == d.Ops.Name {
+	if pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt && pod.Annotations[upgrade.AnnotationPodOps] == d.Ops.Name {
 		return nil
 	}
-	annotations := map[string]any{upgrade.AnnotationPodAttempt: d.Attempt, AnnotationPodOps: nil}
+	annotations := map[string]any{upgrade.AnnotationPodAttempt: d.Attempt, upgrade.AnnotationPodOps: nil}
 	if d.Ops.Name != "" {
-		annotations[AnnotationPodOps] = d.Ops.Name
+		annotations[upgrade.AnnotationPodOps] = d.Ops.Name
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":         pod.UID, // precondition: only this pod

@@ -31,7 +31,7 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 	if pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) || attempt == "" {
 		return nil
 	}
-	opsName := pod.Annotations[AnnotationPodOps]
+	opsName := pod.Annotations[upgrade.AnnotationPodOps]
 	logger := klog.FromContext(ctx).WithValues("ops", opsName, "attempt", attempt, "stage", agentsv1alpha1.UpgradingReasonUpgradePod)
 	if current := sb.Labels[agentsv1alpha1.LabelUpdateOps]; current != opsName {
 		logger.V(4).Info("Skip: sandbox no longer belongs to the ops that created its pod", "currentOps", current)
