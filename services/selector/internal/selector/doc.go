@@ -2,7 +2,7 @@
 // enter a SandboxUpdateOps upgrade, and when (docs/pipeline.md, API.md
 // "Behaviour").
 //
-// Two controllers. The first, keyed by ops ("namespace/name"), reads
+// Three controllers. The first, keyed by ops ("namespace/name"), reads
 // SandboxUpdateOps and Sandboxes from one shared informer factory; any change
 // to a sandbox or an
 // ops enqueues every ops of its namespace, so pacing reacts to status that
@@ -19,7 +19,9 @@
 // The second, keyed by sandbox, upgrades a sandbox with spec.upgradePolicy
 // whose template changed without an ops (a direct upgrade, attempt
 // upgrade.DirectAttemptPrefix + revision), over a second factory that watches
-// only the pods molt built.
+// only the pods molt built. The third, keyed by SandboxSet, keeps each warm
+// pool's members (pool.go): it creates, replaces and deletes them; statusagg
+// writes the set's status.
 //
 // Recovery: the label is the durable truth. An admitted sandbox whose status
 // does not show the attempt gets `requested` again on the first sync after a
