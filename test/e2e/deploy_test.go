@@ -164,17 +164,8 @@ var (
 // <!-- rbac --> and <!-- /rbac -->): the RBAC deploy/ must grant, no more.
 func readmeGrants(t *testing.T) []grant {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	start, end := strings.Index(text, "<!-- rbac -->"), strings.Index(text, "<!-- /rbac -->")
-	if start < 0 || end < start {
-		t.Fatal("README.md has no <!-- rbac --> table")
-	}
 	var grants []grant
-	for _, line := range strings.Split(text[start:end], "\n") {
+	for _, line := range strings.Split(readmeBlock(t, "rbac"), "\n") {
 		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
 		if len(cells) != 5 || strings.TrimSpace(cells[0]) == "service" || strings.HasPrefix(strings.TrimSpace(cells[0]), "---") {
 			continue
@@ -317,17 +308,8 @@ func TestDeployRBACMatchesREADME(t *testing.T) {
 // <!-- install --> and <!-- /install --> (comments dropped).
 func readmeInstallLines(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	start, end := strings.Index(text, "<!-- install -->"), strings.Index(text, "<!-- /install -->")
-	if start < 0 || end < start {
-		t.Fatal("README.md has no <!-- install --> block")
-	}
 	var lines []string
-	for _, l := range strings.Split(text[start:end], "\n") {
+	for _, l := range strings.Split(readmeBlock(t, "install"), "\n") {
 		l = strings.TrimSpace(l)
 		if i := strings.Index(l, " #"); i >= 0 {
 			l = strings.TrimSpace(l[:i])

@@ -527,20 +527,7 @@ func TestBothLeadersKilledWithTwoReplicas(t *testing.T) {
 		t.Errorf("updatedReplicas decreased: %s", d)
 	}
 	_, _, adds := w.snapshot()
-	problems := map[string][]string{}
-	for _, n := range names {
-		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(context.Background(), n, metav1.GetOptions{})
-		switch {
-		case err != nil:
-			problems[n] = append(problems[n], fmt.Sprintf("get pod: %v", err))
-		case len(adds[n]) != 1:
-			problems[n] = append(problems[n], fmt.Sprintf("%d pods created, want exactly 1 (%v)", len(adds[n]), adds[n]))
-		case adds[n][0] != string(pod.UID) || string(pod.UID) == oldUID[n]:
-			problems[n] = append(problems[n], fmt.Sprintf("pod now %s; created during the upgrade %v; before %s", pod.UID, adds[n], oldUID[n]))
-		case pod.Spec.Containers[0].Image != image:
-			problems[n] = append(problems[n], fmt.Sprintf("pod image %s, want %s", pod.Spec.Containers[0].Image, image))
-		}
-	}
+	problems := recreatedOnce(t, s, ns, names, oldUID, adds, image)
 	reportProblems(t, s, problems)
 	for _, l := range []struct{ lease, svc, killed string }{{selectorLease, "selector", selID}, {statusaggLease, "statusagg", aggID}} {
 		inst, id := leaseHolder(t, s, deployNamespace, l.lease, l.svc)
@@ -683,4 +670,27 @@ func TestStatusaggStoppedLongerThanTheDuplicateWindow(t *testing.T) {
 	}
 	reportProblems(t, s, problems)
 	assertNoneExited(t, s)
+}
+
+// recreatedOnce lists, per sandbox, what is wrong with its pod after an
+// upgrade to image: exactly one pod was created for it (adds, from a
+// watcher), it is the pod that runs now, not the one before (oldUID), and it
+// runs image.
+func recreatedOnce(t *testing.T, s *stack, ns string, names []string, oldUID map[string]string, adds map[string][]string, image string) map[string][]string {
+	t.Helper()
+	problems := map[string][]string{}
+	for _, n := range names {
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(context.Background(), n, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			problems[n] = append(problems[n], fmt.Sprintf("get pod: %v", err))
+		case len(adds[n]) != 1:
+			problems[n] = append(problems[n], fmt.Sprintf("%d pods created, want exactly 1 (%v)", len(adds[n]), adds[n]))
+		case adds[n][0] != string(pod.UID) || string(pod.UID) == oldUID[n]:
+			problems[n] = append(problems[n], fmt.Sprintf("pod now %s; created during the upgrade %v; before %s", pod.UID, adds[n], oldUID[n]))
+		case pod.Spec.Containers[0].Image != image:
+			problems[n] = append(problems[n], fmt.Sprintf("pod image %s, want %s", pod.Spec.Containers[0].Image, image))
+		}
+	}
+	return problems
 }

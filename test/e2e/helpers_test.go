@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -178,4 +179,57 @@ func waitOps(t *testing.T, s *stack, ns, name string, phase agentsv1alpha1.Sandb
 		return o.Status.Phase == phase, fmt.Errorf("phase %q status %+v", o.Status.Phase, o.Status)
 	})
 	return ops
+}
+
+// readmeBlock returns the README text between <!-- name --> and
+// <!-- /name -->: the part of the docs a test checks against the code.
+func readmeBlock(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start, end := strings.Index(text, "<!-- "+name+" -->"), strings.Index(text, "<!-- /"+name+" -->")
+	if start < 0 || end < start {
+		t.Fatalf("README.md has no <!-- %s --> block", name)
+	}
+	return text[start:end]
+}
+
+// tableRows returns the cells, trimmed, of every row of the markdown table
+// in block that has n cells and is neither its header nor its rule.
+func tableRows(block string, n int) [][]string {
+	var rows [][]string
+	for _, l := range strings.Split(block, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "|") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		if len(cells) != n || strings.HasPrefix(strings.TrimSpace(cells[0]), "---") {
+			continue
+		}
+		for j := range cells {
+			cells[j] = strings.TrimSpace(cells[j])
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) > 0 {
+		rows = rows[1:] // the header
+	}
+	return rows
+}
+
+// listCell splits a cell "a, `b`, c" into its sorted items, backquotes
+// removed.
+func listCell(cell string) []string {
+	var out []string
+	for _, f := range strings.Split(cell, ",") {
+		if f = strings.Trim(strings.TrimSpace(f), "`"); f != "" {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

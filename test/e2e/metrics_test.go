@@ -3,8 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -32,36 +30,13 @@ type readmeMetric struct {
 // <!-- /metrics -->, by metric name.
 func readmeMetrics(t *testing.T) map[string]readmeMetric {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	start, end := strings.Index(text, "<!-- metrics -->"), strings.Index(text, "<!-- /metrics -->")
-	if start < 0 || end < start {
-		t.Fatal("README.md has no <!-- metrics --> block")
-	}
-	list := func(cell string) []string {
-		var out []string
-		for _, f := range strings.Split(cell, ",") {
-			if f = strings.Trim(strings.TrimSpace(f), "`"); f != "" {
-				out = append(out, f)
-			}
-		}
-		sort.Strings(out)
-		return out
-	}
 	rows := map[string]readmeMetric{}
-	for _, l := range strings.Split(text[start:end], "\n") {
-		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
-		if len(cells) != 5 || !strings.HasPrefix(strings.TrimSpace(cells[0]), "`molt_") {
-			continue
-		}
+	for _, cells := range tableRows(readmeBlock(t, "metrics"), 5) {
 		m := readmeMetric{
-			name:     strings.Trim(strings.TrimSpace(cells[0]), "`"),
-			kind:     strings.TrimSpace(cells[1]),
-			labels:   list(cells[2]),
-			servedBy: list(cells[3]),
+			name:     strings.Trim(cells[0], "`"),
+			kind:     cells[1],
+			labels:   listCell(cells[2]),
+			servedBy: listCell(cells[3]),
 			eventual: strings.Contains(cells[4], "(after the first "),
 		}
 		rows[m.name] = m

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -298,20 +296,7 @@ func TestThreeNodeNATSClusterLosesANode(t *testing.T) {
 	final := waitEnded(t, s, ns, opsName, 4*time.Minute)
 	assertCounters(t, final, sandboxes)
 	_, _, adds := w.snapshot()
-	problems := map[string][]string{}
-	for _, n := range names {
-		pod, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), n, metav1.GetOptions{})
-		switch {
-		case err != nil:
-			problems[n] = append(problems[n], fmt.Sprintf("get pod: %v", err))
-		case len(adds[n]) != 1:
-			problems[n] = append(problems[n], fmt.Sprintf("%d pods created, want exactly 1 (%v)", len(adds[n]), adds[n]))
-		case string(pod.UID) == oldUID[n] || adds[n][0] != string(pod.UID):
-			problems[n] = append(problems[n], fmt.Sprintf("pod now %s; created during the upgrade %v; before %s", pod.UID, adds[n], oldUID[n]))
-		case pod.Spec.Containers[0].Image != image:
-			problems[n] = append(problems[n], fmt.Sprintf("pod image %s, want %s", pod.Spec.Containers[0].Image, image))
-		}
-	}
+	problems := recreatedOnce(t, s, ns, names, oldUID, adds, image)
 	reportProblems(t, s, problems)
 	assertNoneExited(t, s)
 }
@@ -326,36 +311,9 @@ type readmeEventRow struct {
 // <!-- /events -->, by event type.
 func readmeEvents(t *testing.T) map[string]readmeEventRow {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	start, end := strings.Index(text, "<!-- events -->"), strings.Index(text, "<!-- /events -->")
-	if start < 0 || end < start {
-		t.Fatal("README.md has no <!-- events --> block")
-	}
-	list := func(cell string) []string {
-		var out []string
-		for _, f := range strings.Split(cell, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				out = append(out, f)
-			}
-		}
-		sort.Strings(out)
-		return out
-	}
 	rows := map[string]readmeEventRow{}
-	for _, l := range strings.Split(text[start:end], "\n") {
-		cells := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
-		if len(cells) != 4 || !strings.Contains(cells[0], "dev.molt.") {
-			continue
-		}
-		rows[strings.Trim(strings.TrimSpace(cells[0]), "`")] = readmeEventRow{
-			token:     strings.Trim(strings.TrimSpace(cells[1]), "`"),
-			producers: list(cells[2]),
-			consumers: list(cells[3]),
-		}
+	for _, cells := range tableRows(readmeBlock(t, "events"), 4) {
+		rows[strings.Trim(cells[0], "`")] = readmeEventRow{token: strings.Trim(cells[1], "`"), producers: listCell(cells[2]), consumers: listCell(cells[3])}
 	}
 	return rows
 }

@@ -24,17 +24,8 @@ import (
 // block between <!-- nats-history --> and <!-- /nats-history -->.
 func readmeNATSLines(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.Get(t).RootDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	start, end := strings.Index(text, "<!-- nats-history -->"), strings.Index(text, "<!-- /nats-history -->")
-	if start < 0 || end < start {
-		t.Fatal("README.md has no <!-- nats-history --> block")
-	}
 	var lines []string
-	for _, l := range strings.Split(text[start:end], "\n") {
+	for _, l := range strings.Split(readmeBlock(t, "nats-history"), "\n") {
 		l = strings.TrimSpace(l)
 		if l != "" && !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "```") && !strings.HasPrefix(l, "<!--") {
 			lines = append(lines, l)

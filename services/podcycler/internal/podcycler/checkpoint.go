@@ -94,15 +94,7 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 
 // failCheckpoint ends the attempt in CheckpointFailed with message.
 func (c *cycler) failCheckpoint(ctx context.Context, in events.Data, message string) error {
-	d := stageData(in)
-	d.Stage = agentsv1alpha1.UpgradingReasonCheckpointing
-	d.Reason = agentsv1alpha1.UpgradingReasonCheckpointFailed
-	d.Message = agentsv1alpha1.TruncateConditionMessage(message)
-	if err := c.publisher.Publish(ctx, events.Event{Type: events.TypeFailed, Data: d}); err != nil {
-		return fmt.Errorf("report failed Checkpointing of sandbox %s/%s: %w", d.Sandbox.Namespace, d.Sandbox.Name, err)
-	}
-	klog.FromContext(ctx).Info("Checkpointing failed", "message", d.Message)
-	return nil
+	return c.fail(ctx, in, agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointFailed, message)
 }
 
 // cleanCheckpoints deletes the checkpoints of a CheckpointRestore attempt

@@ -180,13 +180,18 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 
 // failStage ends the attempt in UpgradePodFailed with message.
 func (c *cycler) failStage(ctx context.Context, in events.Data, message string) error {
+	return c.fail(ctx, in, agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonUpgradePodFailed, message)
+}
+
+// fail ends the attempt of in in stage with reason and message.
+func (c *cycler) fail(ctx context.Context, in events.Data, stage, reason, message string) error {
 	d := stageData(in)
-	d.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
+	d.Stage, d.Reason = stage, reason
 	d.Message = agentsv1alpha1.TruncateConditionMessage(message)
 	if err := c.publisher.Publish(ctx, events.Event{Type: events.TypeFailed, Data: d}); err != nil {
-		return fmt.Errorf("report failed UpgradePod of sandbox %s/%s: %w", d.Sandbox.Namespace, d.Sandbox.Name, err)
+		return fmt.Errorf("report failed %s of sandbox %s/%s: %w", stage, d.Sandbox.Namespace, d.Sandbox.Name, err)
 	}
-	klog.FromContext(ctx).Info("UpgradePod failed", "message", d.Message)
+	klog.FromContext(ctx).Info(stage+" failed", "reason", reason, "message", d.Message)
 	return nil
 }
 
