@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,6 +32,11 @@ const (
 	reattachMaxPause = 30 * time.Second
 )
 
+// ErrUnusable marks a stream or consumer config that no retry can make work
+// (an invalid config, a stream that cannot carry molt's events): Open
+// returns it at once; any other failure to attach is retried.
+var ErrUnusable = errors.New("unusable stream or consumer config")
+
 // Open registers the event metrics on reg and ensures the stream and the
 // service's durable consumer (name is one of the Consumer constants; with
 // consumer.PublishOnly, any service name, and no consumer), reporting config
@@ -44,7 +50,17 @@ func Open(ctx context.Context, js jetstream.JetStream, reg prometheus.Registerer
 	stream.Metrics, consumer.Metrics = m, m
 	e := &Endpoint{Metrics: m, js: js, name: name, stream: stream, consumer: consumer}
 	if e.cons, err = e.attach(ctx); err != nil {
-		return nil, err
+		if errors.Is(err, ErrUnusable) {
+			return nil, err
+		}
+		// JetStream may not answer yet (a cluster electing its leader, NATS
+		// starting): keep trying, as after a deleted stream, rather than exit.
+		logger := klog.FromContext(ctx).WithValues("consumer", name)
+		logger.Error(err, "Cannot attach to the event stream yet; retrying", "pause", reattachPause)
+		var ok bool
+		if e.cons, _, ok = e.reattach(ctx, logger, reattachPause); !ok {
+			return nil, fmt.Errorf("attach to stream %s as %s: %w (stopped retrying: %v)", StreamName, name, err, ctx.Err())
+		}
 	}
 	if e.Publisher, err = NewPublisher(js, name, m); err != nil {
 		return nil, err

@@ -38,7 +38,7 @@ type drift struct {
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
 	want, err := cfg.jetstream()
 	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("ensure stream %s: %w: %w", StreamName, ErrUnusable, err)
 	}
 	s, err := js.Stream(ctx, StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -61,9 +61,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if !slices.ContainsFunc(running.Subjects, func(r string) bool {
 		return slices.ContainsFunc(want.Subjects, func(w string) bool { return subjectsOverlap(r, w) })
 	}) {
-		return nil, fmt.Errorf("stream %s has subjects %v, none of them within %s, so it cannot carry molt's events: "+
+		return nil, fmt.Errorf("stream %s has subjects %v, none of them within %s, so it cannot carry molt's events (%w): "+
 			"add %s to its subjects (nats stream edit %s --subjects ...), or remove it so that molt creates it",
-			StreamName, running.Subjects, StreamSubjects, StreamSubjects, StreamName)
+			StreamName, running.Subjects, StreamSubjects, ErrUnusable, StreamSubjects, StreamName)
 	}
 	reportDrift(ctx, cfg.Metrics, objectStream, StreamName, streamDrift(running, want))
 	return s, nil
@@ -101,7 +101,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, name string, cf
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, name string, cfg ConsumerConfig, now time.Time) (jetstream.Consumer, error) {
 	want, err := cfg.jetstream(name)
 	if err != nil {
-		return nil, fmt.Errorf("ensure consumer %s: %w", name, err)
+		return nil, fmt.Errorf("ensure consumer %s: %w: %w", name, ErrUnusable, err)
 	}
 	logger := klog.FromContext(ctx)
 	c, err := js.Consumer(ctx, StreamName, name)

@@ -2,11 +2,16 @@ package events
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -450,5 +455,55 @@ func TestOpenPublishOnly(t *testing.T) {
 	err = ep.Consume(ctx, func(context.Context, *Message) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "PublishOnly") {
 		t.Fatalf("Consume on a publish-only endpoint: %v, want a refusal naming PublishOnly", err)
+	}
+}
+
+// TestOpenWaitsForJetStream: a service that starts before its NATS server
+// (or while a cluster elects its leader) does not exit: Open keeps trying
+// and attaches once JetStream answers; a config no retry can fix is refused
+// at once.
+func TestOpenWaitsForJetStream(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, js, prometheus.NewRegistry(), ConsumerPatcher, StreamConfig{Replicas: -1}, ConsumerConfig{}); !errors.Is(err, ErrUnusable) {
+		t.Fatalf("Open with an invalid stream config: %v, want ErrUnusable at once", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Open(ctx, js, prometheus.NewRegistry(), ConsumerPatcher, StreamConfig{Storage: jetstream.MemoryStorage}, ConsumerConfig{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Open returned %v before any NATS server ran", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Open after JetStream came up: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open did not attach within 20s of JetStream coming up")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"molt.dev/pkg/events"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
 
@@ -47,6 +49,34 @@ func (r *Runtime) AddReadyCheck(name string, check func() error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks[name] = check
+}
+
+// OpenEvents attaches the service to the event stream (events.Open, with the
+// --duplicate-window and --stream-replicas of Options), as name with the
+// consumer config given; /readyz names "event stream" until it is attached,
+// which Open retries while JetStream does not answer.
+func (r *Runtime) OpenEvents(ctx context.Context, name string, consumer events.ConsumerConfig) (*events.Endpoint, error) {
+	attached := r.NotReadyUntil("event stream")
+	ep, err := events.Open(ctx, r.JetStream, r.Registry, name, r.Options.Stream, consumer)
+	if err != nil {
+		return nil, err
+	}
+	attached()
+	return ep, nil
+}
+
+// NotReadyUntil adds the readiness check name, failing until done is
+// called: for a start-up step (attaching to the event stream) that may take a
+// while and that the service cannot work without.
+func (r *Runtime) NotReadyUntil(name string) (done func()) {
+	var ok atomic.Bool
+	r.AddReadyCheck(name, func() error {
+		if !ok.Load() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return func() { ok.Store(true) }
 }
 
 // ReadyWhenSynced adds the readiness check "informers": ready only once every

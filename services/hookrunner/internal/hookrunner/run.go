@@ -15,7 +15,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
 		h := &HookRunner{kube: rt.Kube, agents: rt.Agents, exec: agentruntime.Exec, reachWait: cfg.ReachWait}
-		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerHookRunner, rt.Options.Stream, events.ConsumerConfig{})
+		ep, err := rt.OpenEvents(ctx, events.ConsumerHookRunner, events.ConsumerConfig{})
 		if err != nil {
 			return err
 		}

@@ -31,7 +31,7 @@ func Run(ctx context.Context, cfg Config) error {
 		factory.Start(ctx.Done())
 		defer factory.Shutdown()
 		rt.ReadyWhenSynced("ops cache", synced...)
-		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPatcher, rt.Options.Stream, events.ConsumerConfig{})
+		ep, err := rt.OpenEvents(ctx, events.ConsumerPatcher, events.ConsumerConfig{})
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	if err != nil {
 		return err
 	}
-	endpoint, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerPodCycler, rt.Options.Stream, events.ConsumerConfig{})
+	endpoint, err := rt.OpenEvents(ctx, events.ConsumerPodCycler, events.ConsumerConfig{})
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
 		// The selector only publishes (requested); it reads how attempts
 		// end from the Sandbox status.
-		ep, err := events.Open(ctx, rt.JetStream, rt.Registry, Source, rt.Options.Stream, events.ConsumerConfig{PublishOnly: true})
+		ep, err := rt.OpenEvents(ctx, Source, events.ConsumerConfig{PublishOnly: true})
 		if err != nil {
 			return err
 		}

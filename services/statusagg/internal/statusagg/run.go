@@ -57,7 +57,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		return err
 	}
 	// The stream and statusagg's consumer; Consume re-attaches if either is deleted.
-	ep, err := events.Open(ctx, rt.JetStream, rt.Registry, events.ConsumerStatusAgg, rt.Options.Stream, events.ConsumerConfig{})
+	ep, err := rt.OpenEvents(ctx, events.ConsumerStatusAgg, events.ConsumerConfig{})
 	if err != nil {
 		return err
 	}
