@@ -3,7 +3,6 @@ package servicetest
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -61,15 +60,7 @@ func startServiceAs(t *testing.T, natsURL string, auth service.NATSAuth) (addr s
 	}
 }
 
-func get(addr, path string) (int, string) {
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
+func get(addr, path string) (int, string) { return testenv.HTTPGet(addr, path) }
 
 func TestReadyOnlyWhenKubernetesAndNATSAnswer(t *testing.T) {
 	env := testenv.Get(t)

@@ -3,7 +3,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -69,4 +71,50 @@ func Consistently(t testing.TB, d time.Duration, what string, cond func() (bool,
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Background runs run(ctx) for the rest of the test; when the test ends it
+// calls before (if not nil), cancels ctx, and fails the test if run returned
+// an error or does not return within wait. exited reports whether run has
+// returned already (and its error): a service that stopped early.
+func Background(t testing.TB, name string, wait time.Duration, run func(ctx context.Context) error, before func()) (exited func() (bool, error)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { runErr = run(ctx); close(done) }()
+	t.Cleanup(func() {
+		if before != nil {
+			before()
+		}
+		cancel()
+		select {
+		case <-done:
+			if runErr != nil {
+				t.Errorf("%s: %v", name, runErr)
+			}
+		case <-time.After(wait):
+			t.Errorf("%s did not return within %s of cancel", name, wait)
+		}
+	})
+	return func() (bool, error) {
+		select {
+		case <-done:
+			return true, runErr
+		default:
+			return false, nil
+		}
+	}
+}
+
+// HTTPGet returns the status code and body of GET http://addr+path, or 0 and
+// the error.
+func HTTPGet(addr, path string) (int, string) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

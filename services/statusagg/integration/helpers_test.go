@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -55,25 +54,10 @@ func start(t *testing.T) *harness {
 			KubeQPS: 100, KubeBurst: 200, ShutdownTimeout: 10 * time.Second},
 		SandboxWorkers: 2, OpsWorkers: 2, EventWorkers: 4,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- statusagg.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("statusagg.Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("statusagg.Run did not return within 30s of cancel")
-		}
-	})
+	exited := testenv.Background(t, "statusagg.Run", 30*time.Second, func(ctx context.Context) error { return statusagg.Run(ctx, cfg) }, nil)
 	testenv.Eventually(t, timeout, "statusagg /readyz", func() (bool, error) {
-		select {
-		case err := <-done:
+		if gone, err := exited(); gone {
 			t.Fatalf("statusagg.Run returned early: %v", err)
-		default:
 		}
 		code, body := httpGet(addr, "/readyz")
 		return code == http.StatusOK, fmt.Errorf("%d %s", code, body)
@@ -105,15 +89,7 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func httpGet(addr, path string) (int, string) {
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
+func httpGet(addr, path string) (int, string) { return testenv.HTTPGet(addr, path) }
 
 // createSandbox creates a sandbox running image, with labels.
 func (h *harness) createSandbox(ns, name string, labels map[string]string, image string) *agentsv1alpha1.Sandbox {

@@ -66,21 +66,7 @@ func (f *fixture) startSelector() {
 		},
 		LeaderElection: service.LeaderElection{Enabled: true, Namespace: f.ns, LeaseName: LeaseName}, Workers: 2, RepublishAfter: DefaultRepublishAfter,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		f.deleteAllOps()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("selector.Run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("selector.Run did not return within 20s of cancel")
-		}
-	})
+	testenv.Background(t, "selector.Run", 20*time.Second, func(ctx context.Context) error { return Run(ctx, cfg) }, f.deleteAllOps)
 }
 
 func (f *fixture) deleteAllOps() {

@@ -3,8 +3,11 @@ package statusagg
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
 )
 
 func event(typ, attempt, opsName string) events.Event {
@@ -13,7 +16,10 @@ func event(typ, attempt, opsName string) events.Event {
 
 func TestStageOf(t *testing.T) {
 	recreate := &agentsv1alpha1.Sandbox{}
-	checkpoint := &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{
+	// The patcher marks a CheckpointRestore attempt of an ops on the sandbox;
+	// a direct upgrade follows the sandbox's own upgradePolicy.
+	checkpoint := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue("a")}}}
+	directCheckpoint := &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{
 		UpgradePolicy: &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeCheckpointRestore}}}
 	started := func(stage string) events.Event {
 		ev := event(events.TypeStageStarted, "a", "ops")
@@ -36,6 +42,9 @@ func TestStageOf(t *testing.T) {
 		{"patched is PreUpgrade", event(events.TypePatched, "a", "ops"), recreate, "PreUpgrade", false},
 		{"prehook-done leads to UpgradePod", event(events.TypePreHookDone, "a", "ops"), recreate, "UpgradePod", false},
 		{"prehook-done leads to Checkpointing under CheckpointRestore", event(events.TypePreHookDone, "a", "ops"), checkpoint, "Checkpointing", false},
+		{"another attempt's CheckpointRestore mark does not count", event(events.TypePreHookDone, "b", "ops"), checkpoint, "UpgradePod", false},
+		{"a policy without the mark is not an ops's strategy", event(events.TypePreHookDone, "a", "ops"), directCheckpoint, "UpgradePod", false},
+		{"a direct upgrade follows the sandbox's policy", event(events.TypePreHookDone, upgrade.DirectAttemptPrefix+"r-1", ""), directCheckpoint, "Checkpointing", false},
 		{"pod-ready leads to PostUpgrade", event(events.TypePodReady, "a", "ops"), recreate, "PostUpgrade", false},
 		{"posthook-done is Succeeded", event(events.TypePostHookDone, "a", "ops"), recreate, "Succeeded", false},
 		{"stage-started names its stage", started("Checkpointing"), recreate, "Checkpointing", false},
