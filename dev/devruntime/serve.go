@@ -187,6 +187,7 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 	if err := r.checkpointer.restore(ctx, pod); err != nil {
 		return err
 	}
+	r.releaseAddr(ctx, key, addr)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen for pod %s on %s: %w", key, addr, err)
@@ -199,9 +200,38 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 	return nil
 }
 
+// releaseAddr stops the runtime of another pod still served on addr when
+// that pod no longer holds it (deleted, terminating, or on another IP now):
+// kwok hands a deleted pod's IP to the next pod at once, and a call for the
+// new pod must not reach the old one's runtime. r.mu is held.
+func (r *runtimes) releaseAddr(ctx context.Context, key, addr string) {
+	for other, s := range r.served {
+		if other == key || s.addr != addr {
+			continue
+		}
+		ns, name, _ := cache.SplitMetaNamespaceKey(other)
+		pod, err := r.pods.Pods(ns).Get(name)
+		if err == nil && pod.UID == s.uid && pod.DeletionTimestamp == nil && Serves(pod) &&
+			net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(r.cfg.Port)) == addr {
+			continue // it still holds the address: the new pod waits
+		}
+		_ = s.srv.Close()
+		close(s.stopped)
+		delete(r.served, other)
+		klog.FromContext(ctx).Info("Stopped agent-runtime of a pod whose address went to another", "pod", other, "uid", s.uid, "address", addr, "for", key)
+		if err != nil || pod.UID != s.uid {
+			if err := removePodDir(podDir(r.cfg.StateDir, string(s.uid))); err != nil {
+				klog.FromContext(ctx).Error(err, "Remove directory of a pod that is gone", "uid", s.uid)
+			}
+		}
+	}
+}
+
 // accessToken returns the token of pod's controlling Sandbox, read on every
 // request: "" (every request refused) when the pod has no sandbox, the
-// sandbox is gone or it has no token annotation.
+// sandbox is gone or it has no token annotation. The cache is read first;
+// when it shows no token (podcycler writes it just before the sandbox's
+// first pod, and the cache may not have caught up) the API server is asked.
 func (r *runtimes) accessToken(pod *corev1.Pod) func() string {
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil || ref.Kind != "Sandbox" || ref.APIVersion != agentsv1alpha1.SchemeGroupVersion.String() {
@@ -210,6 +240,14 @@ func (r *runtimes) accessToken(pod *corev1.Pod) func() string {
 	ns, name, uid := pod.Namespace, ref.Name, ref.UID
 	return func() string {
 		sb, err := r.sandboxes.Sandboxes(ns).Get(name)
+		if err == nil && sb.UID == uid {
+			if token := agentruntime.AccessToken(sb.Annotations); token != "" {
+				return token
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		sb, err = r.cfg.Agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil || sb.UID != uid {
 			return ""
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"molt.dev/dev/devcluster"
@@ -87,6 +88,11 @@ func up(c stackConfig) error {
 			return err
 		}
 	}
+	cidr, err := nextPodCIDR(c.stateDir)
+	if err != nil {
+		return err
+	}
+	c.cluster.PodCIDR = cidr
 	fmt.Println("starting the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -249,4 +255,27 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// nextPodCIDR is the pod range kwok hands out IPs from in this start of the
+// stack: the next /20 of 127.100.0.0/16 after the last start's (kept in the
+// state directory). kwok does not learn, when it starts, the IPs of pods that
+// already run, so on the same range it would give a new pod the IP of a
+// running one, and a hook meant for the new pod would reach the old pod's
+// agent-runtime. Pods older than 16 starts would collide again.
+func nextPodCIDR(stateDir string) (string, error) {
+	path := filepath.Join(stateDir, "kwok-pod-cidr-generation")
+	gen := 0
+	if b, err := os.ReadFile(path); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			gen = (n + 1) % 16
+		}
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return "", fmt.Errorf("create state dir %s: %w", stateDir, err)
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(gen)+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("record the pod range: %w", err)
+	}
+	return fmt.Sprintf("127.100.%d.0/20", gen*16), nil
 }
