@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -56,6 +58,20 @@ func readPool(t *testing.T, s *stack, ns, name string, revision string) (poolSta
 	return st, nil
 }
 
+// setMembers lists the names of set's unclaimed members.
+func setMembers(t *testing.T, s *stack, ns string, set *agentsv1alpha1.SandboxSet) []string {
+	t.Helper()
+	list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(context.Background(), metav1.ListOptions{LabelSelector: set.Status.Selector})
+	if err != nil || len(list.Items) == 0 {
+		t.Fatalf("list the members of %s: %v (%d)", set.Name, err, len(list.Items))
+	}
+	var names []string
+	for _, sb := range list.Items {
+		names = append(names, sb.Name)
+	}
+	return names
+}
+
 // waitSetConverged waits until set ns/name has replicas members, all
 // Running on its status.updateRevision, and its status says so exactly.
 func waitSetConverged(t *testing.T, s *stack, ns, name string, replicas int32, timeout time.Duration) *agentsv1alpha1.SandboxSet {
@@ -81,7 +97,7 @@ func waitSetConverged(t *testing.T, s *stack, ns, name string, replicas int32, t
 }
 
 // TestSandboxSetPool (issue 9): a SandboxSet keeps 10 unclaimed sandboxes;
-// 3 are claimed (label sandbox-claimed=true, controller owner reference
+// a member whose pod failed is replaced; 3 are claimed (label sandbox-claimed=true, controller owner reference
 // removed, as the sandbox manager does) and the pool refills; a template
 // change rolls the 10 unclaimed members onto the new revision with never
 // more than 2 of the 10 unavailable (default maxUnavailable 20%, sampled
@@ -108,6 +124,23 @@ spec:
 	if want := "agents.kruise.io/sandbox-claimed=false,agents.kruise.io/sandbox-pool=warm"; set.Status.Selector != want {
 		t.Errorf("status.selector %q, want %q", set.Status.Selector, want)
 	}
+
+	// A dead member (its pod failed) is replaced.
+	dead := setMembers(t, s, ns, set)[0]
+	pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, dead, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("pod of member %s: %v", dead, err)
+	}
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.Reason, pod.Status.Message = "Evicted", "the test failed the pod"
+	if _, err := s.env.Kube.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("fail the pod of member %s: %v", dead, err)
+	}
+	testenv.Eventually(t, time.Minute, "dead member "+dead+" replaced", func() (bool, error) {
+		_, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, dead, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Errorf("member %s still there: %v", dead, err)
+	})
+	waitSetConverged(t, s, ns, "warm", 10, 2*time.Minute)
 
 	// Claim 3.
 	pool, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{LabelSelector: set.Status.Selector})
