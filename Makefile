@@ -56,7 +56,7 @@ $(BIN)/nats-server: dev/go.mod dev/go.sum
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 ##@ Develop
-.PHONY: generate verify vet test test-unit bench
+.PHONY: generate verify vet test test-rules test-unit bench
 generate: ## regenerate deepcopy, clients, informers, listers, CRDs and protobuf code
 	hack/update-codegen.sh
 	hack/update-proto.sh
@@ -69,13 +69,18 @@ vet: ## go vet every module
 	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./dev/... ./test/e2e/...
 	@for m in tools/*/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
-test: tools build verify vet ## run every unit and integration test (real control plane and NATS)
+test: tools build verify vet test-rules ## run every unit and integration test (real control plane and NATS), and the Prometheus rules' tests
 	$(GO) test -count=1 -timeout 45m ./pkg/... ./dev/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
 
 BENCH_N   ?= 1000
 BENCH_OUT ?= bench-results.md
 bench: up ## upgrade BENCH_N (1000) sandboxes on the local stack and write $(BENCH_OUT)
 	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids -n $(BENCH_N) --out $(BENCH_OUT)
+
+test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit tests
+	@command -v promtool >/dev/null || { echo "promtool not found: install Debian's prometheus package (apt-get install prometheus), which ships it"; exit 1; }
+	promtool check rules deploy/prometheus/rules.yaml
+	cd deploy/prometheus && promtool test rules rules_test.yaml
 
 test-unit: ## run the tests that need no control plane
 	$(GO) test -count=1 -short ./pkg/events/... ./pkg/apis/...

@@ -91,6 +91,9 @@ func (e *Endpoint) Consume(ctx context.Context, h Handler, opts ...ConsumeOption
 	}
 	logger := klog.FromContext(ctx).WithValues("consumer", e.name)
 	opts = append([]ConsumeOption{WithMetrics(e.Metrics)}, opts...)
+	backlogDone := make(chan struct{})
+	defer func() { <-backlogDone }()
+	go func() { defer close(backlogDone); e.watchBacklog(ctx) }()
 	cons, pause := e.cons, reattachPause
 	for {
 		started := time.Now()
@@ -130,5 +133,30 @@ func (e *Endpoint) reattach(ctx context.Context, logger klog.Logger, pause time.
 			return cons, pause, true
 		}
 		logger.Error(err, "Re-attach failed, retrying", "attempt", attempt, "pause", pause)
+	}
+}
+
+// backlogEvery is how often Consume reads its consumer's backlog for
+// molt_events_consumer_pending.
+const backlogEvery = 15 * time.Second
+
+// watchBacklog reads the consumer's info every backlogEvery until ctx ends
+// and records its pending and ack-pending counts. A failed read (the
+// consumer re-attaching) is skipped.
+func (e *Endpoint) watchBacklog(ctx context.Context) {
+	t := time.NewTicker(backlogEvery)
+	defer t.Stop()
+	for {
+		infoCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if c, err := e.js.Consumer(infoCtx, StreamName, e.name); err == nil {
+			info := c.CachedInfo()
+			e.Metrics.recordBacklog(e.name, info.NumPending, info.NumAckPending)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

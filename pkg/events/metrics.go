@@ -14,6 +14,8 @@ type Metrics struct {
 	handled        *prometheus.CounterVec
 	handleDuration *prometheus.HistogramVec
 	configDrift    *prometheus.GaugeVec
+	pending        *prometheus.GaugeVec
+	ackPending     *prometheus.GaugeVec
 }
 
 // Publish result label values of molt_events_published_total.
@@ -58,7 +60,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 				"by object (stream, consumer), name and field; set by EnsureStream and EnsureConsumer.",
 		}, []string{"object", "name", "field"}),
 	}
-	for _, c := range []prometheus.Collector{m.published, m.handled, m.handleDuration, m.configDrift} {
+	m.pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "molt", Subsystem: "events", Name: "consumer_pending",
+		Help: "Messages of the stream the consumer has not delivered yet (its backlog), read from the server every 15s by the consuming service.",
+	}, []string{"consumer"})
+	m.ackPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "molt", Subsystem: "events", Name: "consumer_ack_pending",
+		Help: "Messages delivered to the consumer and not acknowledged yet (being handled, or held by a replica that died), read every 15s.",
+	}, []string{"consumer"})
+	for _, c := range []prometheus.Collector{m.published, m.handled, m.handleDuration, m.configDrift, m.pending, m.ackPending} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register events metrics: %w", err)
 		}
@@ -79,6 +89,15 @@ func (m *Metrics) recordHandled(consumer, eventType, result string, took time.Du
 	}
 	m.handled.WithLabelValues(consumer, eventType, result).Inc()
 	m.handleDuration.WithLabelValues(consumer, eventType).Observe(took.Seconds())
+}
+
+// recordBacklog sets a consumer's backlog gauges.
+func (m *Metrics) recordBacklog(consumer string, pending uint64, ackPending int) {
+	if m == nil {
+		return
+	}
+	m.pending.WithLabelValues(consumer).Set(float64(pending))
+	m.ackPending.WithLabelValues(consumer).Set(float64(ackPending))
 }
 
 // recordDrift sets the drift gauge of one stream or consumer to exactly ds: 1 for each field

@@ -1,15 +1,15 @@
 package statusagg
 
 import (
-	"molt.dev/pkg/upgrade"
-
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // Label values of molt_ops_sandboxes{state}.
@@ -31,6 +31,7 @@ var opsPhases = []agentsv1alpha1.SandboxUpdateOpsPhase{
 type metrics struct {
 	opsSandboxes  *prometheus.GaugeVec
 	opsPhase      *prometheus.GaugeVec
+	oldestStage   *prometheus.GaugeVec
 	stageDuration *prometheus.HistogramVec
 	failures      *prometheus.CounterVec
 	redrives      *prometheus.CounterVec
@@ -46,6 +47,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "molt", Subsystem: "ops", Name: "phase",
 			Help: "1 for the current phase of a SandboxUpdateOps (Pending, Updating, Completed, Failed), 0 for the others.",
 		}, []string{"namespace", "ops", "phase"}),
+		oldestStage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "molt", Subsystem: "ops", Name: "oldest_stage_start_timestamp_seconds",
+			Help: "When the longest-running stage of an ops's sandboxes in flight began (Unix seconds; 0 when none is in flight): time() minus it is how long that stage has run.",
+		}, []string{"namespace", "ops"}),
 		stageDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "molt", Name: "stage_duration_seconds",
 			Help:    "Time a sandbox spent in one upgrade stage (Upgrading reason), measured between the events that began and ended it.",
@@ -60,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Stalled stages the watchdog re-drove by publishing the stage's input event again, by stage.",
 		}, []string{"stage"}),
 	}
-	for _, c := range []prometheus.Collector{m.opsSandboxes, m.opsPhase, m.stageDuration, m.failures, m.redrives} {
+	for _, c := range []prometheus.Collector{m.opsSandboxes, m.opsPhase, m.oldestStage, m.stageDuration, m.failures, m.redrives} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register statusagg metrics: %w", err)
 		}
@@ -84,11 +89,36 @@ func (m *metrics) setOps(ops *agentsv1alpha1.SandboxUpdateOps, st agentsv1alpha1
 	}
 }
 
+// setOldestStage sets when the oldest in-flight stage of ops began: the
+// earliest UpgradeAttempt transition among its sandboxes whose attempt (the
+// ops UID) is in a stage; 0 when none is.
+func (m *metrics) setOldestStage(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) {
+	var oldest time.Time
+	for _, sb := range sandboxes {
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+			continue
+		}
+		reason, ok := upgrade.ReasonFor(sb, string(ops.UID))
+		if !ok || !upgrade.InProgress(reason) {
+			continue
+		}
+		if c := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt); c != nil && (oldest.IsZero() || c.LastTransitionTime.Time.Before(oldest)) {
+			oldest = c.LastTransitionTime.Time
+		}
+	}
+	v := 0.0
+	if !oldest.IsZero() {
+		v = float64(oldest.UnixNano()) / 1e9
+	}
+	m.oldestStage.WithLabelValues(ops.Namespace, ops.Name).Set(v)
+}
+
 // forgetOps drops a deleted ops' series.
 func (m *metrics) forgetOps(namespace, name string) {
 	l := prometheus.Labels{"namespace": namespace, "ops": name}
 	m.opsSandboxes.DeletePartialMatch(l)
 	m.opsPhase.DeletePartialMatch(l)
+	m.oldestStage.DeletePartialMatch(l)
 }
 
 // stageClock remembers when each sandbox's current stage began (the time of

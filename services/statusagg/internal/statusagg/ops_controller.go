@@ -43,6 +43,8 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	if upgrade.IsFinished(ops) || ops.DeletionTimestamp != nil {
 		logger.V(4).Info("Skip: ops is finished or being deleted", "phase", ops.Status.Phase)
 		s.metrics.setOps(ops, ops.Status)
+		sandboxes, _ := s.sandboxes.Sandboxes(ns).List(labels.Everything()) // a deleted ops's attempts finish
+		s.metrics.setOldestStage(ops, sandboxes)
 		return nil
 	}
 
@@ -54,6 +56,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("list sandboxes of namespace %s: %w", ns, err)
 	}
+	s.metrics.setOldestStage(ops, sandboxes)
 	otherActive := upgrade.OtherActive(all, name)
 	sel, selErr := upgrade.Select(ops, sandboxes, otherActive)
 	if selErr == nil && sel.Total() == 0 {
