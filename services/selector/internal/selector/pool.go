@@ -2,6 +2,7 @@ package selector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -87,9 +88,8 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 //  6. scale up: fewer → create the missing ones on the current revision, in
 //     slow-start batches (1, 2, 4, ...), stopping at the first error.
 //
-// Every delete carries the member's UID as a precondition, so a sandbox
-// claimed (and so re-created by name elsewhere) or replaced meanwhile is
-// never hit.
+// Every delete carries the member's UID and resourceVersion as
+// preconditions, so a sandbox claimed or replaced meanwhile is never hit.
 func (p *pool) sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -125,6 +125,19 @@ func (p *pool) sync(ctx context.Context, key string) error {
 			p.expect[key] = e
 		}
 	}()
+	err = p.reconcile(ctx, set, e)
+	if errors.Is(err, errChanged) {
+		logger.V(2).Info("A member changed since it was read; looking again")
+		p.enqueueAfter(key, 200*time.Millisecond)
+		return nil
+	}
+	return err
+}
+
+// reconcile is steps 2 to 6 of sync for set, recording its writes in e.
+func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e *expectation) error {
+	logger := klog.FromContext(ctx)
+	key := set.Namespace + "/" + set.Name
 	revision, err := upgrade.Revision(set.Spec.Template)
 	if err != nil {
 		return fmt.Errorf("hash template of SandboxSet %s: %w", key, err)
@@ -234,20 +247,30 @@ func (p *pool) create(ctx context.Context, e *expectation, set *agentsv1alpha1.S
 	return nil
 }
 
-// delete removes a member, with its UID as a precondition.
+// delete removes a member, with its UID and resourceVersion as
+// preconditions: a sandbox claimed (or changed in any way) since the cache
+// showed it is not deleted, and the pool looks again.
 func (p *pool) delete(ctx context.Context, e *expectation, sb *agentsv1alpha1.Sandbox, why string) error {
-	uid := sb.UID
-	err := p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Delete(ctx, sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone, or a different sandbox by now
-	}
-	if err != nil {
+	uid, rv := sb.UID, sb.ResourceVersion
+	err := p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Delete(ctx, sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // gone already
+	case apierrors.IsConflict(err):
+		// Claimed or changed since the cache showed it: decide again on a
+		// fresher view rather than count it deleted.
+		return errChanged
+	case err != nil:
 		return fmt.Errorf("delete member %s/%s of its SandboxSet (%s): %w", sb.Namespace, sb.Name, why, err)
 	}
 	e.deleted = append(e.deleted, uid)
 	klog.FromContext(ctx).Info("Deleted pool member", "sandbox", klog.KObj(sb), "uid", uid, "why", why)
 	return nil
 }
+
+// errChanged says a member changed between the cache read and its delete;
+// the sync ends and runs again shortly.
+var errChanged = errors.New("a member changed since it was read")
 
 // available reports whether a member serves: phase Running.
 func available(sb *agentsv1alpha1.Sandbox) bool {
