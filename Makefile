@@ -77,8 +77,8 @@ BENCH_OUT ?= bench-results.md
 bench: up ## upgrade BENCH_N (1000) sandboxes on the local stack and write $(BENCH_OUT)
 	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids -n $(BENCH_N) --out $(BENCH_OUT)
 
-test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit tests
-	@command -v promtool >/dev/null || { echo "promtool not found: install Debian's prometheus package (apt-get install prometheus), which ships it"; exit 1; }
+test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit tests (installs Debian's prometheus if needed)
+	@hack/prometheus.sh
 	promtool check rules deploy/prometheus/rules.yaml
 	cd deploy/prometheus && promtool test rules rules_test.yaml
 
