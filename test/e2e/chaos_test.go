@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
@@ -124,6 +125,18 @@ func sampleUpdated(s *stack, ns, name string, every time.Duration) *updatedSampl
 		}
 	}()
 	return u
+}
+
+// sawFinal waits, up to timeout, until the sampler has read want (the
+// ops's last updatedReplicas), so that the last counter write is sampled
+// before the sampler stops.
+func (u *updatedSampler) sawFinal(t *testing.T, want int32, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, fmt.Sprintf("the sampler reads updatedReplicas %d", want), func() (bool, error) {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.last == want, fmt.Errorf("last sampled %d", u.last)
+	})
 }
 
 func (u *updatedSampler) finish() (samples int, decreases []string) {
@@ -305,8 +318,9 @@ func TestChaosKill9KeepsEveryInvariant(t *testing.T) {
 		chaosReviveCrashed(t, s, crashed)
 		time.Sleep(500 * time.Millisecond)
 	}
-	// Let a last counter write land before the sampler stops.
-	time.Sleep(2 * time.Second)
+	if final != nil {
+		sampler.sawFinal(t, final.Status.UpdatedReplicas, 10*time.Second)
+	}
 	samples, decreases := sampler.finish()
 	samplerDone = true
 	chaosReviveCrashed(t, s, crashed)

@@ -336,7 +336,7 @@ func TestNATSServerKill9MidUpgrade(t *testing.T) {
 		}
 
 		ops := waitEnded(t, s, ns, opsName, 3*time.Minute)
-		time.Sleep(time.Second) // a last counter write lands before the sampler stops
+		sampler.sawFinal(t, ops.Status.UpdatedReplicas, 10*time.Second)
 		samples, decreases := sampler.finish()
 		assertCounters(t, ops, sandboxes)
 		for _, d := range decreases {
@@ -511,7 +511,7 @@ func TestBothLeadersKilledWithTwoReplicas(t *testing.T) {
 	s.Restart(t, aggLeader)
 
 	final := waitEnded(t, s, ns, opsName, 3*time.Minute)
-	time.Sleep(time.Second)
+	updated.sawFinal(t, final.Status.UpdatedReplicas, 10*time.Second)
 	maxInFlight, maxAt, samples := inFlight.finish()
 	_, decreases := updated.finish()
 	t.Logf("ops completed after %s; at most %d admitted and unfinished (%d samples)", time.Since(runStart).Round(time.Second), maxInFlight, samples)
