@@ -72,10 +72,16 @@ vet: ## go vet every module
 test: tools build verify vet test-rules ## run every unit and integration test (real control plane and NATS), and the Prometheus rules' tests
 	$(GO) test -count=1 -timeout 45m ./pkg/... ./dev/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
 
-BENCH_N   ?= 1000
-BENCH_OUT ?= bench-results.md
-bench: up ## upgrade BENCH_N (1000) sandboxes on the local stack and write $(BENCH_OUT)
-	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids -n $(BENCH_N) --out $(BENCH_OUT)
+BENCH_N      ?= 1000
+BENCH_OUT    ?= bench-results.md
+BENCH_SHAPES ?= 100pct,10pct,one,hook
+BENCH_SCALE  ?= 0
+BENCH_FLOOR  ?= 1
+BENCH_HOOK_N ?= 50
+bench: up ## time issue 12's shapes on the local stack (BENCH_SHAPES, BENCH_SCALE=1 adds 10k and replicas, BENCH_FLOOR=0) into BENCH_OUT
+	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids -n $(BENCH_N) --out $(BENCH_OUT) \
+		--shapes=$(BENCH_SHAPES) --scale=$(if $(filter 1,$(BENCH_SCALE)),true,false) \
+		--floor=$(if $(filter 0,$(BENCH_FLOOR)),false,true) --hook-n $(BENCH_HOOK_N)
 
 test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit tests (installs Debian's prometheus if needed)
 	@hack/prometheus.sh

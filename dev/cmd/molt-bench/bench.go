@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,82 +30,219 @@ type bench struct {
 }
 
 type runResult struct {
-	maxUnavailable string
-	n              int
-	hook           bool
-	wall           time.Duration
-	writes         float64
-	events         uint64
-	stages         map[string][]time.Duration
-	phase          agentsv1alpha1.SandboxUpdateOpsPhase
+	shape shape
+	n     int
+	wall  time.Duration
+	// phase is Completed if every ops completed, else the first other phase.
+	phase agentsv1alpha1.SandboxUpdateOpsPhase
+	// writes are the API server's write requests during the run, the bench's
+	// own ops creates taken out.
+	writes map[requestKey]float64
+	// cpu is the CPU time every process of the stack spent during the run.
+	cpu    map[string]time.Duration
+	events uint64
+	stages map[string][]time.Duration
+	// completedLag is the longest, over the run's ops, from the last
+	// sandbox of its namespace finishing to the bench seeing it Completed.
+	completedLag time.Duration
+	// replicaRSS is the peak RSS in kB of the extra replicas, read before
+	// they are stopped.
+	replicaRSS map[string]int64
 }
 
 type floorResult struct {
+	n      int
 	wall   time.Duration
 	writes int
 }
 
-// upgradeRun creates N Running sandboxes in ns, applies one ops and times it.
-func (b *bench) upgradeRun(ctx context.Context, ns, maxUnavailable string, n int, hook *agentsv1alpha1.UpgradeAction) (runResult, error) {
-	r := runResult{maxUnavailable: maxUnavailable, n: n, hook: hook != nil}
-	fmt.Printf("creating %d sandboxes in %s\n", n, ns)
-	if err := b.setup(ctx, ns, n, false); err != nil {
+// opsPoll is how often the bench looks at the ops while they run: it bounds
+// how late it can see an ops Completed.
+const opsPoll = 50 * time.Millisecond
+
+// upgradeRun creates the shape's Running sandboxes, one namespace at a time,
+// then creates one ops per namespace at once and times them to Completed.
+// CPU, API writes and stream messages are read just before the ops are
+// created and just after the last one finished.
+func (b *bench) upgradeRun(ctx context.Context, runID string, s shape) (runResult, error) {
+	r := runResult{shape: s, n: s.sandboxes()}
+	var namespaces []string
+	for i := range s.namespaces {
+		ns := fmt.Sprintf("bench-%s-%s-%d", runID, s.key, i)
+		fmt.Printf("creating %d sandboxes in %s\n", s.perNamespace, ns)
+		if err := b.setup(ctx, ns, s.perNamespace, false); err != nil {
+			return r, err
+		}
+		namespaces = append(namespaces, ns)
+	}
+	for _, ns := range namespaces {
+		if err := b.waitPhase(ctx, ns, s.perNamespace, agentsv1alpha1.SandboxRunning); err != nil {
+			return r, err
+		}
+	}
+	// Namespaces of earlier runs that still terminate would add their
+	// deletes to this run's writes and CPU.
+	if err := b.waitNamespacesGone(ctx, namespaces); err != nil {
 		return r, err
 	}
-	if err := b.waitPhase(ctx, ns, n, agentsv1alpha1.SandboxRunning); err != nil {
+	procs, err := stackProcesses(b.cfg.pidDir)
+	if err != nil {
 		return r, err
+	}
+	var reps *replicas
+	if s.replicas > 1 {
+		reps, err = startReplicas(ctx, b.cfg, s.replicas)
+		defer reps.stop()
+		if err != nil {
+			return r, err
+		}
+		procs = append(procs, reps.processes()...)
 	}
 	writesBefore, err := apiserverWrites(ctx, b.kube)
 	if err != nil {
 		return r, err
 	}
+	cpuBefore := cpuTimes(procs)
 	eventsBefore, err := streamMessages(ctx, b.cfg.natsURL)
 	if err != nil {
 		return r, err
 	}
-	mu := intstr.Parse(maxUnavailable)
-	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns}}
-	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"bench": ns}}
-	ops.Spec.UpdateStrategy.MaxUnavailable = &mu
-	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v2"}]}}`)}
-	if hook != nil {
-		ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}
-	}
+	// The ops of this shape's run carry this label; earlier shapes' may
+	// still be there while their namespaces terminate.
+	run := runID + "-" + s.key
 	start := time.Now()
-	if _, err := b.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, ops, metav1.CreateOptions{}); err != nil {
-		return r, fmt.Errorf("create ops in %s: %w", ns, err)
-	}
-	for {
-		o, err := b.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "bench", metav1.GetOptions{})
-		if err != nil {
-			return r, fmt.Errorf("get ops %s/bench: %w", ns, err)
-		}
-		if o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed {
-			r.phase = o.Status.Phase
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return r, fmt.Errorf("ops %s/bench not finished: %w (status %+v)", ns, ctx.Err(), o.Status)
-		case <-time.After(100 * time.Millisecond):
+	for _, ns := range namespaces {
+		if _, err := b.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, b.ops(ns, run, s), metav1.CreateOptions{}); err != nil {
+			return r, fmt.Errorf("create ops in %s: %w", ns, err)
 		}
 	}
-	r.wall = time.Since(start)
+	seen, err := b.waitOps(ctx, run, len(namespaces))
+	if err != nil {
+		return r, err
+	}
+	r.phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+	for _, o := range seen {
+		if o.at.Sub(start) > r.wall {
+			r.wall = o.at.Sub(start)
+		}
+		if o.phase != agentsv1alpha1.SandboxUpdateOpsCompleted && r.phase == agentsv1alpha1.SandboxUpdateOpsCompleted {
+			r.phase = o.phase
+		}
+	}
+	cpuAfter := cpuTimes(procs)
+	if reps != nil {
+		r.replicaRSS = reps.peakRSS()
+	}
 	writesAfter, err := apiserverWrites(ctx, b.kube)
 	if err != nil {
 		return r, err
 	}
-	r.writes = writesAfter - writesBefore
+	r.writes = deltaWrites(writesBefore, writesAfter)
+	// The bench's own writes: one ops create per namespace.
+	r.writes[requestKey{verb: "POST", group: agentsGroup, resource: "sandboxupdateops", code: "201"}] -= float64(len(namespaces))
+	r.cpu = deltaCPU(cpuBefore, cpuAfter)
 	eventsAfter, err := streamMessages(ctx, b.cfg.natsURL)
 	if err != nil {
 		return r, err
 	}
 	r.events = eventsAfter - eventsBefore
-	r.stages, err = stageLatencies(ctx, b.cfg.natsURL, ns)
-	if err != nil {
-		return r, err
+	r.stages = map[string][]time.Duration{}
+	for _, ns := range namespaces {
+		h, err := readHistory(ctx, b.cfg.natsURL, ns)
+		if err != nil {
+			return r, err
+		}
+		for name, d := range h.stages {
+			r.stages[name] = append(r.stages[name], d...)
+		}
+		if lag := seen[ns].at.Sub(h.last); !h.last.IsZero() && lag > r.completedLag {
+			r.completedLag = lag
+		}
 	}
-	return r, b.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	for _, ns := range namespaces {
+		if err := b.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			return r, fmt.Errorf("delete namespace %s: %w", ns, err)
+		}
+	}
+	return r, nil
+}
+
+// waitNamespacesGone waits until no namespace of the bench ("bench-…")
+// exists but keep.
+func (b *bench) waitNamespacesGone(ctx context.Context, keep []string) error {
+	for said := false; ; said = true {
+		list, err := b.kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list namespaces: %w", err)
+		}
+		var left []string
+		for _, ns := range list.Items {
+			if strings.HasPrefix(ns.Name, "bench-") && !slices.Contains(keep, ns.Name) {
+				left = append(left, ns.Name)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if !said {
+			fmt.Printf("waiting for %d namespaces of earlier runs to be deleted (%s)\n", len(left), strings.Join(left, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespaces %s still there: %w", strings.Join(left, ", "), ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ops is the shape's SandboxUpdateOps for ns: an image-only patch, the
+// shape's maxUnavailable (an integer if it has no %) and hook.
+func (b *bench) ops(ns, run string, s shape) *agentsv1alpha1.SandboxUpdateOps {
+	mu := intstr.Parse(s.maxUnavailable)
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns, Labels: map[string]string{"bench-run": run}}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"bench": ns}}
+	ops.Spec.UpdateStrategy.MaxUnavailable = &mu
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v2"}]}}`)}
+	if s.hookSeconds > 0 {
+		ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+			Exec:           &agentsv1alpha1.ExecAction{Command: []string{"/bin/bash", "-c", fmt.Sprintf("sleep %d", s.hookSeconds)}},
+			TimeoutSeconds: int32(s.hookSeconds + 60),
+		}}
+	}
+	return ops
+}
+
+// opsSeen is when the bench first saw an ops Completed or Failed.
+type opsSeen struct {
+	at    time.Time
+	phase agentsv1alpha1.SandboxUpdateOpsPhase
+}
+
+// waitOps lists the run's ops every opsPoll until want of them have
+// finished, and returns when it saw each finish, by namespace.
+func (b *bench) waitOps(ctx context.Context, run string, want int) (map[string]opsSeen, error) {
+	seen := map[string]opsSeen{}
+	for {
+		list, err := b.agents.AgentsV1alpha1().SandboxUpdateOps("").List(ctx, metav1.ListOptions{LabelSelector: "bench-run=" + run})
+		if err != nil {
+			return nil, fmt.Errorf("list ops of run %s: %w", run, err)
+		}
+		now := time.Now()
+		for _, o := range list.Items {
+			done := o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
+			if _, ok := seen[o.Namespace]; done && !ok {
+				seen[o.Namespace] = opsSeen{at: now, phase: o.Status.Phase}
+			}
+		}
+		if len(seen) >= want {
+			return seen, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%d of %d ops of run %s finished: %w", len(seen), want, run, ctx.Err())
+		case <-time.After(opsPoll):
+		}
+	}
 }
 
 // setup creates the namespace and N sandboxes (paused ones for the floor).
@@ -194,7 +333,7 @@ func (b *bench) floorRun(ctx context.Context, ns string) (floorResult, error) {
 	if err != nil {
 		return floorResult{}, fmt.Errorf("floor writes: %w", err)
 	}
-	return floorResult{wall: wall, writes: 5}, b.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	return floorResult{n: b.cfg.n, wall: wall, writes: 5}, b.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 }
 
 func floorPod(ns, name string) *corev1.Pod {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"maps"
+	"testing"
+)
+
+func TestParseSeries(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		line   string
+		labels map[string]string
+		value  float64
+		ok     bool
+	}{
+		{"sandbox status patch",
+			`apiserver_request_total{code="200",component="apiserver",dry_run="",group="agents.kruise.io",resource="sandboxes",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 1234`,
+			map[string]string{"code": "200", "component": "apiserver", "dry_run": "", "group": "agents.kruise.io", "resource": "sandboxes", "scope": "resource", "subresource": "status", "verb": "PATCH", "version": "v1alpha1"},
+			1234, true},
+		{"escaped quote and timestamp", `apiserver_request_total{a="x\"y,z}",b="2"} 5e+02 1700000000`, map[string]string{"a": `x"y,z}`, "b": "2"}, 500, true},
+		{"other metric", `apiserver_request_total_other{a="1"} 2`, nil, 0, false},
+		{"comment", `# TYPE apiserver_request_total counter`, nil, 0, false},
+		{"unterminated value", `apiserver_request_total{a="1} 2`, nil, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			labels, v, ok := parseSeries(tc.line, "apiserver_request_total")
+			if ok != tc.ok || v != tc.value || !maps.Equal(labels, tc.labels) {
+				t.Errorf("parseSeries = %v, %v, %v; want %v, %v, %v", labels, v, ok, tc.labels, tc.value, tc.ok)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  requestKey
+		want string
+	}{
+		{"sandbox patch", requestKey{verb: "PATCH", group: agentsGroup, resource: "sandboxes"}, classMolt},
+		{"sandbox status", requestKey{verb: "PUT", group: agentsGroup, resource: "sandboxes", subresource: "status"}, classMolt},
+		{"ops status", requestKey{verb: "PATCH", group: agentsGroup, resource: "sandboxupdateops", subresource: "status"}, classMolt},
+		{"checkpoint create", requestKey{verb: "POST", group: agentsGroup, resource: "checkpoints"}, classMolt},
+		{"pod create", requestKey{verb: "POST", resource: "pods"}, classMolt},
+		{"pod delete", requestKey{verb: "DELETE", resource: "pods"}, classMolt},
+		{"hook's done mark", requestKey{verb: "PATCH", resource: "pods"}, classMolt},
+		{"kwok pod status", requestKey{verb: "PATCH", resource: "pods", subresource: "status"}, classRest},
+		{"scheduler binding", requestKey{verb: "POST", resource: "pods", subresource: "binding"}, classRest},
+		{"core event", requestKey{verb: "POST", resource: "events"}, classAside},
+		{"events.k8s.io event", requestKey{verb: "PATCH", group: "events.k8s.io", resource: "events"}, classAside},
+		{"lease", requestKey{verb: "PUT", group: "coordination.k8s.io", resource: "leases"}, classAside},
+		{"node status", requestKey{verb: "PATCH", resource: "nodes", subresource: "status"}, classRest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := classify(tc.key); got != tc.want {
+				t.Errorf("classify(%v) = %q, want %q", tc.key, got, tc.want)
+			}
+		})
+	}
+}
