@@ -1,15 +1,18 @@
 package upgrade
 
 import (
+	"crypto/sha256"
 	"fmt"
-
-	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -159,7 +162,48 @@ func isPoolMember(sb *agentsv1alpha1.Sandbox) bool {
 // noNeedToUpdate is true when the patched template equals the current one.
 // A patch that cannot be applied is not "no need": the sandbox is selected
 // and fails visibly in the patcher.
+//
+// The answer is remembered per sandbox version and patch (noNeedMemo): Select
+// runs on every change of an ops's sandboxes, and applying the patch to every
+// not-started sandbox each time made its cost grow with the square of their
+// number.
 func noNeedToUpdate(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
+	key := noNeedKey{uid: sb.UID, resourceVersion: sb.ResourceVersion, patch: sha256.Sum256(patch)}
+	if key.uid == "" || key.resourceVersion == "" {
+		return computeNoNeed(sb, patch)
+	}
+	if v, ok := noNeedMemo.Load(key.uid); ok && v.(noNeedEntry).key == key {
+		return v.(noNeedEntry).noNeed
+	}
+	noNeed := computeNoNeed(sb, patch)
+	if noNeedMemoSize.Add(1) > noNeedMemoMax {
+		noNeedMemo.Clear() // sandboxes long deleted: start again
+		noNeedMemoSize.Store(0)
+	}
+	noNeedMemo.Store(key.uid, noNeedEntry{key: key, noNeed: noNeed})
+	return noNeed
+}
+
+// noNeedMemo maps a sandbox UID to its last noNeedToUpdate answer.
+var (
+	noNeedMemo     sync.Map
+	noNeedMemoSize atomic.Int64
+)
+
+const noNeedMemoMax = 1 << 17
+
+type noNeedKey struct {
+	uid             types.UID
+	resourceVersion string
+	patch           [sha256.Size]byte
+}
+
+type noNeedEntry struct {
+	key    noNeedKey
+	noNeed bool
+}
+
+func computeNoNeed(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
 	cur := sb.Spec.Template
 	if cur == nil {
 		cur = &corev1.PodTemplateSpec{}

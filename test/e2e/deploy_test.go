@@ -495,7 +495,7 @@ var refusals = map[string][]access{
 	},
 	"patcher": {
 		{verb: "delete", resource: "sandboxes"},
-		{verb: "update", resource: "sandboxes/status"}, {verb: "patch", resource: "sandboxes"}, {verb: "list", resource: "sandboxes"},
+		{verb: "update", resource: "sandboxes/status"}, {verb: "update", resource: "sandboxes"}, {verb: "list", resource: "sandboxes"},
 		{verb: "patch", resource: "sandboxupdateops"}, {verb: "create", resource: "pods"}, {verb: "delete", resource: "pods"},
 		{verb: "create", resource: "leases", namespace: deployNamespace},
 	},

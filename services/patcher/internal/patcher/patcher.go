@@ -2,13 +2,16 @@ package patcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -147,9 +150,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	})
 }
 
-// writeSpec updates template and lifecycle if they differ, and for a
+// writeSpec writes template and lifecycle if they differ, and for a
 // CheckpointRestore attempt its strategy (upgrade.AnnotationUpgradeStrategy),
-// in one update. spec.upgradePolicy is not written: an ops does not need it,
+// in one JSON patch that holds only if the spec is still the one read (a
+// test of metadata.generation, which status and label writes do not move,
+// so they never make it conflict). spec.upgradePolicy is not written: an ops does not need it,
 // and a policy left behind would make a later template edit recreate the pod
 // by surprise; one the user set stays as it is.
 func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string) error {
@@ -159,21 +164,18 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
 		return nil
 	}
-	updated := sb.DeepCopy()
-	updated.Spec.Template = target
-	updated.Spec.Lifecycle = ops.Spec.Lifecycle.DeepCopy()
-	if checkpoint {
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
-		}
-		updated.Annotations[upgrade.AnnotationUpgradeStrategy] = upgrade.StrategyValue(attempt)
+	body, err := specPatch(sb, target, ops.Spec.Lifecycle, checkpoint, attempt)
+	if err != nil {
+		return events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
 	}
-	_, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("update sandbox %s/%s: changed since read, will retry: %w", sb.Namespace, sb.Name, err)
+	_, err = p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
 	}
 	if err != nil {
-		return fmt.Errorf("update sandbox %s/%s spec: %w", sb.Namespace, sb.Name, err)
+		// A failed generation test (the spec changed since read) lands
+		// here too: the retry reads the sandbox again.
+		return fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
 	}
 	klog.FromContext(ctx).V(1).Info("spec patched")
 	return nil
@@ -264,4 +266,37 @@ func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill
 		return fmt.Errorf("publish %s for %s: %w", typ, in.SandboxKey(), err)
 	}
 	return nil
+}
+
+// specPatch is the JSON patch of writeSpec: a test that the spec is still at
+// the generation read, then the template, the lifecycle and, for a
+// CheckpointRestore attempt, the strategy annotation.
+func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifecycle *agentsv1alpha1.SandboxLifecycle, checkpoint bool, attempt string) ([]byte, error) {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	ops := []op{
+		{Op: "test", Path: "/metadata/generation", Value: sb.Generation},
+		{Op: "add", Path: "/spec/template", Value: target},
+	}
+	switch {
+	case lifecycle != nil:
+		ops = append(ops, op{Op: "add", Path: "/spec/lifecycle", Value: lifecycle})
+	case sb.Spec.Lifecycle != nil:
+		ops = append(ops, op{Op: "remove", Path: "/spec/lifecycle"})
+	}
+	if checkpoint {
+		if sb.Annotations == nil {
+			ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+		}
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(upgrade.AnnotationUpgradeStrategy), Value: upgrade.StrategyValue(attempt)})
+	}
+	return json.Marshal(ops)
+}
+
+// jsonPointerEscape escapes one JSON pointer token (RFC 6901).
+func jsonPointerEscape(token string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
 }

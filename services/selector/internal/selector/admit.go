@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,44 +16,73 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// admit starts the candidates that fit in the budget (Selection.ToAdmit),
-// in name order: for each, label it with the ops (against the
-// resourceVersion the decision was made on; a conflict requeues the ops),
-// then publish `requested`.
+// admitWorkers bounds the label patches of one sync in flight at once: a
+// batch is labelled in about the time of one patch.
+const admitWorkers = 32
+
+// admit starts the candidates that fit in the budget (Selection.ToAdmit):
+//  1. label each with the ops, up to admitWorkers at once (against the
+//     resourceVersion the decision was made on; a conflict requeues the ops);
+//  2. publish `requested` for each labelled one, in name order (API.md:
+//     candidates are started in name order). A sandbox is published only
+//     after its label is written; a crash between the two is recovered by
+//     republish.
+//
+// The first error is returned once every label patch started has ended and
+// the labelled sandboxes before it are published.
 func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, toAdmit []upgrade.Candidate) error {
-	attempt := string(ops.UID)
-	for _, c := range toAdmit {
-		sb := c.Sandbox
-		logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb))
-		patch := metaPatch{Metadata: metaFields{
-			ResourceVersion: sb.ResourceVersion,
-			Labels: map[string]*string{
-				agentsv1alpha1.LabelUpdateOps:     ptr(ops.Name),
-				agentsv1alpha1.LabelUpgradeFailed: nil,
-			},
-		}}
-		patch.Metadata.Annotations = map[string]*string{}
-		if sb.Status.Phase == agentsv1alpha1.SandboxPaused {
-			patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
-		}
-		if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
-			patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason))
-		}
-		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
-		if apierrors.IsNotFound(err) {
-			logger.V(2).Info("Skip: sandbox is gone")
+	labelled := make([]bool, len(toAdmit))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(admitWorkers)
+	for i, c := range toAdmit {
+		g.Go(func() error {
+			ok, err := s.label(gctx, ops, c)
+			labelled[i] = ok
+			return err
+		})
+	}
+	labelErr := g.Wait()
+	for i, c := range toAdmit {
+		if !labelled[i] {
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("label sandbox %s/%s with ops %s: %w", sb.Namespace, sb.Name, ops.Name, err)
-		}
-		s.inflight.admitted(sb, attempt)
-		if err := s.publishRequested(ctx, ops, sb); err != nil {
+		if err := s.publishRequested(ctx, ops, c.Sandbox); err != nil {
 			return err
 		}
-		logger.Info("Admitted sandbox", "resume", c.Resume, "phase", sb.Status.Phase)
+		klog.FromContext(ctx).Info("Admitted sandbox", "sandbox", klog.KObj(c.Sandbox), "resume", c.Resume, "phase", c.Sandbox.Status.Phase)
 	}
-	return nil
+	return labelErr
+}
+
+// label writes the ops label (and the resume annotations) on one candidate;
+// false when the sandbox is gone or the write failed.
+func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, c upgrade.Candidate) (bool, error) {
+	attempt := string(ops.UID)
+	sb := c.Sandbox
+	patch := metaPatch{Metadata: metaFields{
+		ResourceVersion: sb.ResourceVersion,
+		Labels: map[string]*string{
+			agentsv1alpha1.LabelUpdateOps:     ptr(ops.Name),
+			agentsv1alpha1.LabelUpgradeFailed: nil,
+		},
+	}}
+	patch.Metadata.Annotations = map[string]*string{}
+	if sb.Status.Phase == agentsv1alpha1.SandboxPaused {
+		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
+	}
+	if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
+		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason))
+	}
+	_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).V(2).Info("Skip: sandbox is gone", "sandbox", klog.KObj(sb))
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("label sandbox %s/%s with ops %s: %w", sb.Namespace, sb.Name, ops.Name, err)
+	}
+	s.inflight.admitted(sb, attempt)
+	return true, nil
 }
 
 // republish publishes `requested` again for admitted sandboxes whose status

@@ -16,9 +16,12 @@ const LeaseName = "molt-statusagg"
 
 // Defaults of statusagg's own flags.
 const (
-	DefaultSandboxWorkers = 4
+	DefaultSandboxWorkers = 8
 	DefaultOpsWorkers     = 2
-	DefaultEventWorkers   = 8
+	// Handlers mostly wait for their sandbox's coalesced write.
+	DefaultEventWorkers = 128
+	DefaultCoalesce     = 200 * time.Millisecond
+	DefaultOpsInterval  = time.Second
 
 	DefaultPatchTimeout     = 30 * time.Second
 	DefaultHookMargin       = 30 * time.Second
@@ -38,6 +41,12 @@ type Config struct {
 	// EventWorkers is how many events (of different sandboxes) are handled at once.
 	EventWorkers int
 
+	// Coalesce is how long a sandbox's status write waits for more changes
+	// (events, pod changes) of that sandbox.
+	Coalesce time.Duration
+	// OpsInterval is the least time between two writes of an ops's status
+	// that do not change its phase.
+	OpsInterval time.Duration
 	// Deadlines bound every stage; the watchdog re-drives or fails what
 	// passes them.
 	Deadlines Deadlines
@@ -57,6 +66,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"SandboxUpdateOps statuses recomputed at once (env MOLT_STATUSAGG_OPS_WORKERS)")
 	fs.IntVar(&c.EventWorkers, "event-workers", c.Env.Int("MOLT_STATUSAGG_EVENT_WORKERS", DefaultEventWorkers),
 		"events of different sandboxes handled at once (env MOLT_STATUSAGG_EVENT_WORKERS)")
+	fs.DurationVar(&c.Coalesce, "status-coalesce", c.Env.Duration("MOLT_STATUSAGG_STATUS_COALESCE", DefaultCoalesce),
+		"how long a sandbox's status write waits to carry more of its changes at once (env MOLT_STATUSAGG_STATUS_COALESCE)")
+	fs.DurationVar(&c.OpsInterval, "ops-status-interval", c.Env.Duration("MOLT_STATUSAGG_OPS_STATUS_INTERVAL", DefaultOpsInterval),
+		"least time between two writes of an ops's status that keep its phase; a phase change is written at once (env MOLT_STATUSAGG_OPS_STATUS_INTERVAL)")
 	d := &c.Deadlines
 	fs.DurationVar(&d.Patch, "patch-timeout", c.Env.Duration("MOLT_STATUSAGG_PATCH_TIMEOUT", DefaultPatchTimeout),
 		"time the patcher's part of PreUpgrade may take before the watchdog calls it stalled (env MOLT_STATUSAGG_PATCH_TIMEOUT)")
@@ -85,6 +98,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --ops-workers=%d: must be greater than 0", c.OpsWorkers)
 	case c.EventWorkers <= 0:
 		return fmt.Errorf("flag --event-workers=%d: must be greater than 0", c.EventWorkers)
+	case c.Coalesce < 0:
+		return fmt.Errorf("flag --status-coalesce=%s: must not be negative", c.Coalesce)
+	case c.OpsInterval < 0:
+		return fmt.Errorf("flag --ops-status-interval=%s: must not be negative", c.OpsInterval)
 	case c.Deadlines.Patch < 0:
 		return fmt.Errorf("flag --patch-timeout=%s: must not be negative", c.Deadlines.Patch)
 	case c.Deadlines.HookMargin < 0:

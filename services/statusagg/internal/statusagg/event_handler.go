@@ -3,6 +3,7 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -15,10 +16,6 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// maxWriteTries bounds the reload-and-redo rounds of one event; beyond it the
-// message is retried later by the consumer.
-const maxWriteTries = 5
-
 // outcome is what recording one event did: either a skip reason, or the
 // transition written and the sandbox as written.
 type outcome struct {
@@ -28,11 +25,13 @@ type outcome struct {
 }
 
 // handleEvent records one upgrade event on its sandbox:
-//  1. decode (done by events.Consume) and record it against the sandbox,
-//     reading from the cache first and from the API server when a write
-//     conflicts or the cache says "skip" (the cache may lag behind the
-//     selector's label or a newer status);
-//  2. act: the status write of recordEvent;
+//  1. decode (done by events.Consume) and decide its transition against the
+//     sandbox's status as statusagg knows it (writes.go), reading the
+//     sandbox from the cache first and from the API server when the cache
+//     says "skip" (it may lag behind the selector's label);
+//  2. act: hand the transition to the sandbox's writer and wait until the
+//     status write that carries it has succeeded (the message is
+//     acknowledged only then);
 //  3. record: stage duration and failure metrics, and a Kubernetes Event
 //     for an attempt's start, success or failure — only after the write;
 //  4. enqueue the namespace's ops, whose counters may have moved.
@@ -45,23 +44,23 @@ func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
 // the failure it decides, so a stalled attempt ends even without a stream.
 func (s *server) apply(ctx context.Context, ev events.Event) error {
 	logger := klog.FromContext(ctx)
-	var out outcome
-	var err error
-	for try := 0; try < maxWriteTries; try++ {
-		out, err = s.recordEvent(ctx, ev, try > 0)
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if out.skip != "" && try == 0 {
-			continue // the cache may lag: confirm a skip against the API server
-		}
-		break
+	out, w, err := s.stage(ctx, ev, false)
+	if err == nil && out.skip != "" {
+		out, w, err = s.stage(ctx, ev, true) // the cache may lag: confirm a skip against the API server
 	}
 	if err != nil {
 		return fmt.Errorf("record event on sandbox %s: %w", ev.SandboxKey(), err)
+	}
+	if w != nil {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return fmt.Errorf("record event on sandbox %s: %w", ev.SandboxKey(), ctx.Err())
+		}
+		if w.err != nil {
+			return fmt.Errorf("record event on sandbox %s: %w", ev.SandboxKey(), w.err)
+		}
+		out.skip, out.written = w.skip, w.written
 	}
 	if out.skip != "" {
 		logger.V(2).Info("Skip event", "why", out.skip)
@@ -74,54 +73,59 @@ func (s *server) apply(ctx context.Context, ev events.Event) error {
 	return nil
 }
 
-// recordEvent loads the sandbox, decides the event's transition and writes
-// it with the recomputed status. It returns a skip reason when the event
-// changes nothing, and a conflict error when the sandbox changed meanwhile.
-func (s *server) recordEvent(ctx context.Context, ev events.Event, fresh bool) (outcome, error) {
+// stage decides the event's transition against the sandbox's known status
+// (with the transitions still pending) and adds it to the pending ones, with
+// a waiter for the write that will carry it; it returns a skip reason when
+// the event changes nothing.
+func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcome, *waiter, error) {
 	d := ev.Data
 	sb, err := s.loadSandbox(ctx, d.Sandbox.Namespace, d.Sandbox.Name, fresh)
 	switch {
 	case err != nil:
-		return outcome{}, err
+		return outcome{}, nil, err
 	case sb == nil:
-		return outcome{skip: "sandbox is gone"}, nil
+		return outcome{skip: "sandbox is gone"}, nil, nil
 	case sb.UID != d.Sandbox.UID:
-		return outcome{skip: fmt.Sprintf("sandbox was replaced (uid %s, event for %s)", sb.UID, d.Sandbox.UID)}, nil
+		return outcome{skip: fmt.Sprintf("sandbox was replaced (uid %s, event for %s)", sb.UID, d.Sandbox.UID)}, nil, nil
 	}
 	if d.Ops.Name != "" {
 		if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name {
-			return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name)}, nil
+			return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name)}, nil, nil
 		}
 		if ops, err := s.ops.SandboxUpdateOps(sb.Namespace).Get(d.Ops.Name); err == nil && ops.UID != d.Ops.UID {
-			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID)}, nil
+			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID)}, nil, nil
 		}
 	}
-	target, err := stageOf(ev, sb)
-	if err != nil {
-		return outcome{}, events.Permanent(fmt.Errorf("map event to a stage: %w", err))
-	}
-	curReason, _ := upgrade.ReasonFor(sb, upgrade.CurrentAttempt(sb))
-	tr, skip := decide(upgrade.CurrentAttempt(sb), curReason, ev, target)
-	if skip != "" {
-		return outcome{skip: skip}, nil
-	}
 
-	upd := sb.DeepCopy()
-	recordTransition(&upd.Status.Conditions, tr, sb.Generation, metav1.Now())
-	upd.Status = desiredSandboxStatus(upd, s.podOf(sb))
-	if equality.Semantic.DeepEqual(sb.Status, upd.Status) {
-		return outcome{skip: "status already records " + tr.To}, nil
+	key := ev.SandboxKey()
+	e := s.writes.lock(key)
+	defer e.mu.Unlock()
+	e.adopt(sb.UID)
+	view := sb.DeepCopy() // a fresh read serves its labels: our last write is never older than it
+	view.Status = *e.status(&sb.Status).DeepCopy()
+	if e.pending != nil {
+		view.Status.Conditions = slices.Clone(e.pending)
 	}
-	written, err := s.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return outcome{skip: "sandbox is gone"}, nil
-	case err != nil && !apierrors.IsConflict(err):
-		return outcome{}, fmt.Errorf("update status of sandbox %s: %w", ev.SandboxKey(), err)
-	case err != nil:
-		return outcome{}, err
+	target, err := stageOf(ev, view)
+	if err != nil {
+		return outcome{}, nil, events.Permanent(fmt.Errorf("map event to a stage: %w", err))
 	}
-	return outcome{tr: tr, written: written}, nil
+	attempt := upgrade.CurrentAttempt(view)
+	curReason, _ := upgrade.ReasonFor(view, attempt)
+	tr, skip := decide(attempt, curReason, ev, target)
+	if skip != "" {
+		return outcome{skip: skip}, nil, nil
+	}
+	conds := slices.Clone(view.Status.Conditions)
+	recordTransition(&conds, tr, sb.Generation, metav1.Now())
+	if equality.Semantic.DeepEqual(conds, view.Status.Conditions) {
+		return outcome{skip: "status already records " + tr.To}, nil, nil
+	}
+	e.pending = conds
+	w := newWaiter()
+	e.waiters = append(e.waiters, w)
+	s.sandboxCtl.EnqueueAfter(key, s.coalesce)
+	return outcome{tr: tr}, w, nil
 }
 
 // loadSandbox reads the sandbox from the informer cache, or from the API

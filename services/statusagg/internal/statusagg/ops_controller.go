@@ -3,6 +3,8 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +26,8 @@ import (
 //     ops; an empty selection is confirmed against the API server before the
 //     ops completes with nothing to update (the cache may not hold sandboxes
 //     created just before the ops);
-//  4. recompute the status (desiredOpsStatus), write it if it changed;
+//  4. recompute the status (desiredOpsStatus), write it if it changed: at
+//     once when its phase changes, else at most every opsInterval;
 //  5. record: gauges, and an Event when the write changed the phase.
 func (s *server) syncOps(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -35,6 +38,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	ops, err := s.ops.SandboxUpdateOps(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		s.metrics.forgetOps(ns, name)
+		s.opsWrites.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -73,6 +77,12 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.metrics.setOps(ops, want)
 		return nil
 	}
+	if wait := s.opsWrites.wait(key, s.opsInterval); wait > 0 && announced(ops.Status) == announced(want) && ops.Status.Phase == want.Phase {
+		// Counters only: written at most every opsInterval; a phase change goes at once.
+		s.metrics.setOps(ops, want)
+		s.opsCtl.EnqueueAfter(key, wait)
+		return nil
+	}
 	upd := ops.DeepCopy()
 	upd.Status = want
 	written, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
@@ -84,6 +94,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		return fmt.Errorf("update status of ops %s: %w", key, err)
 	}
 	s.deleted.drop(key, notes)
+	s.opsWrites.wrote(key)
 	logger.V(2).Info("Updated ops status", "phase", want.Phase, "total", want.Replicas,
 		"updated", want.UpdatedReplicas, "updating", want.UpdatingReplicas, "failed", want.FailedReplicas)
 	s.metrics.setOps(written, want)
@@ -127,15 +138,45 @@ func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
 	return string(st.Phase)
 }
 
-// enqueueOpsOf enqueues every ops of a namespace.
+// enqueueOpsOf enqueues every ops of a namespace after the coalescing
+// window: an ops is recounted once per burst of its sandboxes' changes, not
+// once per change (each recount reads every sandbox of the namespace).
 func (s *server) enqueueOpsOf(ns string) {
 	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, o := range list {
-		s.opsCtl.EnqueueKey(o.Namespace + "/" + o.Name)
+		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, s.coalesce)
 	}
+}
+
+// opsWriteTimes remembers when each ops's status was last written.
+type opsWriteTimes struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// wait is how long until key's status may be written again, given interval.
+func (o *opsWriteTimes) wait(key string, interval time.Duration) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return interval - time.Since(o.m[key])
+}
+
+func (o *opsWriteTimes) wrote(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[string]time.Time{}
+	}
+	o.m[key] = time.Now()
+}
+
+func (o *opsWriteTimes) forget(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, key)
 }
 
 // namespaceHandler enqueues every ops of the namespace of any changed object

@@ -7,12 +7,14 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	corelisters "k8s.io/client-go/listers/core/v1"
 
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
 	"molt.dev/pkg/generated/clientset/versioned"
@@ -36,6 +38,13 @@ type server struct {
 	clock      *stageClock
 	recorder   record.EventRecorder
 	deleted    deletedNotes
+	// writes and coalesce: each sandbox's status writes (writes.go), and how
+	// long a write waits for more changes of its sandbox.
+	writes   sandboxWrites
+	coalesce time.Duration
+	// opsWrites and opsInterval pace an ops's status writes.
+	opsWrites   opsWriteTimes
+	opsInterval time.Duration
 }
 
 // Run starts statusagg and blocks until ctx is cancelled.
@@ -65,8 +74,10 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	defer stopRecorder()
 
 	agentInformers := externalversions.NewSharedInformerFactory(agents, 0)
+	// Only sandbox pods: podcycler creates every one with pod-template-hash.
 	kubeInformers := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0,
-		informers.WithTransform(stripManagedFields))
+		informers.WithTransform(stripManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash }))
 	sandboxInf := agentInformers.Agents().V1alpha1().Sandboxes()
 	opsInf := agentInformers.Agents().V1alpha1().SandboxUpdateOps()
 	setInf := agentInformers.Agents().V1alpha1().SandboxSets()
@@ -74,7 +85,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 
 	s := &server{
 		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), sets: setInf.Lister(), pods: podInf.Lister(),
-		metrics: m, clock: newStageClock(), recorder: recorder,
+		metrics: m, clock: newStageClock(), recorder: recorder, coalesce: cfg.Coalesce, opsInterval: cfg.OpsInterval,
 	}
 	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox)
 	s.opsCtl = controller.New("statusagg-ops", s.syncOps)
@@ -124,8 +135,8 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	return g.Wait()
 }
 
-// stripManagedFields drops managedFields from cached pods: statusagg never
-// reads them, and every pod of the cluster is cached.
+// stripManagedFields drops managedFields from cached objects: statusagg never
+// reads them.
 func stripManagedFields(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)

@@ -3,54 +3,121 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
-// syncSandbox recomputes one sandbox's status and writes it if it changed:
-//  1. load the sandbox from the cache (gone → forget its stage clock);
-//  2. find its pod (named after it, owned by it);
-//  3. recompute the status (desiredSandboxStatus), keeping the upgrade record;
-//  4. skip if nothing changed, else UpdateStatus. A conflict means a newer
-//     sandbox is on its way through the informer, which enqueues it again.
+// inProgressStaleness bounds how long a sandbox's pod-only changes wait while
+// one of its attempts is in a stage: the stage's next transition writes them
+// anyway, so an upgrade costs no status write per pod change.
+const inProgressStaleness = 5 * time.Second
+
+// syncSandbox is the one writer of a sandbox's status (see writes.go):
+//  1. load the sandbox from the cache (gone → release the waiting events
+//     with "gone", forget its stage clock); one the cache does not show as
+//     the waiting events saw it is read from the API server;
+//  2. take the status we know (our last write until the cache shows it) with
+//     the pending transitions, and recompute the rest (desiredSandboxStatus)
+//     from the spec and the pod (named after the sandbox, owned by it);
+//  3. nothing changed → release the waiters; only pod or generation fields
+//     changed while an attempt is in a stage, written less than
+//     inProgressStaleness ago → look again then;
+//  4. write the whole status with one JSON patch (no GET, no
+//     resourceVersion, so no conflict with spec or label writes), remember
+//     what the server returned and release the waiters with it. A failed
+//     write releases them with the error (their events are retried) and
+//     retries the key with backoff.
 func (s *server) syncSandbox(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return fmt.Errorf("split key %q: %w", key, err)
 	}
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KRef(ns, name))
+	e := s.writes.lock(key)
+	defer e.mu.Unlock()
+	defer s.writes.forget(key, e)
+
 	sb, err := s.sandboxes.Sandboxes(ns).Get(name)
-	if apierrors.IsNotFound(err) {
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get sandbox %s: %w", key, err)
+	}
+	if (sb == nil || sb.UID != e.uid) && len(e.waiters) > 0 {
+		// The events saw a sandbox the cache does not show yet.
+		if sb, err = s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.resolve(nil, "", fmt.Errorf("get sandbox %s: %w", key, err))
+			return fmt.Errorf("get sandbox %s: %w", key, err)
+		}
+	}
+	if sb == nil || apierrors.IsNotFound(err) {
+		e.resolve(nil, "sandbox is gone", nil)
+		e.written = nil
 		s.clock.forget(key)
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("get sandbox %s: %w", key, err)
+	e.adopt(sb.UID)
+	if e.written != nil && e.pending == nil && equality.Semantic.DeepEqual(sb.Status, *e.written) {
+		e.written = nil // the cache has caught up with our write
 	}
-	want := desiredSandboxStatus(sb, s.podOf(sb))
-	if equality.Semantic.DeepEqual(sb.Status, want) {
+	known := e.status(&sb.Status)
+	view := sb.DeepCopy()
+	view.Status = *known.DeepCopy()
+	if e.pending != nil {
+		view.Status.Conditions = e.pending
+	}
+	want := desiredSandboxStatus(view, s.podOf(sb))
+	if equality.Semantic.DeepEqual(*known, want) {
+		written := sb.DeepCopy()
+		written.Status = *known
+		e.resolve(written, "", nil)
 		return nil
 	}
-	upd := sb.DeepCopy()
-	upd.Status = want
-	_, err = s.agents.AgentsV1alpha1().Sandboxes(ns).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) {
+		if wait := inProgressStaleness - time.Since(e.lastWrite); wait > 0 {
+			s.sandboxCtl.EnqueueAfter(key, wait)
+			return nil
+		}
+	}
+	body, err := statusPatch(sb.UID, want)
+	if err != nil {
+		e.resolve(nil, "", err)
+		return fmt.Errorf("encode status of sandbox %s: %w", key, err)
+	}
+	written, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}, "status")
 	switch {
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		logger.V(4).Info("Skip status write: the sandbox changed meanwhile", "err", err)
+	case apierrors.IsNotFound(err):
+		e.resolve(nil, "sandbox is gone", nil)
+		e.written = nil
 		return nil
 	case err != nil:
-		return fmt.Errorf("update status of sandbox %s: %w", key, err)
+		// A failed uid test (the sandbox was created again) lands here too;
+		// the retry reads the new one.
+		e.resolve(nil, "", fmt.Errorf("write status of sandbox %s: %w", key, err))
+		return fmt.Errorf("write status of sandbox %s: %w", key, err)
 	}
-	logger.V(2).Info("Updated sandbox status", "phase", want.Phase)
+	e.written, e.lastWrite = &written.Status, time.Now()
+	e.resolve(written, "", nil)
+	logger.V(2).Info("Wrote sandbox status", "phase", want.Phase)
 	return nil
+}
+
+// upgradingReason is the reason of the Upgrading condition, or "".
+func upgradingReason(st *agentsv1alpha1.SandboxStatus) string {
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionUpgrading); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 // podOf returns the sandbox's pod from the cache: the pod named after it
@@ -80,13 +147,14 @@ func (s *server) enqueuePodOwner(obj any) {
 	for _, ref := range pod.OwnerReferences {
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
 		if err == nil && gv.Group == agentsv1alpha1.GroupName && ref.Kind == "Sandbox" && ref.Name == pod.Name {
-			s.sandboxCtl.EnqueueKey(pod.Namespace + "/" + ref.Name)
+			s.sandboxCtl.EnqueueAfter(pod.Namespace+"/"+ref.Name, s.coalesce)
 			return
 		}
 	}
 }
 
-// podHandler enqueues the owning sandbox on every pod add, update and delete.
+// podHandler enqueues the owning sandbox on every pod add, update and delete,
+// after the coalescing window, so a pod's burst of changes is one write.
 func (s *server) podHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.enqueuePodOwner,

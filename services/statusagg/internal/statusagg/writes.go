@@ -1,0 +1,148 @@
+package statusagg
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// Sandbox status writes go through one place, the sandbox controller's sync
+// (syncSandbox), one sandbox at a time (the work queue never hands a key to
+// two workers). The event handler does not write: it records an event's
+// transition in the sandbox's entry below, asks for a write after the
+// coalescing window, and waits until the write that carries the transition
+// has succeeded before its message is acknowledged. So the transitions of a
+// burst of events (requested, patched and prehook-done arrive within a few
+// milliseconds when there is no hook) and the pod's changes of that moment
+// leave in one status write, and a transition is acknowledged only once it
+// is on the API server (rule 8: act, then ack).
+//
+// The entry also remembers the status our last write returned until the
+// informer shows it, so a write never starts from a cache that lags our own
+// write (statusagg is the only writer of a sandbox's status, DESIGN.md), and
+// writes need neither a GET nor a resourceVersion: no conflict with the
+// selector's label patch or the patcher's spec patch.
+
+// sandboxWrites holds one entry per sandbox with a write in flight or a
+// status not yet seen by the informer.
+type sandboxWrites struct {
+	mu sync.Mutex
+	m  map[string]*sandboxEntry
+}
+
+// sandboxEntry is one sandbox's write state; mu is held while a transition is
+// decided and while its status is written.
+type sandboxEntry struct {
+	mu  sync.Mutex
+	uid types.UID
+	// written is the status our last write returned, kept until the
+	// informer's copy equals it.
+	written *agentsv1alpha1.SandboxStatus
+	// pending is the condition list with transitions decided but not yet
+	// written (nil when none), and waiters the events waiting for it.
+	pending []metav1.Condition
+	waiters []*waiter
+	// lastWrite is when the status was last written by this process.
+	lastWrite time.Time
+}
+
+// waiter is one event's wait for the write that carries its transition.
+type waiter struct {
+	done chan struct{}
+	// Exactly one of: written (the sandbox as written), skip (why the
+	// transition was not written: the sandbox is gone or was replaced) or
+	// err (the write failed; the event is retried).
+	written *agentsv1alpha1.Sandbox
+	skip    string
+	err     error
+}
+
+func newWaiter() *waiter { return &waiter{done: make(chan struct{})} }
+
+// lock returns the entry of key, creating it, with its mu held. An entry
+// forgotten while the caller waited for its mu is not returned: what is
+// added to it would never be written.
+func (w *sandboxWrites) lock(key string) *sandboxEntry {
+	for {
+		e := w.get(key)
+		e.mu.Lock()
+		w.mu.Lock()
+		current := w.m[key] == e
+		w.mu.Unlock()
+		if current {
+			return e
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (w *sandboxWrites) get(key string) *sandboxEntry {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*sandboxEntry{}
+	}
+	e, ok := w.m[key]
+	if !ok {
+		e = &sandboxEntry{}
+		w.m[key] = e
+	}
+	return e
+}
+
+// forget drops the entry of key once it holds nothing; the caller holds e.mu.
+func (w *sandboxWrites) forget(key string, e *sandboxEntry) {
+	if e.written != nil || e.pending != nil || len(e.waiters) > 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m[key] == e {
+		delete(w.m, key)
+	}
+}
+
+// adopt points e at the sandbox uid; a replaced sandbox's state is dropped and
+// its waiters released with skip.
+func (e *sandboxEntry) adopt(uid types.UID) {
+	if e.uid == uid {
+		return
+	}
+	e.resolve(nil, "sandbox was replaced before its status was written", nil)
+	e.uid, e.written, e.pending, e.lastWrite = uid, nil, nil, time.Time{}
+}
+
+// status is the sandbox's status as this process knows it: the informer's,
+// or our last write while the informer has not shown it yet.
+func (e *sandboxEntry) status(cached *agentsv1alpha1.SandboxStatus) *agentsv1alpha1.SandboxStatus {
+	if e.written != nil {
+		return e.written
+	}
+	return cached
+}
+
+// resolve releases every waiter with one outcome and clears pending.
+func (e *sandboxEntry) resolve(written *agentsv1alpha1.Sandbox, skip string, err error) {
+	for _, w := range e.waiters {
+		w.written, w.skip, w.err = written, skip, err
+		close(w.done)
+	}
+	e.waiters, e.pending = nil, nil
+}
+
+// statusPatch is a JSON patch that replaces the whole status, as an update of
+// the status subresource would, without a resourceVersion; its test keeps it
+// from landing on a sandbox created again under the same name.
+func statusPatch(uid types.UID, st agentsv1alpha1.SandboxStatus) ([]byte, error) {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	return json.Marshal([]op{{Op: "test", Path: "/metadata/uid", Value: uid}, {Op: "add", Path: "/status", Value: st}})
+}
