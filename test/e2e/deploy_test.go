@@ -652,8 +652,9 @@ func realCalls(t *testing.T, env *testenv.Env, cfg *rest.Config, service, ns str
 		_, allowed = kube.CoreV1().Pods(ns).Create(ctx, probe, dryRun)
 		refused = kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})
 	case "patcher":
-		allowedWhat, refusedWhat = "update a sandbox's spec", "update a sandbox's status"
-		allowed = updateSandbox(ctx, agents, ns, sb.Name, func(sb *agentsv1alpha1.Sandbox) { sb.Spec.Template.Spec.Containers[0].Image = "example.com/rbac:v2" }, false)
+		allowedWhat, refusedWhat = "patch a sandbox's spec (a JSON patch testing its generation)", "update a sandbox's status"
+		spec := fmt.Sprintf(`[{"op":"test","path":"/metadata/generation","value":%d},{"op":"add","path":"/spec/template/spec/containers/0/image","value":"example.com/rbac:v2"}]`, sb.Generation)
+		_, allowed = agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, sb.Name, types.JSONPatchType, []byte(spec), metav1.PatchOptions{})
 		refused = updateSandbox(ctx, agents, ns, sb.Name, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Message = "written by patcher" }, true)
 	case "hookrunner":
 		allowedWhat, refusedWhat = "patch a pod (the done mark)", "delete a pod"
@@ -664,10 +665,9 @@ func realCalls(t *testing.T, env *testenv.Env, cfg *rest.Config, service, ns str
 		_, allowed = agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, sb.Name, types.MergePatchType, annotate, metav1.PatchOptions{})
 		_, refused = agents.AgentsV1alpha1().SandboxUpdateOps(ns).Patch(ctx, ops.Name, types.MergePatchType, annotate, metav1.PatchOptions{})
 	case "statusagg":
-		allowedWhat, refusedWhat = "update a sandbox's status", "create a pod"
-		allowed = updateSandbox(ctx, agents, ns, sb.Name, func(sb *agentsv1alpha1.Sandbox) {
-			sb.Status.Message = "written by statusagg"
-		}, true)
+		allowedWhat, refusedWhat = "patch a sandbox's status (a JSON patch)", "create a pod"
+		status := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"add","path":"/status","value":{"message":"written by statusagg"}}]`, sb.UID)
+		_, allowed = agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, sb.Name, types.JSONPatchType, []byte(status), metav1.PatchOptions{}, "status")
 		probe := pod.DeepCopy()
 		probe.ResourceVersion, probe.UID, probe.Name = "", "", pod.Name+"-2"
 		_, refused = kube.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{})
