@@ -101,3 +101,19 @@ images-check: images $(BIN)/nats-server ## prove that each image starts and answ
 
 docker-stop: ## stop the dockerd that `make images` started (by its pid)
 	hack/docker.sh stop
+
+##@ Docker Compose
+# docker-compose.yaml's images besides `make images`': molt-compose (its
+# one-shot jobs, and the health check of the images below), molt-devnode, and
+# the control plane, kwok, NATS and Debian's prometheus as built binaries with
+# the libraries they link.
+COMPOSE_IMAGES := molt-compose=molt.dev/dev/cmd/molt-compose molt-devnode=molt.dev/dev/cmd/molt-devnode \
+	$(foreach b,etcd kube-apiserver kube-controller-manager kube-scheduler kwok,$(b)=bin/$(b),with=molt-compose) \
+	nats-compose=bin/nats-server,with=molt-compose prometheus=/usr/bin/prometheus,with=molt-compose
+.PHONY: compose-images compose-test
+compose-images: images $(TOOL_BINS) ## build every image of docker-compose.yaml, FROM scratch (installs Docker and Debian's prometheus if needed)
+	@hack/prometheus.sh
+	GO="$(GO)" hack/build-images.sh $(COMPOSE_IMAGES)
+
+compose-test: ## docker compose up the whole stack, upgrade seed 000's basic example through it, check Prometheus and the dashboard's queries, then down -v
+	GO="$(GO)" hack/compose-test.sh
