@@ -28,35 +28,36 @@ func strictErr(err error) error {
 	return err
 }
 
-// TestDashboardDecodesStrictly (issue 11): deploy/grafana/molt.json is a
-// dashboard as Grafana's schema has it: the SDK's strict decoder finds no
-// unknown or missing field and counts every panel (it can drop panels, so
-// the count is compared with a lenient decode's), and every panel's query,
-// read by the lenient decode (the strict one leaves a panel's content
-// empty), is a Prometheus query that Prometheus's parser accepts.
-func TestDashboardDecodesStrictly(t *testing.T) {
+// panelQuery is one query of a dashboard panel.
+type panelQuery struct {
+	panel  string
+	target int
+	expr   string
+}
+
+// readDashboard decodes deploy/grafana/molt.json leniently (what a strict
+// decode checks is TestDashboardDecodesStrictly's), with the SDK's panel and
+// query types registered.
+func readDashboard(t *testing.T) dashboard.Dashboard {
+	t.Helper()
 	plugins.RegisterDefaultPlugins()
 	raw, err := os.ReadFile(dashboardPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var strict dashboard.Dashboard
-	if err := strictErr(strict.UnmarshalJSONStrict(raw)); err != nil {
-		t.Fatalf("strict decode of %s: %v", dashboardPath, err)
-	}
-	var lenient dashboard.Dashboard
-	if err := json.Unmarshal(raw, &lenient); err != nil {
+	var d dashboard.Dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatalf("decode of %s: %v", dashboardPath, err)
 	}
-	if len(strict.Panels) != len(lenient.Panels) || len(strict.Panels) < 9 {
-		t.Fatalf("strict decode kept %d panels, the lenient one %d: want the same, and at least the 9 of issue 11", len(strict.Panels), len(lenient.Panels))
-	}
-	if strict.Uid == nil || *strict.Uid == "" {
-		t.Error("the dashboard has no uid: Grafana's provisioning would give it a new one on every start")
-	}
+	return d
+}
 
-	promql := parser.NewParser(parser.Options{})
-	for i, p := range lenient.Panels {
+// panelQueries lists every query of d's panels, failing t for a panel
+// without one, a row, or a query that is not a non-empty Prometheus query.
+func panelQueries(t *testing.T, d dashboard.Dashboard) []panelQuery {
+	t.Helper()
+	var qs []panelQuery
+	for i, p := range d.Panels {
 		if p.Panel == nil {
 			t.Errorf("panels[%d] is a row: the dashboard has none", i)
 			continue
@@ -70,17 +71,46 @@ func TestDashboardDecodesStrictly(t *testing.T) {
 		}
 		for j, target := range p.Panel.Targets {
 			q, ok := target.(*prometheus.Dataquery)
-			if !ok {
+			switch {
+			case !ok:
 				t.Errorf("panel %q target %d is a %T, want a Prometheus query", title, j, target)
-				continue
-			}
-			if strings.TrimSpace(q.Expr) == "" {
+			case strings.TrimSpace(q.Expr) == "":
 				t.Errorf("panel %q target %d has an empty expr", title, j)
-				continue
+			default:
+				qs = append(qs, panelQuery{panel: title, target: j, expr: q.Expr})
 			}
-			if _, err := promql.ParseExpr(q.Expr); err != nil {
-				t.Errorf("panel %q target %d: %s: %v", title, j, q.Expr, err)
-			}
+		}
+	}
+	return qs
+}
+
+// TestDashboardDecodesStrictly (issue 11): deploy/grafana/molt.json is a
+// dashboard as Grafana's schema has it: the SDK's strict decoder finds no
+// unknown or missing field and counts every panel (it can drop panels, so
+// the count is compared with a lenient decode's), and every panel's query,
+// read by the lenient decode (the strict one leaves a panel's content
+// empty), is a Prometheus query that Prometheus's parser accepts.
+func TestDashboardDecodesStrictly(t *testing.T) {
+	lenient := readDashboard(t)
+	raw, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var strict dashboard.Dashboard
+	if err := strictErr(strict.UnmarshalJSONStrict(raw)); err != nil {
+		t.Fatalf("strict decode of %s: %v", dashboardPath, err)
+	}
+	if len(strict.Panels) != len(lenient.Panels) || len(strict.Panels) < 9 {
+		t.Fatalf("strict decode kept %d panels, the lenient one %d: want the same, and at least the 9 of issue 11", len(strict.Panels), len(lenient.Panels))
+	}
+	if strict.Uid == nil || *strict.Uid == "" {
+		t.Error("the dashboard has no uid: Grafana's provisioning would give it a new one on every start")
+	}
+
+	promql := parser.NewParser(parser.Options{})
+	for _, q := range panelQueries(t, lenient) {
+		if _, err := promql.ParseExpr(q.expr); err != nil {
+			t.Errorf("panel %q target %d: %s: %v", q.panel, q.target, q.expr, err)
 		}
 	}
 }
