@@ -118,5 +118,5 @@ compose-images: images $(TOOL_BINS) ## build every image of docker-compose.yaml,
 	@hack/prometheus.sh
 	GO="$(GO)" hack/build-images.sh $(COMPOSE_IMAGES)
 
-compose-test: compose-images ## docker compose up the whole stack, upgrade seed 000's basic example through it, check Prometheus and the dashboard's queries, then down -v
+compose-test: ## make compose-images, docker compose up the whole stack, upgrade seed 000's basic example through it, check Prometheus and the dashboard's queries, then down -v (and stops the dockerd it started)
 	GO="$(GO)" hack/compose-test.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The end-to-end test of docker-compose.yaml (make compose-test, after make
-# compose-images has built every image):
-#   1. the Docker Compose plugin (hack/compose-plugin.sh builds it if missing);
+# The end-to-end test of docker-compose.yaml (make compose-test):
+#   1. make compose-images (installs docker.io and starts dockerd if no daemon
+#      answers, builds every image), and the Docker Compose plugin
+#      (hack/compose-plugin.sh builds it from its Go module if missing);
 #   2. `docker compose up --wait`: every container healthy, the one-shots done;
 #   3. seed 000's basic example, as the README prints it, through the published
 #      API server: ten sandboxes, then the ops upgrade-my-sandboxes, until
@@ -11,7 +12,8 @@
 #      molt's metrics of that ops, and every query of deploy/grafana/molt.json
 #      returns data;
 #   5. `docker compose down -v`, pass or fail (MOLT_COMPOSE_KEEP=1 keeps the
-#      stack up to look at it).
+#      stack up to look at it), and `hack/docker.sh stop` if no Docker daemon
+#      answered when it began (it stops only the dockerd that it started).
 # On a failure it prints `docker compose ps` and the logs of every container
 # that is not healthy or did not exit 0.
 #
@@ -76,6 +78,9 @@ cleanup() {
 	else
 		compose down -v --remove-orphans >/dev/null 2>&1 || log "docker compose down -v failed: run \`docker compose -p ${PROJECT} down -v\`"
 		rm -rf "${WORK}"
+		if [[ -n "${started_docker}" ]]; then
+			hack/docker.sh stop || log "hack/docker.sh stop failed: see \`hack/docker.sh status\`"
+		fi
 	fi
 	if [[ ${rc} == 0 ]]; then
 		log "PASS in $((SECONDS - started))s"
@@ -84,6 +89,7 @@ cleanup() {
 	fi
 	exit "${rc}"
 }
+started_docker=""
 trap cleanup EXIT
 
 # listening PORT: something accepts connections on 127.0.0.1:PORT.
@@ -100,7 +106,8 @@ wait_for() {
 	done
 }
 
-docker_cli info >/dev/null 2>&1 || { log "no Docker daemon answers: run \`make compose-test\` (its make compose-images runs hack/docker.sh ensure)"; exit 1; }
+docker_cli info >/dev/null 2>&1 || started_docker=yes
+"${MAKE:-make}" --no-print-directory compose-images GO="${GO}" || { log "make compose-images failed (errors above)"; exit 1; }
 [[ -x "${KUBECTL}" ]] || { log "bin/kubectl is missing: run \`make tools\`"; exit 1; }
 GO="${GO}" hack/compose-plugin.sh
 for port in "${APISERVER_PORT}" "${PROMETHEUS_PORT}" "${MOLT_COMPOSE_NATS_PORT:-14222}"; do
