@@ -46,13 +46,17 @@ compose() { docker_cli compose -p "${PROJECT}" -f "${ROOT}/docker-compose.yaml" 
 diagnose() {
 	log "docker compose ps:"
 	compose ps -a >&2 || true
-	local id name state health code
+	local id name state health code waiting=()
 	for id in $(compose ps -a -q 2>/dev/null); do
 		name="$(docker_cli inspect -f '{{.Name}}' "${id}")"
 		state="$(docker_cli inspect -f '{{.State.Status}}' "${id}")"
 		health="$(docker_cli inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "${id}")"
 		code="$(docker_cli inspect -f '{{.State.ExitCode}}' "${id}")"
 		if [[ "${health}" == healthy || ("${state}" == exited && "${code}" == 0 && -z "${health}") ]]; then
+			continue
+		fi
+		if [[ "${state}" == created ]]; then
+			waiting+=("${name#/}")
 			continue
 		fi
 		log "container ${name#/}: ${state} ${health:+(${health}) }exit ${code}; its last log lines:"
@@ -62,11 +66,18 @@ diagnose() {
 			docker_cli inspect -f '{{range .State.Health.Log}}    exit {{.ExitCode}}: {{.Output}}{{end}}' "${id}" >&2 || true
 		fi
 	done
+	if [[ ${#waiting[@]} -gt 0 ]]; then
+		log "never started (each waits for one above): ${waiting[*]}"
+	fi
 }
 
 fail() {
 	log "FAIL: $*"
 	diagnose
+	if [[ -s "${KUBECONFIG}" ]]; then
+		log "kubectl get suo,sbx -A:"
+		"${KUBECTL}" get suo,sbx -A -o wide >&2 2>&1 || true
+	fi
 	exit 1
 }
 
