@@ -14,8 +14,8 @@
 #   5. `docker compose down -v`, pass or fail (MOLT_COMPOSE_KEEP=1 keeps the
 #      stack up to look at it), and `hack/docker.sh stop` if no Docker daemon
 #      answered when it began (it stops only the dockerd that it started).
-# On a failure it prints `docker compose ps` and the logs of every container
-# that is not healthy or did not exit 0.
+# On a failure it prints `docker compose ps`, the logs of every container that
+# is not healthy or did not exit 0, and the ops and sandboxes.
 #
 # The stack is the project molt-compose-test, on docker-compose.yaml's ports
 # (each can be moved with its variable, see the file); its kubeconfig goes to
