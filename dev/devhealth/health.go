@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 )
 
 // checkTimeout bounds one /healthz answer.
@@ -36,7 +37,7 @@ func Serve(ctx context.Context, addr string, kube kubernetes.Interface) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: checkTimeout}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Printf("devhealth: serve %s: %v\n", addr, err)
+			klog.Background().Error(err, "serve /healthz", "addr", addr)
 		}
 	}()
 	go func() {
