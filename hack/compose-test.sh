@@ -6,8 +6,9 @@
 #   2. `docker compose up --wait`: every container healthy, the one-shots done;
 #   3. seed 000's basic example, as the README prints it, through the published
 #      API server: ten sandboxes, then the ops upgrade-my-sandboxes, until
-#      `kubectl get suo` says Completed 10 10 0 0; and one ops that fails (an
-#      image that cannot be pulled), so that the dashboard's failure panel has data;
+#      `kubectl get suo` says Completed 10 10 0 0; one ops with a preUpgrade and a
+#      postUpgrade hook (hookrunner reaches molt-devruntime); and one ops that
+#      fails (an image that cannot be pulled), for the dashboard's failure panel;
 #   4. test/deploy's TestComposeStackPrometheus against the stack's Prometheus:
 #      molt's metrics of that ops, and every query of deploy/grafana/molt.json
 #      returns data;
@@ -154,6 +155,42 @@ suo_line() { "${KUBECTL}" get suo upgrade-my-sandboxes -n default --no-headers 2
 completed() { [[ "$(suo_line)" == "Completed 10 10 0 0" ]]; }
 wait_for 180 "kubectl get suo upgrade-my-sandboxes says Completed 10 10 0 0 (it says: $(suo_line))" completed
 log "kubectl get suo: $("${KUBECTL}" get suo upgrade-my-sandboxes -n default --no-headers | tr -s ' ')"
+
+# Hooks: hookrunner reaches a pod's agent-runtime (molt-devruntime, in whose
+# network namespace it runs) before and after the pod is recreated.
+"${KUBECTL}" apply -f - >/dev/null <<YAML || fail "kubectl apply of sandbox hooked-0"
+apiVersion: agents.kruise.io/v1alpha1
+kind: Sandbox
+metadata: {name: hooked-0, namespace: default, labels: {agents.kruise.io/sandbox-template: hooked-pool}}
+spec:
+  template:
+    spec:
+      containers: [{name: sandbox, image: my-registry/sandbox-image:v1}]
+YAML
+hooked_running() { [[ "$("${KUBECTL}" get sbx hooked-0 -n default --no-headers 2>/dev/null | awk '{print $2}')" == Running ]]; }
+wait_for 60 "sandbox hooked-0 Running" hooked_running
+"${KUBECTL}" apply -f - >/dev/null <<YAML || fail "kubectl apply of the ops upgrade-hooked"
+apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxUpdateOps
+metadata: {name: upgrade-hooked, namespace: default}
+spec:
+  selector: {matchLabels: {agents.kruise.io/sandbox-template: hooked-pool}}
+  updateStrategy: {maxUnavailable: 1}
+  patch:
+    spec:
+      containers: [{name: sandbox, image: my-registry/sandbox-image:v2}]
+  lifecycle:
+    preUpgrade: {exec: {command: [/bin/bash, -c, 'echo "backup of \$(hostname)"']}, timeoutSeconds: 60}
+    postUpgrade: {exec: {command: [/bin/bash, -c, 'test "\$(hostname)" = hooked-0']}, timeoutSeconds: 60}
+YAML
+hooked_completed() { [[ "$("${KUBECTL}" get suo upgrade-hooked -n default --no-headers 2>/dev/null | awk '{print $2, $3, $4, $5, $6}')" == "Completed 1 1 0 0" ]]; }
+wait_for 120 "ops upgrade-hooked (a preUpgrade and a postUpgrade hook) Completed 1 1 0 0" hooked_completed
+hook_logs="$(compose logs hookrunner 2>&1)"
+for stage in PreUpgrade PostUpgrade; do
+	[[ "${hook_logs}" =~ \"hook\ succeeded\"[^$'\n']*sandbox=\"default/hooked-0\"[^$'\n']*stage=\"${stage}\" ]] ||
+		fail "hookrunner's log has no \"hook succeeded\" of sandbox default/hooked-0 in stage ${stage}"
+done
+log "hooks ran (hookrunner's log: hook succeeded, PreUpgrade and PostUpgrade): kubectl get suo: $("${KUBECTL}" get suo upgrade-hooked -n default --no-headers | tr -s ' ')"
 
 # One ops that fails, for the dashboard's failure panel.
 "${KUBECTL}" apply -f - >/dev/null <<YAML || fail "kubectl apply of sandbox broken-0"
