@@ -56,7 +56,7 @@ $(BIN)/nats-server: dev/go.mod dev/go.sum
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 ##@ Develop
-.PHONY: generate verify vet test test-rules test-unit bench
+.PHONY: generate verify vet test test-rules test-deploy test-unit bench
 generate: ## regenerate deepcopy, clients, informers, listers, CRDs and protobuf code
 	hack/update-codegen.sh
 	hack/update-proto.sh
@@ -67,9 +67,9 @@ verify: ## fail if generated code, CRDs or protobuf code are stale
 
 vet: ## go vet every module
 	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./dev/... ./test/e2e/...
-	@for m in tools/*/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
+	@for m in tools/*/ test/deploy/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
-test: tools build verify vet test-rules ## run every unit and integration test (real control plane and NATS), and the Prometheus rules' tests
+test: tools build verify vet test-rules test-deploy ## run every unit and integration test (real control plane and NATS), the Prometheus rules' tests and the deploy files' tests
 	$(GO) test -count=1 -timeout 45m ./pkg/... ./dev/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
 
 BENCH_N      ?= 1000
@@ -87,6 +87,9 @@ test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit test
 	@hack/prometheus.sh
 	promtool check rules deploy/prometheus/rules.yaml
 	cd deploy/prometheus && promtool test rules rules_test.yaml
+
+test-deploy: ## decode the Grafana dashboard strictly and parse its queries, load docker-compose.yaml with compose-go (test/deploy: its own module, outside go.work)
+	cd test/deploy && $(TOOLGO) test -count=1 ./...
 
 test-unit: ## run the tests that need no control plane
 	$(GO) test -count=1 -short ./pkg/events/... ./pkg/apis/...
@@ -107,3 +110,19 @@ images-check: images $(BIN)/nats-server ## prove that each image starts and answ
 
 docker-stop: ## stop the dockerd that `make images` started (by its pid)
 	hack/docker.sh stop
+
+##@ Docker Compose
+# docker-compose.yaml's images besides `make images`': molt-compose (its
+# one-shot jobs, and the health check of the images below), molt-devnode, and
+# the control plane, kwok, NATS and Debian's prometheus as built binaries with
+# the libraries they link.
+COMPOSE_IMAGES := molt-compose=molt.dev/dev/cmd/molt-compose molt-devnode=molt.dev/dev/cmd/molt-devnode \
+	$(foreach b,etcd kube-apiserver kube-controller-manager kube-scheduler kwok,$(b)=bin/$(b),with=molt-compose) \
+	nats-compose=bin/nats-server,with=molt-compose prometheus=/usr/bin/prometheus,with=molt-compose
+.PHONY: compose-images compose-test
+compose-images: images $(TOOL_BINS) ## build every image of docker-compose.yaml, FROM scratch (installs Docker and Debian's prometheus if needed)
+	@hack/prometheus.sh
+	GO="$(GO)" hack/build-images.sh $(COMPOSE_IMAGES)
+
+compose-test: ## make compose-images, docker compose up the whole stack, upgrade seed 000's basic example through it, check Prometheus and the dashboard's queries, then down -v (and stops the dockerd it started)
+	GO="$(GO)" hack/compose-test.sh

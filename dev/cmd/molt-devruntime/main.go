@@ -1,8 +1,9 @@
 // Command molt-devruntime is the development agent-runtime of the local
 // stack (see dev/devruntime).
 //
-//	molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s]
+//	molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s] [--health-addr A]
 //	    serve the envd process protocol on <podIP>:49983 for every running pod
+//	    (and, with --health-addr, /healthz on A: 200 while the API server answers)
 //	molt-devruntime exec --kubeconfig K [--namespace NS] --sandbox NAME [--timeout 2m] -- COMMAND...
 //	    run COMMAND in a sandbox through the protocol, as a lifecycle hook runs,
 //	    with the token of the sandbox's runtime-access-token annotation (the
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"molt.dev/dev/devhealth"
 	"molt.dev/dev/devruntime"
 	"molt.dev/pkg/agentruntime"
 	"molt.dev/pkg/generated/clientset/versioned"
@@ -34,7 +36,7 @@ import (
 )
 
 const usage = `usage:
-  molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s]
+  molt-devruntime serve --kubeconfig K --state-dir D [--port 49983] [--keepalive 5s] [--health-addr A]
   molt-devruntime exec --kubeconfig K [--namespace NS] --sandbox NAME [--timeout 2m] -- COMMAND...
   molt-devruntime probe URL`
 
@@ -84,6 +86,7 @@ func serve(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", os.Getenv("MOLT_DEVRUNTIME_STATE_DIR"), "directory of the pods' roots and volumes (env MOLT_DEVRUNTIME_STATE_DIR)")
 	port := fs.Int("port", agentruntime.Port, "port of every pod's agent-runtime")
 	keepalive := fs.Duration("keepalive", devruntime.DefaultKeepalive, "keepalive period of a running command's stream")
+	healthAddr := fs.String("health-addr", "", "address to serve /healthz on (200 while the API server answers); empty: none")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,6 +104,11 @@ func serve(ctx context.Context, args []string) error {
 	kube, agents, err := clients(cfg)
 	if err != nil {
 		return err
+	}
+	if *healthAddr != "" {
+		if err := devhealth.Serve(ctx, *healthAddr, kube); err != nil {
+			return err
+		}
 	}
 	err = devruntime.Serve(ctx, devruntime.Config{Kube: kube, Agents: agents, StateDir: *stateDir, Port: *port, Keepalive: *keepalive})
 	if err != nil && !errors.Is(err, context.Canceled) {
