@@ -49,16 +49,6 @@ func InboxPrefix(user string) string {
 	return "_INBOX_" + user
 }
 
-// Options validates a and returns the nats.go options that log in as it
-// says, for a client that is not a service (kubectl molt history logs in
-// as viewer this way).
-func (a NATSAuth) Options() ([]nats.Option, error) {
-	if err := a.validate(); err != nil {
-		return nil, err
-	}
-	return a.options()
-}
-
 // options are the nats.go options that log in as a says. Reading the
 // password file fails the connect attempt, naming the file.
 func (a NATSAuth) options() ([]nats.Option, error) {
