@@ -55,8 +55,10 @@ func natsViewerFlags(t *testing.T) []string {
 }
 
 // tmuxPane runs a command in a detached tmux session on a server of its
-// own (socket -L), in a 160x60 terminal; the pane stays after the command
-// exits so its last screen can be read.
+// own (socket -L), in a 160x60 terminal. The command should end with a
+// sleep so the pane stays, with its last screen, until the test ends
+// (tmux's remain-on-exit, set after the start, loses the screen's first
+// line).
 type tmuxPane struct {
 	t      *testing.T
 	socket string
@@ -69,7 +71,6 @@ func newTmuxPane(t *testing.T, command string) *tmuxPane {
 	}
 	p := &tmuxPane{t: t, socket: fmt.Sprintf("molt-e2e-%d", time.Now().UnixNano())}
 	p.run("new-session", "-d", "-s", "molt", "-x", "160", "-y", "60", command)
-	p.run("set-option", "-t", "molt", "remain-on-exit", "on")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
 	return p
 }
@@ -105,7 +106,7 @@ func TestPluginStatus(t *testing.T) {
 
 	env := s.env
 	bin := filepath.Join(env.RootDir, "bin", "kubectl-molt")
-	pane := newTmuxPane(t, fmt.Sprintf("%s --kubeconfig=%s status st -n %s -w --slowest 3; echo EXIT=$?", bin, env.Kubeconfig, ns))
+	pane := newTmuxPane(t, fmt.Sprintf("%s --kubeconfig=%s status st -n %s -w --slowest 3; echo EXIT=$?; sleep 600", bin, env.Kubeconfig, ns))
 
 	plain := moltCmd(t, "status", "st", "-n", ns, "-w")
 	var plainOut, plainErr bytes.Buffer
@@ -192,7 +193,7 @@ poll:
 	if !strings.Contains(final, "EXIT=1") {
 		t.Errorf("status -w in the terminal did not exit 1:\n%s", final)
 	}
-	for _, want := range []string{"Failed", "49/50 updated, 1 failed", "FAILED", "st-13", "PreUpgradeFailed", "stderr: backup of st-13 failed: disk full", "█"} {
+	for _, want := range []string{"SandboxUpdateOps " + ns + "/st  Failed", "49/50 updated, 1 failed", "FAILED", "st-13", "PreUpgradeFailed", "stderr: backup of st-13 failed: disk full", "█"} {
 		if !strings.Contains(final, want) {
 			t.Errorf("the last screen lacks %q:\n%s", want, final)
 		}
@@ -413,7 +414,7 @@ spec:
 			t.Errorf("plan does not select %s in batch %d:\n%s", name, i/2+1, selected)
 		}
 	}
-	if strings.Count(selected, "\n") != 7 { // heading, columns, 5 rows
+	if strings.Count(strings.TrimSpace(selected), "\n") != 6 { // heading, columns, 5 rows
 		t.Errorf("selected section has other rows:\n%s", selected)
 	}
 	for _, w := range []string{

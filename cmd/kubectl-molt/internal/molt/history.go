@@ -312,10 +312,18 @@ func (h *historyPrinter) add(ev events.Event) {
 	}
 }
 
-// detail is the DETAIL column: pods, revision, hook exit, failure.
+// detail is the DETAIL column: a failure first, then pods, revision, hook
+// exit code.
 func detail(ev events.Event) string {
 	d := ev.Data
 	var parts []string
+	if ev.Type == events.TypeFailed {
+		if stderr, stdout, ok := agentruntime.HookOutput(d.Message); ok {
+			parts = append(parts, fmt.Sprintf("%s: hook stderr: %s; stdout: %s", d.Reason, tailLines(stderr, 5), tailLines(stdout, 5)))
+		} else {
+			parts = append(parts, d.Reason+": "+truncate(d.Message, 400))
+		}
+	}
 	if d.TargetRevision != "" && ev.Type == events.TypePatched {
 		parts = append(parts, "target revision "+d.TargetRevision)
 	}
@@ -330,13 +338,6 @@ func detail(ev events.Event) string {
 	}
 	if d.Redrive > 0 {
 		parts = append(parts, fmt.Sprintf("re-driven by the watchdog (%d)", d.Redrive))
-	}
-	if ev.Type == events.TypeFailed {
-		if stderr, stdout, ok := agentruntime.HookOutput(d.Message); ok {
-			parts = append(parts, fmt.Sprintf("%s: hook stderr: %s; stdout: %s", d.Reason, tailLines(stderr, 5), tailLines(stdout, 5)))
-		} else {
-			parts = append(parts, d.Reason+": "+truncate(d.Message, 400))
-		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -298,7 +298,7 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 		return "", fmt.Errorf("encode the patched template of sandbox %s: %w", sb.Name, err)
 	}
 	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
+		A: difflib.SplitLines(strings.TrimSuffix(string(a), "\n")), B: difflib.SplitLines(strings.TrimSuffix(string(b), "\n")),
 		FromFile: sb.Namespace + "/" + sb.Name + " (current)", ToFile: sb.Namespace + "/" + sb.Name + " (patched)",
 		Context: 3,
 	})

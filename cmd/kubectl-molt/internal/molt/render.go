@@ -109,7 +109,11 @@ func renderScreen(s Summary, color bool) string {
 		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SLOWEST IN FLIGHT\tSTAGE\tIN STAGE FOR")
 		for _, f := range s.InFlight {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Stage, duration(f.AgeSeconds))
+			age := duration(f.AgeSeconds)
+			if f.Stage == stageAdmitted {
+				age = "-" // its status does not show the attempt yet
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Stage, age)
 		}
 		_ = tw.Flush()
 	}
