@@ -71,10 +71,10 @@ func (a *app) clients() (versioned.Interface, kubernetes.Interface, string, erro
 func NewCommand(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	a := &app{flags: genericclioptions.NewConfigFlags(true), in: in, out: out, errOut: errOut}
 	root := &cobra.Command{
-		Use:   "molt",
+		Use: "molt",
 		// kubectl runs the plugin as `kubectl molt`: usage lines say so.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl molt"},
-		Short: "Watch, preview and recover molt upgrades of agent sandboxes",
+		Short:       "Watch, preview and recover molt upgrades of agent sandboxes",
 		Long: `kubectl molt shows and drives molt's upgrades of agent sandboxes
 (SandboxUpdateOps, agents.kruise.io/v1alpha1):
 

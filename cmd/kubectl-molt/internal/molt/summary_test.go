@@ -139,7 +139,7 @@ func TestTemplateDiffShowsOnlyThePatch(t *testing.T) {
 	}
 	want := `--- ns/b (current)
 +++ ns/b (patched)
-@@ -1,7 +1,7 @@
+@@ -1,6 +1,6 @@
  metadata: {}
  spec:
    containers:
