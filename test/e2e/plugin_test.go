@@ -164,6 +164,7 @@ poll:
 	}
 
 	// Without a terminal: plain lines, exit 1, the failed sandbox and its stderr.
+	t.Logf("plain output:\n%s%s", plainOut.String(), plainErr.String())
 	if code != 1 {
 		t.Errorf("status -w (plain) exit code %d, want 1\nstdout:\n%s\nstderr:\n%s", code, plainOut.String(), plainErr.String())
 	}
