@@ -179,7 +179,7 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 	if err != nil {
 		return fmt.Errorf("read the history of sandbox %s/%s from stream %s: %w", ns, name, events.StreamName, err)
 	}
-	h := &historyPrinter{out: a.out, json: o.output == "json"}
+	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local}
 	if !h.json {
 		fmt.Fprintf(a.out, "History of sandbox %s/%s (stream %s)\n", ns, name, events.StreamName)
 	}
@@ -210,7 +210,9 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 			caughtUp = true
 		}
 		if caughtUp && !h.json {
-			h.flushAttempt()
+			// Show what arrived; the stage durations of an attempt still in
+			// progress only once the history is read (not while following).
+			h.flush(!o.follow)
 		}
 		if caughtUp && !o.follow {
 			if h.count == 0 && !h.json {
@@ -225,17 +227,20 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 }
 
 // historyPrinter prints events grouped by attempt, and each attempt's
-// stage durations once it has ended or the history is caught up.
+// stage durations once it has ended (or, for one in progress, when the
+// history has been read).
 type historyPrinter struct {
 	out     io.Writer
 	json    bool
+	loc     *time.Location // times are printed in it (the local zone)
 	count   int
 	attempt string
 	tw      *tabwriter.Writer
+	header  bool // the attempt's column header is printed
 	prev    time.Time
 	spans   []stageSpan
 	ended   string
-	printed bool
+	printed bool // the attempt's stage durations are printed
 }
 
 // stageSpan is the first and last event time of one stage of one attempt.
@@ -273,8 +278,8 @@ func (h *historyPrinter) add(ev events.Event) {
 		return
 	}
 	if ev.Data.Attempt != h.attempt {
-		h.flushAttempt()
-		h.attempt, h.spans, h.ended, h.printed, h.prev = ev.Data.Attempt, nil, "", false, time.Time{}
+		h.flush(true)
+		h.attempt, h.spans, h.ended, h.printed, h.header, h.prev = ev.Data.Attempt, nil, "", false, false, time.Time{}
 		ops := "a direct upgrade (no ops)"
 		if ev.Data.Ops.Name != "" {
 			ops = "ops " + ev.Data.Ops.Name
@@ -287,7 +292,10 @@ func (h *historyPrinter) add(ev events.Event) {
 	}
 	if h.tw == nil {
 		h.tw = tabwriter.NewWriter(h.out, 0, 4, 2, ' ', 0)
+	}
+	if !h.header {
 		fmt.Fprintln(h.tw, "  TIME\t+SINCE\tEVENT\tSTAGE\tDETAIL")
+		h.header = true
 	}
 	since := "-"
 	if !h.prev.IsZero() {
@@ -296,7 +304,7 @@ func (h *historyPrinter) add(ev events.Event) {
 	h.prev = ev.Time
 	tok, _ := events.TokenFor(ev.Type)
 	stage := eventStage(ev)
-	fmt.Fprintf(h.tw, "  %s\t%s\t%s\t%s\t%s\n", ev.Time.Local().Format("15:04:05.000"), since, tok, stage, detail(ev))
+	fmt.Fprintf(h.tw, "  %s\t%s\t%s\t%s\t%s\n", ev.Time.In(h.loc).Format("15:04:05.000"), since, tok, stage, detail(ev))
 	if stage != "" {
 		if n := len(h.spans); n > 0 && h.spans[n-1].stage == stage {
 			h.spans[n-1].last = ev.Time
@@ -309,6 +317,9 @@ func (h *historyPrinter) add(ev events.Event) {
 		h.ended = agentsv1alpha1.UpgradingReasonSucceeded
 	case events.TypeFailed:
 		h.ended = ev.Data.Reason
+	}
+	if h.ended != "" {
+		h.flush(true)
 	}
 }
 
@@ -342,14 +353,14 @@ func detail(ev events.Event) string {
 	return strings.Join(parts, ", ")
 }
 
-// flushAttempt prints the table so far and, once, the attempt's stage
-// durations.
-func (h *historyPrinter) flushAttempt() {
+// flush prints the rows so far and, when the attempt has ended (or
+// inProgressToo), its stage durations, once.
+func (h *historyPrinter) flush(inProgressToo bool) {
 	if h.tw != nil {
 		_ = h.tw.Flush()
 		h.tw = nil
 	}
-	if h.attempt == "" || h.printed || len(h.spans) == 0 {
+	if h.attempt == "" || h.printed || len(h.spans) == 0 || (h.ended == "" && !inProgressToo) {
 		return
 	}
 	var parts []string
@@ -364,7 +375,7 @@ func (h *historyPrinter) flushAttempt() {
 	state := "in progress"
 	if h.ended != "" {
 		state = h.ended
-		h.printed = true
 	}
+	h.printed = true
 	fmt.Fprintf(h.out, "  stages: %s; %s after %s\n", strings.Join(parts, ", "), state, total)
 }
