@@ -330,7 +330,11 @@ func detail(ev events.Event) string {
 	var parts []string
 	if ev.Type == events.TypeFailed {
 		if stderr, stdout, ok := agentruntime.HookOutput(d.Message); ok {
-			parts = append(parts, fmt.Sprintf("%s: hook stderr: %s; stdout: %s", d.Reason, tailLines(stderr, 5), tailLines(stdout, 5)))
+			out := fmt.Sprintf("%s: hook stderr: %s", d.Reason, tailLines(stderr, 5))
+			if stdout != "" {
+				out += "; stdout: " + tailLines(stdout, 5)
+			}
+			parts = append(parts, out)
 		} else {
 			parts = append(parts, d.Reason+": "+truncate(d.Message, 400))
 		}
