@@ -99,7 +99,8 @@ func TestPluginStatus(t *testing.T) {
 	ctx := context.Background()
 	ns := s.env.Namespace(t)
 	makeSandboxes(t, s, ns, "st", 50, "st-pool", nil)
-	pre := `sleep 1; if [ "$(hostname)" = st-13 ]; then echo "backup of $(hostname) failed: disk full" >&2; exit 3; fi`
+	// st-13's backup fails once (its pod keeps /tmp, so a retry passes).
+	pre := `sleep 1; if [ "$(hostname)" = st-13 ] && [ ! -e /tmp/failed-once ]; then touch /tmp/failed-once; echo "backup of $(hostname) failed: disk full" >&2; exit 3; fi`
 	// 10 at a time keeps the test short.
 	y := strings.Replace(hookOps("st", "st-pool", "my-registry/sandbox-image:v2", pre, "", 30), "maxUnavailable: 1\n", "maxUnavailable: 10\n", 1)
 	kubectl(t, y, "apply", "-n", ns, "-f", "-")
@@ -210,7 +211,7 @@ poll:
 	}
 
 	// -o json: the machine-readable summary, against the real state.
-	out, _, code := molt(t, "", "status", "st", "-n", ns, "-o", "json")
+	jsonOut, _, code := molt(t, "", "status", "st", "-n", ns, "-o", "json")
 	if code != 1 {
 		t.Errorf("status -o json exit code %d, want 1", code)
 	}
@@ -220,8 +221,8 @@ poll:
 		NotStarted                       int                                              `json:"notStarted"`
 		FailedSandboxes                  []struct{ Name, Reason, Message, Stderr string } `json:"failedSandboxes"`
 	}
-	if err := json.Unmarshal([]byte(out), &sum); err != nil {
-		t.Fatalf("status -o json: %v\n%s", err, out)
+	if err := json.Unmarshal([]byte(jsonOut), &sum); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, jsonOut)
 	}
 	if sum.Phase != string(ops.Status.Phase) || sum.Total != int(ops.Status.Replicas) || sum.Updated != int(ops.Status.UpdatedReplicas) || sum.Failed != int(ops.Status.FailedReplicas) || sum.Updating != 0 || sum.NotStarted != 0 {
 		t.Errorf("json summary %+v does not match the ops status %+v", sum, ops.Status)
@@ -235,6 +236,18 @@ poll:
 	}
 	if c := upgradingCondition(t, s, ns, "st-13"); sum.FailedSandboxes[0].Message != c.Message || sum.FailedSandboxes[0].Stderr != "backup of st-13 failed: disk full" {
 		t.Errorf("json failed sandbox %+v, condition message %q", sum.FailedSandboxes[0], c.Message)
+	}
+
+	// retry of a PreUpgrade failure: a new ops with the same patch and hooks,
+	// over st-13 alone (the 49 others already carry the patch).
+	out, errOut, code := molt(t, "", "retry", "st", "-n", ns, "-w")
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 0 || !strings.Contains(out, "created SandboxUpdateOps "+ns+"/st-retry with the same patch and hooks: retries 1 PreUpgradeFailed (st-13)") {
+		t.Fatalf("retry -w exit %d:\n%s\n%s", code, out, errOut)
+	}
+	retried := waitOps(t, s, ns, "st-retry", agentsv1alpha1.SandboxUpdateOpsCompleted, 10*time.Second)
+	if retried.Status.Replicas != 1 || retried.Spec.Lifecycle == nil || retried.Spec.Lifecycle.PreUpgrade == nil || string(retried.Spec.Patch.Raw) != string(ops.Spec.Patch.Raw) {
+		t.Errorf("the retry ops %+v, want st's patch and hooks over 1 sandbox", retried)
 	}
 }
 
@@ -598,5 +611,43 @@ func TestPluginInstall(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "kubectl molt [command]") {
 		t.Errorf("usage does not read `kubectl molt`:\n%s", out)
+	}
+}
+
+// TestREADMEPluginTable: the kubectl molt tables of README.md and
+// README.zh-CN.md list exactly the plugin's subcommands, and every flag
+// they name is a flag of that subcommand.
+func TestREADMEPluginTable(t *testing.T) {
+	env := testenv.Get(t)
+	out, _, code := molt(t, "", "--help")
+	if code != 0 {
+		t.Fatalf("kubectl molt --help exit %d", code)
+	}
+	var subs []string
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z]+)\s{2,}`).FindAllStringSubmatch(out, -1) {
+		if m[1] != "completion" && m[1] != "help" {
+			subs = append(subs, m[1])
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| `kubectl molt ([a-z]+)[^`]*` \\|.*$")
+	flagRe := regexp.MustCompile(`--[a-z][a-z-]+`)
+	for _, file := range []string{"README.md", "README.zh-CN.md"} {
+		data, err := os.ReadFile(filepath.Join(env.RootDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var listed []string
+		for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+			listed = append(listed, m[1])
+			help, _, _ := molt(t, "", m[1], "--help")
+			for _, f := range flagRe.FindAllString(m[0], -1) {
+				if !strings.Contains(help, f+" ") {
+					t.Errorf("%s: the row of %s names %s, which `kubectl molt %s --help` does not list", file, m[1], f, m[1])
+				}
+			}
+		}
+		if strings.Join(listed, ",") != strings.Join(subs, ",") {
+			t.Errorf("%s lists subcommands %v, kubectl molt has %v", file, listed, subs)
+		}
 	}
 }

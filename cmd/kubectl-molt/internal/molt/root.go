@@ -69,6 +69,8 @@ func (a *app) clients() (versioned.Interface, kubernetes.Interface, string, erro
 
 // NewCommand returns the kubectl molt command with its subcommands.
 func NewCommand(in io.Reader, out, errOut io.Writer) *cobra.Command {
+	// --help lists the subcommands in the order an upgrade uses them.
+	cobra.EnableCommandSorting = false
 	a := &app{flags: genericclioptions.NewConfigFlags(true), in: in, out: out, errOut: errOut}
 	root := &cobra.Command{
 		Use: "molt",
