@@ -58,6 +58,14 @@ Exit code: 0 when the ops would be accepted, 1 when it would be refused, 2 on an
 	return cmd
 }
 
+// manifestName names flag -f's manifest in messages.
+func manifestName(file string) string {
+	if file == "-" {
+		return "the manifest on stdin"
+	}
+	return file
+}
+
 // readManifest reads an ops manifest as JSON.
 func (a *app) readManifest(file string) ([]byte, error) {
 	var (
@@ -120,7 +128,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	case apierrors.IsAlreadyExists(err):
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("%v: the ops exists already, and its selector, patch and lifecycle cannot change; watch it with `kubectl molt status %s -n %s`, or give the new one another name", err, head.Metadata.Name, ns)}
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
-		return &exitError{code: ExitFailed, msg: fmt.Sprintf("the API server refuses this SandboxUpdateOps (nothing was changed): %v", err)}
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("the API server refuses this SandboxUpdateOps (nothing was changed): %v\nfix %s and run plan again", err, manifestName(o.file))}
 	case err != nil:
 		return fmt.Errorf("dry-run create of SandboxUpdateOps %s/%s: %w", ns, head.Metadata.Name, err)
 	}
@@ -159,7 +167,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if problem, err := patchProblem(ctx, kube, ops, sel); err != nil {
 		return err
 	} else if problem != "" {
-		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s would fail with InvalidPatch before any sandbox is touched: %s", ns, ops.Name, problem)}
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s would fail with InvalidPatch before any sandbox is touched: %s\nfix spec.patch in %s and run plan again", ns, ops.Name, problem, manifestName(o.file))}
 	}
 	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {
 		fmt.Fprintf(w, "  no patch and nothing to resume: it would complete at once (NothingToUpdate)\n")

@@ -97,7 +97,7 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 		case apierrors.IsNotFound(err):
 			return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found (it may have been deleted): list the ops with `kubectl get suo -n %s`", ns, name, ns)}
 		case err != nil && !o.watch:
-			return fmt.Errorf("read SandboxUpdateOps %s/%s: %w", ns, name, err)
+			return fmt.Errorf("read SandboxUpdateOps %s/%s: %w (is the API server reachable? flags --kubeconfig, --context)", ns, name, err)
 		case err != nil:
 			if !warned {
 				fmt.Fprintf(a.errOut, "warning: read SandboxUpdateOps %s/%s: %v (retrying every %s)\n", ns, name, err, o.interval)
