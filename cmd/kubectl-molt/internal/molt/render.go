@@ -15,8 +15,21 @@ const (
 	ansiReset = "\x1b[0m"
 	// ansiHomeClear moves the cursor home and clears the screen: the
 	// terminal view redraws in place.
-	ansiHomeClear = "\x1b[H\x1b[2J"
+	ansiHomeClear  = "\x1b[H\x1b[2J"
+	ansiHideCursor = "\x1b[?25l"
+	ansiShowCursor = "\x1b[?25h"
 )
+
+// fitScreen cuts a screen to height rows (0: as it is), saying how many
+// lines did not fit, so a redraw never scrolls the terminal.
+func fitScreen(screen string, height int) string {
+	lines := strings.Split(strings.TrimRight(screen, "\n"), "\n")
+	if height <= 1 || len(lines) < height {
+		return screen
+	}
+	keep := height - 2
+	return strings.Join(lines[:keep], "\n") + fmt.Sprintf("\n… %d more lines: enlarge the terminal, or use -o json\n", len(lines)-keep)
+}
 
 // paint wraps s in an ANSI colour when color is on.
 func paint(color bool, code, s string) string {

@@ -12,9 +12,12 @@ import (
 	"golang.org/x/term"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
+	agentsinformers "molt.dev/pkg/generated/informers/externalversions"
+	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
 )
 
 type statusOptions struct {
@@ -59,17 +62,73 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// snapshot reads the ops and the sandboxes it claims, and summarizes them.
-func snapshot(ctx context.Context, agents versioned.Interface, ns, name string, slowest int) (Summary, error) {
-	ops, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
+// source reads the ops and the sandboxes it claims.
+type source interface {
+	read(ctx context.Context) (*agentsv1alpha1.SandboxUpdateOps, []agentsv1alpha1.Sandbox, error)
+}
+
+// getSource reads both from the API server at each call (one look).
+type getSource struct {
+	agents   versioned.Interface
+	ns, name string
+}
+
+func (g getSource) read(ctx context.Context) (*agentsv1alpha1.SandboxUpdateOps, []agentsv1alpha1.Sandbox, error) {
+	ops, err := g.agents.AgentsV1alpha1().SandboxUpdateOps(g.ns).Get(ctx, g.name, metav1.GetOptions{})
 	if err != nil {
-		return Summary{}, err
+		return nil, nil, err
 	}
-	list, err := agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpdateOps + "=" + name})
+	list, err := g.agents.AgentsV1alpha1().Sandboxes(g.ns).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpdateOps + "=" + g.name})
 	if err != nil {
-		return Summary{}, fmt.Errorf("list the sandboxes of ops %s/%s: %w", ns, name, err)
+		return nil, nil, fmt.Errorf("list the sandboxes of ops %s/%s: %w", g.ns, g.name, err)
 	}
-	return summarize(ops, list.Items, time.Now(), slowest), nil
+	return ops, list.Items, nil
+}
+
+// watchSource keeps both in informer caches: one list and one watch each,
+// narrowed to the ops (by name) and its sandboxes (by label), so watching
+// an upgrade of a thousand sandboxes does not list them every second.
+type watchSource struct {
+	ns, name  string
+	ops       agentslisters.SandboxUpdateOpsLister
+	sandboxes agentslisters.SandboxLister
+}
+
+func newWatchSource(ctx context.Context, agents versioned.Interface, ns, name string) (*watchSource, error) {
+	opsFactory := agentsinformers.NewSharedInformerFactoryWithOptions(agents, 0, agentsinformers.WithNamespace(ns),
+		agentsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
+	sbFactory := agentsinformers.NewSharedInformerFactoryWithOptions(agents, 0, agentsinformers.WithNamespace(ns),
+		agentsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = agentsv1alpha1.LabelUpdateOps + "=" + name }))
+	w := &watchSource{ns: ns, name: name,
+		ops:       opsFactory.Agents().V1alpha1().SandboxUpdateOps().Lister(),
+		sandboxes: sbFactory.Agents().V1alpha1().Sandboxes().Lister(),
+	}
+	opsFactory.Start(ctx.Done())
+	sbFactory.Start(ctx.Done())
+	for _, f := range []agentsinformers.SharedInformerFactory{opsFactory, sbFactory} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return nil, fmt.Errorf("watch %v of ops %s/%s: the cache did not sync (is the API server reachable? flags --kubeconfig, --context)", typ, ns, name)
+			}
+		}
+	}
+	return w, nil
+}
+
+func (w *watchSource) read(context.Context) (*agentsv1alpha1.SandboxUpdateOps, []agentsv1alpha1.Sandbox, error) {
+	ops, err := w.ops.SandboxUpdateOps(w.ns).Get(w.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err := w.sandboxes.Sandboxes(w.ns).List(labels.Everything())
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the sandboxes of ops %s/%s from the cache: %w", w.ns, w.name, err)
+	}
+	items := make([]agentsv1alpha1.Sandbox, len(list))
+	for i, sb := range list {
+		items[i] = *sb
+	}
+	return ops, items, nil
 }
 
 func (a *app) status(ctx context.Context, name string, o statusOptions) error {
@@ -85,6 +144,22 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 	}
 	tty := o.output == "" && isTerminal(a.out)
 	color := o.color == "always" || (o.color == "auto" && tty)
+	var src source = getSource{agents: agents, ns: ns, name: name}
+	if o.watch {
+		// The ops must exist before a watch can say anything about it.
+		if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return notFound(ns, name)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if src, err = newWatchSource(ctx, agents, ns, name); err != nil {
+			return err
+		}
+	}
+	if tty {
+		fmt.Fprint(a.out, ansiHideCursor)
+		defer fmt.Fprint(a.out, ansiShowCursor)
+	}
 	var (
 		last       string
 		seenFailed = map[string]bool{}
@@ -92,10 +167,13 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 		s          Summary
 	)
 	for {
-		s, err = snapshot(ctx, agents, ns, name, o.slowest)
+		ops, claimed, err := src.read(ctx)
+		if err == nil {
+			s = summarize(ops, claimed, time.Now(), o.slowest)
+		}
 		switch {
 		case apierrors.IsNotFound(err):
-			return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found (it may have been deleted): list the ops with `kubectl get suo -n %s`", ns, name, ns)}
+			return notFound(ns, name)
 		case err != nil && !o.watch:
 			return fmt.Errorf("read SandboxUpdateOps %s/%s: %w (is the API server reachable? flags --kubeconfig, --context)", ns, name, err)
 		case err != nil:
@@ -113,7 +191,7 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 					last = string(line)
 				}
 			case tty:
-				fmt.Fprint(a.out, ansiHomeClear+renderScreen(s, color))
+				fmt.Fprint(a.out, ansiHomeClear+fitScreen(renderScreen(s, color), terminalHeight(a.out)))
 			default:
 				for _, f := range s.FailedSandboxes {
 					if !seenFailed[f.Name] {
@@ -136,6 +214,23 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 		case <-time.After(o.interval):
 		}
 	}
+}
+
+func notFound(ns, name string) error {
+	return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found (it may have been deleted): list the ops with `kubectl get suo -n %s`", ns, name, ns)}
+}
+
+// terminalHeight is the number of rows of w's terminal, 0 when unknown.
+func terminalHeight(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	_, h, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return h
 }
 
 // statusExit is the exit of status: 1 for a Failed ops, with what to do next.

@@ -155,3 +155,16 @@ func TestTemplateDiffShowsOnlyThePatch(t *testing.T) {
 		t.Errorf("no patch gives a diff:\n%s", d)
 	}
 }
+
+func TestFitScreen(t *testing.T) {
+	screen := "a\nb\nc\nd\ne\n"
+	if got := fitScreen(screen, 0); got != screen {
+		t.Errorf("unknown height changed the screen: %q", got)
+	}
+	if got := fitScreen(screen, 10); got != screen {
+		t.Errorf("a screen that fits changed: %q", got)
+	}
+	if got, want := fitScreen(screen, 4), "a\nb\n… 3 more lines: enlarge the terminal, or use -o json\n"; got != want {
+		t.Errorf("fitScreen = %q, want %q", got, want)
+	}
+}
