@@ -485,6 +485,17 @@ spec:
 	if code != 1 || got == nil || want == nil || got[1] != want[1] {
 		t.Errorf("plan of an invalid ops: exit %d, stderr %q; kubectl apply says %q", code, errOut, applyOut)
 	}
+
+	// A patch the API server accepts in an ops but whose pod it refuses: the
+	// selector's patch check (InvalidPatch), found before anything exists.
+	emptyImage := strings.Replace(planOps, "image: my-registry/sandbox-image:v2", `image: ""`, 1)
+	_, errOut, code = molt(t, emptyImage, "plan", "-f", "-", "-n", ns)
+	if code != 1 || !strings.Contains(errOut, "would fail with InvalidPatch before any sandbox is touched") || !strings.Contains(errOut, "spec.containers[0].image: Required value") {
+		t.Errorf("plan of a patch that makes an invalid pod: exit %d, stderr %q", code, errOut)
+	}
+	if list, _ := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Errorf("plan of refused ops left %d ops behind", len(list.Items))
+	}
 }
 
 // section is the text of out from the line starting with from up to the
