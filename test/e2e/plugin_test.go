@@ -200,6 +200,9 @@ poll:
 			t.Errorf("the last screen lacks %q:\n%s", want, final)
 		}
 	}
+	if colored := pane.run("capture-pane", "-p", "-e", "-t", "molt"); !regexp.MustCompile(`\x1b\[(0;)?31m[^\n]*PreUpgradeFailed`).MatchString(colored) || !strings.Contains(colored, "\x1b[31m") {
+		t.Errorf("the terminal view does not show the failure in red:\n%q", colored)
+	}
 	if len(updatedSeen) < 3 {
 		t.Errorf("the pane showed %d distinct updated counts %v, want the bar moving (at least 3)", len(updatedSeen), updatedSeen)
 	}
