@@ -33,9 +33,18 @@ status: ## say what the local stack runs
 .PHONY: tools build
 tools: $(TOOL_BINS) ## build the control plane, kwok and the nats CLI from pinned modules (skips what is built)
 
-build: ## build molt's services and local-stack commands into bin/ (Go's cache skips unchanged work)
+build: ## build molt's services, the kubectl molt plugin and local-stack commands into bin/ (Go's cache skips unchanged work)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/dev/cmd/molt-local molt.dev/dev/cmd/molt-devnode molt.dev/dev/cmd/molt-devruntime molt.dev/dev/cmd/molt-bench
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),molt.dev/services/$(s)) molt.dev/dev/cmd/molt-local molt.dev/dev/cmd/molt-devnode molt.dev/dev/cmd/molt-devruntime molt.dev/dev/cmd/molt-bench molt.dev/kubectl-molt
+
+# kubectl finds a plugin as an executable named kubectl-<name> on PATH.
+PLUGIN_DIR ?= $(firstword $(foreach d,/usr/local/bin $(HOME)/.local/bin,$(if $(shell test -w $(d) && echo y),$(d))) $(HOME)/.local/bin)
+.PHONY: install-plugin
+install-plugin: ## build kubectl-molt and install it into PLUGIN_DIR (default /usr/local/bin if writable, else ~/.local/bin), so `kubectl molt` works
+	@mkdir -p $(BIN) "$(PLUGIN_DIR)"
+	$(GO) build -o $(BIN)/kubectl-molt molt.dev/kubectl-molt
+	install -m 0755 $(BIN)/kubectl-molt "$(PLUGIN_DIR)/kubectl-molt"
+	@case ":$$PATH:" in *":$(PLUGIN_DIR):"*) echo "installed $(PLUGIN_DIR)/kubectl-molt: try \`kubectl molt --help\`";; *) echo "installed $(PLUGIN_DIR)/kubectl-molt, but $(PLUGIN_DIR) is not on PATH: export PATH=$(PLUGIN_DIR):\$$PATH";; esac
 
 $(BIN)/kube-apiserver: tools/kube/go.mod tools/kube/go.sum
 	cd tools/kube && $(TOOLGO) build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
@@ -56,7 +65,7 @@ $(BIN)/nats-server: dev/go.mod dev/go.sum
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 ##@ Develop
-.PHONY: generate verify vet test test-rules test-deploy test-unit bench
+.PHONY: generate verify vet test test-rules test-deploy test-tmux test-unit bench
 generate: ## regenerate deepcopy, clients, informers, listers, CRDs and protobuf code
 	hack/update-codegen.sh
 	hack/update-proto.sh
@@ -66,11 +75,14 @@ verify: ## fail if generated code, CRDs or protobuf code are stale
 	hack/update-proto.sh --verify
 
 vet: ## go vet every module
-	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./dev/... ./test/e2e/...
+	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./dev/... ./cmd/kubectl-molt/... ./test/e2e/...
 	@for m in tools/*/ test/deploy/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
-test: tools build verify vet test-rules test-deploy ## run every unit and integration test (real control plane and NATS), the Prometheus rules' tests and the deploy files' tests
-	$(GO) test -count=1 -timeout 45m ./pkg/... ./dev/... $(foreach s,$(SERVICES),./services/$(s)/...) ./test/e2e/...
+test: tools build verify vet test-rules test-deploy test-tmux ## run every unit and integration test (real control plane and NATS), the Prometheus rules' tests and the deploy files' tests
+	$(GO) test -count=1 -timeout 45m ./pkg/... ./dev/... $(foreach s,$(SERVICES),./services/$(s)/...) ./cmd/kubectl-molt/... ./test/e2e/...
+
+test-tmux: ## make sure Debian's tmux is installed (the kubectl molt status terminal test runs it)
+	@hack/tmux.sh
 
 BENCH_N      ?= 1000
 BENCH_OUT    ?= bench-results.md
@@ -92,7 +104,7 @@ test-deploy: ## decode the Grafana dashboard strictly and parse its queries, loa
 	cd test/deploy && $(TOOLGO) test -count=1 ./...
 
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 -short ./pkg/events/... ./pkg/apis/...
+	$(GO) test -count=1 -short ./pkg/events/... ./pkg/apis/... ./cmd/kubectl-molt/...
 
 .PHONY: clean
 clean: down ## stop the stack and remove bin/ and .molt/

@@ -96,3 +96,22 @@ func classify(parent, callCtx context.Context, err error, baseURL string, timeou
 func seconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 }
+
+// HookOutput splits a condition message written by FailureMessage back into
+// the stderr and stdout tails (ok false for any other message). kubectl
+// molt shows the stderr tail of a failed hook this way.
+func HookOutput(message string) (stderr, stdout string, ok bool) {
+	const pre, mid = ", stderr: ", ", stdout: "
+	if !strings.HasPrefix(message, "hook failed with exit code ") {
+		return "", "", false
+	}
+	i := strings.Index(message, pre)
+	j := strings.LastIndex(message, mid)
+	if i < 0 || j < i+len(pre)-1 {
+		return "", "", false
+	}
+	if j < i+len(pre) {
+		return "", strings.TrimSpace(message[j+len(mid):]), true
+	}
+	return strings.TrimSpace(message[i+len(pre) : j]), strings.TrimSpace(message[j+len(mid):]), true
+}

@@ -51,3 +51,12 @@ func PodRefusal(err error) string {
 func isRBACDenial(err error) bool {
 	return strings.Contains(err.Error(), `cannot create resource "pods"`)
 }
+
+// PodFrom is the pod a template would give the sandbox ns/name, as the
+// patch check dry-runs it (selector; kubectl molt plan).
+func PodFrom(ns, name string, tpl *corev1.PodTemplateSpec) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: tpl.Labels, Annotations: tpl.Annotations},
+		Spec:       *tpl.Spec.DeepCopy(),
+	}
+}

@@ -30,6 +30,10 @@ type Candidate struct {
 // counters of its status.
 type Selection struct {
 	Candidates []Candidate
+	// Excluded are the sandboxes of the ops's namespace that are not
+	// candidates, in name order, each with why (kubectl molt plan shows
+	// them; the services ignore them).
+	Excluded   []Exclusion
 	Updated    int
 	Updating   int
 	Failed     int
@@ -37,6 +41,35 @@ type Selection struct {
 	// MaxUnavailable is the resolved budget (at least 1).
 	MaxUnavailable int
 }
+
+// Exclusion is a sandbox Select leaves out, and why.
+type Exclusion struct {
+	Sandbox *agentsv1alpha1.Sandbox
+	// Reason is one of the Excluded* constants.
+	Reason string
+	// Detail says more: the other active ops's name, the phase, the pool.
+	Detail string
+}
+
+// Why Select leaves a sandbox of the ops's namespace out, in the order the
+// rules are checked.
+const (
+	// ExcludedSelector: the ops's selector does not match its labels.
+	ExcludedSelector = "SelectorMismatch"
+	// ExcludedDeleting: the sandbox is being deleted.
+	ExcludedDeleting = "Deleting"
+	// ExcludedFinished: the sandbox is in phase Succeeded or Failed.
+	ExcludedFinished = "Finished"
+	// ExcludedPoolMember: a SandboxSet controls it; the set's own rolling
+	// update upgrades it.
+	ExcludedPoolMember = "PoolMember"
+	// ExcludedOtherOps: another active ops claims it.
+	ExcludedOtherOps = "ClaimedByOtherOps"
+	// ExcludedStateFilter: its phase is not in spec.stateFilter.
+	ExcludedStateFilter = "StateFilter"
+	// ExcludedNoNeed: its template already equals the patched one.
+	ExcludedNoNeed = "NoNeedToUpdate"
+)
 
 // Total is every counted sandbox.
 func (s Selection) Total() int { return len(s.Candidates) }
@@ -52,14 +85,27 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 	patch := ops.Spec.Patch.Raw
 	phases := ops.Spec.StateFilter.EligiblePhases()
 	var out Selection
+	exclude := func(sb *agentsv1alpha1.Sandbox, reason, detail string) {
+		out.Excluded = append(out.Excluded, Exclusion{Sandbox: sb, Reason: reason, Detail: detail})
+	}
 	for _, sb := range sandboxes {
-		if sb.Namespace != ops.Namespace || !sel.Matches(labels.Set(sb.Labels)) {
+		if sb.Namespace != ops.Namespace {
 			continue
 		}
-		if sb.DeletionTimestamp != nil || sb.Status.Phase == agentsv1alpha1.SandboxSucceeded || sb.Status.Phase == agentsv1alpha1.SandboxFailed {
+		if !sel.Matches(labels.Set(sb.Labels)) {
+			exclude(sb, ExcludedSelector, sel.String())
 			continue
 		}
-		if isPoolMember(sb) {
+		if sb.DeletionTimestamp != nil {
+			exclude(sb, ExcludedDeleting, "")
+			continue
+		}
+		if sb.Status.Phase == agentsv1alpha1.SandboxSucceeded || sb.Status.Phase == agentsv1alpha1.SandboxFailed {
+			exclude(sb, ExcludedFinished, string(sb.Status.Phase))
+			continue
+		}
+		if pool := poolOf(sb); pool != "" {
+			exclude(sb, ExcludedPoolMember, pool)
 			continue
 		}
 		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
@@ -68,20 +114,24 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			continue
 		}
 		if claimedBy != "" && otherActive != nil && otherActive(claimedBy) {
+			exclude(sb, ExcludedOtherOps, claimedBy)
 			continue
 		}
 		resume := IsResumable(sb)
 		if !resume {
 			if !slices.Contains(phases, sb.Status.Phase) {
+				exclude(sb, ExcludedStateFilter, string(sb.Status.Phase))
 				continue
 			}
 			if noNeedToUpdate(sb, patch) {
+				exclude(sb, ExcludedNoNeed, "")
 				continue
 			}
 		}
 		out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: NotStarted, Resume: resume})
 	}
 	slices.SortFunc(out.Candidates, func(a, b Candidate) int { return strings.Compare(a.Sandbox.Name, b.Sandbox.Name) })
+	slices.SortFunc(out.Excluded, func(a, b Exclusion) int { return strings.Compare(a.Sandbox.Name, b.Sandbox.Name) })
 	for _, c := range out.Candidates {
 		switch c.State {
 		case Updated:
@@ -150,13 +200,14 @@ func IsResumable(sb *agentsv1alpha1.Sandbox) bool {
 	return false
 }
 
-func isPoolMember(sb *agentsv1alpha1.Sandbox) bool {
+// poolOf is the name of the SandboxSet that controls sb, "" when none does.
+func poolOf(sb *agentsv1alpha1.Sandbox) string {
 	for _, ref := range sb.OwnerReferences {
 		if ref.Kind == "SandboxSet" && ref.Controller != nil && *ref.Controller {
-			return true
+			return ref.Name
 		}
 	}
-	return false
+	return ""
 }
 
 // noNeedToUpdate is true when the patched template equals the current one.

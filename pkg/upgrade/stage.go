@@ -166,3 +166,13 @@ func ControlledBy(pod *corev1.Pod, uid types.UID) bool {
 	ref := metav1.GetControllerOf(pod)
 	return ref != nil && ref.Kind == "Sandbox" && ref.UID == uid
 }
+
+// Stages returns the in-progress Upgrading reasons in the order an attempt
+// passes them (kubectl molt counts sandboxes per stage in this order).
+func Stages() []string {
+	out := make([]string, len(stages))
+	for i, s := range stages {
+		out[i] = s.reason
+	}
+	return out
+}

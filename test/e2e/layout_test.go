@@ -9,32 +9,40 @@ import (
 	"molt.dev/dev/testenv"
 )
 
-// TestServiceBinariesLinkNoDevTooling: what runs in a cluster is apart from
-// what only runs on a laptop. No service binary depends on a package of the
-// dev module (the local control plane, the dev runtime, the test harness,
-// the bench), and pkg/go.mod does not require it.
+// TestServiceBinariesLinkNoDevTooling: what runs in a cluster (or ships to
+// users) is apart from what only runs on a laptop. No service binary and
+// not the kubectl molt plugin depends on a package of the dev module (the
+// local control plane, the dev runtime, the test harness, the bench), and
+// neither pkg/go.mod nor the plugin's go.mod requires it.
 func TestServiceBinariesLinkNoDevTooling(t *testing.T) {
 	env := testenv.Get(t)
+	var binaries []string
 	for _, svc := range serviceNames {
-		cmd := exec.Command("go", "list", "-deps", "molt.dev/services/"+svc)
+		binaries = append(binaries, "molt.dev/services/"+svc)
+	}
+	binaries = append(binaries, "molt.dev/kubectl-molt")
+	for _, bin := range binaries {
+		cmd := exec.Command("go", "list", "-deps", bin)
 		cmd.Dir = env.RootDir
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("go list -deps molt.dev/services/%s: %v\n%s", svc, err, out)
+			t.Fatalf("go list -deps %s: %v\n%s", bin, err, out)
 		}
 		for _, pkg := range strings.Fields(string(out)) {
 			if pkg == "molt.dev/dev" || strings.HasPrefix(pkg, "molt.dev/dev/") {
-				t.Errorf("service %s links %s, a dev-stack package", svc, pkg)
+				t.Errorf("%s links %s, a dev-stack package", bin, pkg)
 			}
 		}
 	}
-	cmd := exec.Command("go", "mod", "edit", "-json")
-	cmd.Dir = filepath.Join(env.RootDir, "pkg")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go mod edit -json in pkg: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), `"molt.dev/dev"`) {
-		t.Errorf("pkg/go.mod requires molt.dev/dev:\n%s", out)
+	for _, mod := range []string{"pkg", filepath.Join("cmd", "kubectl-molt")} {
+		cmd := exec.Command("go", "mod", "edit", "-json")
+		cmd.Dir = filepath.Join(env.RootDir, mod)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go mod edit -json in %s: %v\n%s", mod, err, out)
+		}
+		if strings.Contains(string(out), `"molt.dev/dev"`) {
+			t.Errorf("%s/go.mod requires molt.dev/dev:\n%s", mod, out)
+		}
 	}
 }

@@ -60,21 +60,13 @@ func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.Sandbox
 	if err != nil {
 		return "", nil // this sandbox's own template: its upgrade fails it alone
 	}
-	refusedPatched, err := upgrade.DryRunCreatePod(ctx, s.kube, podFrom(first.Namespace, first.Name, patched))
+	refusedPatched, err := upgrade.DryRunCreatePod(ctx, s.kube, upgrade.PodFrom(first.Namespace, first.Name, patched))
 	if err != nil || refusedPatched == "" {
 		return "", err
 	}
-	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, s.kube, podFrom(first.Namespace, first.Name, first.Spec.Template))
+	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, s.kube, upgrade.PodFrom(first.Namespace, first.Name, first.Spec.Template))
 	if err != nil || refusedOriginal != "" {
 		return "", err // refused without the patch too: the sandbox's own problem
 	}
 	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", first.Name, refusedPatched), nil
-}
-
-// podFrom is the pod a template would give the sandbox ns/name.
-func podFrom(ns, name string, tpl *corev1.PodTemplateSpec) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: tpl.Labels, Annotations: tpl.Annotations},
-		Spec:       *tpl.Spec.DeepCopy(),
-	}
 }

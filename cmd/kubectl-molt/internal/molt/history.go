@@ -1,0 +1,385 @@
+package molt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"molt.dev/pkg/agentruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+)
+
+// natsOptions say how history logs in to NATS. The defaults are the local
+// stack's (`make up`): the viewer user, its password in
+// .molt/nats-auth/viewer.password.
+type natsOptions struct {
+	url          string
+	user         string
+	passwordFile string
+	creds        string
+}
+
+func (o *natsOptions) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.url, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
+	cmd.Flags().StringVar(&o.user, "nats-user", envOr("NATS_USER", "viewer"), "NATS user, read-only viewer by default (env NATS_USER)")
+	cmd.Flags().StringVar(&o.passwordFile, "nats-password-file", os.Getenv("MOLT_NATS_PASSWORD_FILE"),
+		"file holding the user's password (env MOLT_NATS_PASSWORD_FILE; default: env NATS_PASSWORD, else .molt/nats-auth/<user>.password as `make up` writes it)")
+	cmd.Flags().StringVar(&o.creds, "nats-creds", "", "NATS credentials file, instead of --nats-user and a password")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// connect logs in as o says. viewer may subscribe only to molt.> and the
+// default _INBOX.> (deploy/nats/auth.conf), so the default inbox is kept.
+func (o natsOptions) connect() (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("kubectl-molt"), nats.Timeout(5 * time.Second)}
+	switch {
+	case o.creds != "":
+		opts = append(opts, nats.UserCredentials(o.creds))
+	case o.user != "":
+		pw, err := o.password()
+		if err != nil {
+			return nil, err
+		}
+		if pw != "" {
+			opts = append(opts, nats.UserInfo(o.user, pw))
+		}
+	}
+	nc, err := nats.Connect(o.url, opts...)
+	if err != nil {
+		hint := "is molt's NATS running there? (flag --nats-url)"
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
+			hint = "NATS refused the login: check --nats-user and --nats-password-file (or --nats-creds)"
+		}
+		return nil, fmt.Errorf("connect to NATS at %s as %q: %w; %s", redact(o.url), o.user, err, hint)
+	}
+	return nc, nil
+}
+
+// password is the user's password: --nats-password-file, else $NATS_PASSWORD,
+// else the local stack's file when it exists, else none.
+func (o natsOptions) password() (string, error) {
+	file := o.passwordFile
+	if file == "" {
+		if pw := os.Getenv("NATS_PASSWORD"); pw != "" {
+			return pw, nil
+		}
+		local := filepath.Join(".molt", "nats-auth", o.user+".password")
+		if _, err := os.Stat(local); err != nil {
+			return "", nil
+		}
+		file = local
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read the NATS password of %q (flag --nats-password-file): %w", o.user, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// redact hides any user information in a URL.
+func redact(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "redacted@" + u[i+1:]
+		}
+	}
+	return u
+}
+
+type historyOptions struct {
+	nats   natsOptions
+	follow bool
+	output string
+}
+
+func newHistoryCommand(a *app) *cobra.Command {
+	o := historyOptions{}
+	cmd := &cobra.Command{
+		Use:   "history [NAMESPACE/]SANDBOX",
+		Short: "Show a sandbox's upgrade history from the event stream: every event of every attempt, stage durations, hook output",
+		Long: `Read one sandbox's whole upgrade history from molt's JetStream stream (MOLT_EVENTS):
+every event of every attempt in order, with its time, the time since the previous one,
+the stage it belongs to, the pods involved and, for a failure, the reason and the hook's
+output tails; then the time spent in each stage. --follow keeps printing new events.
+
+It logs in to NATS as the read-only user viewer (flags --nats-*); the defaults fit
+` + "`make up`" + ` run from the repository root.`,
+		Example: `  kubectl molt history default/box-00
+  kubectl molt history box-00 -n default --follow
+  kubectl molt history default/box-00 --nats-url nats://nats.molt-system.svc:4222 --nats-password-file viewer.password`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.history(cmd.Context(), args[0], o)
+		},
+	}
+	o.nats.register(cmd)
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new events as they arrive")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json for one CloudEvent data object per line")
+	return cmd
+}
+
+// parseSandboxArg reads NAMESPACE/SANDBOX, or SANDBOX in the -n namespace.
+func (a *app) sandboxArg(arg string) (ns, name string, err error) {
+	if ns, name, ok := strings.Cut(arg, "/"); ok {
+		if ns == "" || name == "" || strings.Contains(name, "/") {
+			return "", "", &exitError{code: ExitError, msg: fmt.Sprintf("argument %q: want NAMESPACE/SANDBOX or SANDBOX with -n", arg)}
+		}
+		return ns, name, nil
+	}
+	ns, _, err = a.flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", "", fmt.Errorf("read the namespace from the kubeconfig: %w", err)
+	}
+	return ns, arg, nil
+}
+
+func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
+	if o.output != "" && o.output != "json" {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("flag --output=%s: the only format is json", o.output)}
+	}
+	ns, name, err := a.sandboxArg(arg)
+	if err != nil {
+		return err
+	}
+	nc, err := o.nats.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open JetStream on %s: %w", redact(o.nats.url), err)
+	}
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		return fmt.Errorf("open stream %s on NATS at %s: %w; molt's services create it when they start: are they running against this NATS?", events.StreamName, redact(o.nats.url), err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SandboxHistorySubject(ns, name)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("read the history of sandbox %s/%s from stream %s: %w", ns, name, events.StreamName, err)
+	}
+	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local}
+	if !h.json {
+		fmt.Fprintf(a.out, "History of sandbox %s/%s (stream %s)\n", ns, name, events.StreamName)
+	}
+	caughtUp := false
+	for {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return fmt.Errorf("read the history of sandbox %s/%s: %w", ns, name, err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, mdErr := msg.Metadata()
+			ev, decErr := events.Decode(msg.Data())
+			if decErr != nil {
+				fmt.Fprintf(a.errOut, "warning: skipped a message on %s that is not a molt event: %v\n", msg.Subject(), decErr)
+			} else {
+				h.add(ev)
+			}
+			if mdErr == nil && md.NumPending == 0 {
+				caughtUp = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("read the history of sandbox %s/%s: %w", ns, name, err)
+		}
+		if n == 0 {
+			caughtUp = true
+		}
+		if caughtUp && !h.json {
+			// Show what arrived; the stage durations of an attempt still in
+			// progress only once the history is read (not while following).
+			h.flush(!o.follow)
+		}
+		if caughtUp && !o.follow {
+			if h.count == 0 && !h.json {
+				fmt.Fprintf(a.out, "no events: sandbox %s/%s has not been upgraded since the stream's history began (it keeps %s)\n", ns, name, "7 days by default")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// historyPrinter prints events grouped by attempt, and each attempt's
+// stage durations once it has ended (or, for one in progress, when the
+// history has been read).
+type historyPrinter struct {
+	out     io.Writer
+	json    bool
+	loc     *time.Location // times are printed in it (the local zone)
+	count   int
+	attempt string
+	tw      *tabwriter.Writer
+	header  bool // the attempt's column header is printed
+	prev    time.Time
+	spans   []stageSpan
+	ended   string
+	printed bool // the attempt's stage durations are printed
+}
+
+// stageSpan is the first and last event time of one stage of one attempt.
+type stageSpan struct {
+	stage       string
+	first, last time.Time
+}
+
+// eventStage is the stage an event belongs to: its own Stage, else the
+// stage its type ends or reports on.
+func eventStage(ev events.Event) string {
+	if ev.Data.Stage != "" {
+		return ev.Data.Stage
+	}
+	switch ev.Type {
+	case events.TypeRequested, events.TypePatched, events.TypePreHookDone:
+		return agentsv1alpha1.UpgradingReasonPreUpgrade
+	case events.TypePodReady:
+		return agentsv1alpha1.UpgradingReasonUpgradePod
+	case events.TypePostHookDone:
+		return agentsv1alpha1.UpgradingReasonPostUpgrade
+	}
+	return ""
+}
+
+func (h *historyPrinter) add(ev events.Event) {
+	h.count++
+	if h.json {
+		line, _ := json.Marshal(struct {
+			Type string      `json:"type"`
+			Time time.Time   `json:"time"`
+			Data events.Data `json:"data"`
+		}{ev.Type, ev.Time, ev.Data})
+		fmt.Fprintln(h.out, string(line))
+		return
+	}
+	if ev.Data.Attempt != h.attempt {
+		h.flush(true)
+		h.attempt, h.spans, h.ended, h.printed, h.header, h.prev = ev.Data.Attempt, nil, "", false, false, time.Time{}
+		ops := "a direct upgrade (no ops)"
+		if ev.Data.Ops.Name != "" {
+			ops = "ops " + ev.Data.Ops.Name
+		}
+		fmt.Fprintf(h.out, "\nAttempt %s (%s)", ev.Data.Attempt, ops)
+		if ev.Data.ResumedAttempt != "" {
+			fmt.Fprintf(h.out, ", resuming attempt %s after %s", ev.Data.ResumedAttempt, ev.Data.ResumedReason)
+		}
+		fmt.Fprintln(h.out)
+	}
+	if h.tw == nil {
+		h.tw = tabwriter.NewWriter(h.out, 0, 4, 2, ' ', 0)
+	}
+	if !h.header {
+		fmt.Fprintln(h.tw, "  TIME\t+SINCE\tEVENT\tSTAGE\tDETAIL")
+		h.header = true
+	}
+	since := "-"
+	if !h.prev.IsZero() {
+		since = ev.Time.Sub(h.prev).Round(time.Millisecond).String()
+	}
+	h.prev = ev.Time
+	tok, _ := events.TokenFor(ev.Type)
+	stage := eventStage(ev)
+	fmt.Fprintf(h.tw, "  %s\t%s\t%s\t%s\t%s\n", ev.Time.In(h.loc).Format("15:04:05.000"), since, tok, stage, detail(ev))
+	if stage != "" {
+		if n := len(h.spans); n > 0 && h.spans[n-1].stage == stage {
+			h.spans[n-1].last = ev.Time
+		} else {
+			h.spans = append(h.spans, stageSpan{stage: stage, first: ev.Time, last: ev.Time})
+		}
+	}
+	switch ev.Type {
+	case events.TypePostHookDone:
+		h.ended = agentsv1alpha1.UpgradingReasonSucceeded
+	case events.TypeFailed:
+		h.ended = ev.Data.Reason
+	}
+	if h.ended != "" {
+		h.flush(true)
+	}
+}
+
+// detail is the DETAIL column: a failure first, then pods, revision, hook
+// exit code.
+func detail(ev events.Event) string {
+	d := ev.Data
+	var parts []string
+	if ev.Type == events.TypeFailed {
+		if stderr, stdout, ok := agentruntime.HookOutput(d.Message); ok {
+			out := fmt.Sprintf("%s: hook stderr: %s", d.Reason, tailLines(stderr, 5))
+			if stdout != "" {
+				out += "; stdout: " + tailLines(stdout, 5)
+			}
+			parts = append(parts, out)
+		} else {
+			parts = append(parts, d.Reason+": "+truncate(d.Message, 400))
+		}
+	}
+	if d.TargetRevision != "" && ev.Type == events.TypePatched {
+		parts = append(parts, "target revision "+d.TargetRevision)
+	}
+	if d.OldPodUID != "" && (ev.Type == events.TypePatched || ev.Type == events.TypePreHookDone) {
+		parts = append(parts, "old pod "+string(d.OldPodUID))
+	}
+	if d.NewPodUID != "" && (ev.Type == events.TypePodReady || ev.Type == events.TypePostHookDone) {
+		parts = append(parts, "new pod "+string(d.NewPodUID))
+	}
+	if d.HookExitCode != nil {
+		parts = append(parts, fmt.Sprintf("hook exit code %d", *d.HookExitCode))
+	}
+	if d.Redrive > 0 {
+		parts = append(parts, fmt.Sprintf("re-driven by the watchdog (%d)", d.Redrive))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// flush prints the rows so far and, when the attempt has ended (or
+// inProgressToo), its stage durations, once.
+func (h *historyPrinter) flush(inProgressToo bool) {
+	if h.tw != nil {
+		_ = h.tw.Flush()
+		h.tw = nil
+	}
+	if h.attempt == "" || h.printed || len(h.spans) == 0 || (h.ended == "" && !inProgressToo) {
+		return
+	}
+	var parts []string
+	for i, s := range h.spans {
+		end := s.last
+		if i+1 < len(h.spans) {
+			end = h.spans[i+1].first
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", s.stage, end.Sub(s.first).Round(time.Millisecond)))
+	}
+	total := h.spans[len(h.spans)-1].last.Sub(h.spans[0].first).Round(time.Millisecond)
+	state := "in progress"
+	if h.ended != "" {
+		state = h.ended
+	}
+	h.printed = true
+	fmt.Fprintf(h.out, "  stages: %s; %s after %s\n", strings.Join(parts, ", "), state, total)
+}

@@ -1,0 +1,64 @@
+package molt
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"molt.dev/pkg/events"
+)
+
+// TestHistoryGolden: two attempts, the first failed in preUpgrade, the
+// second resuming it and succeeding: events in order, stages, durations,
+// pods, the hook's output.
+func TestHistoryGolden(t *testing.T) {
+	sb := events.SandboxRef{Namespace: "default", Name: "box-0", UID: "s1"}
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	exit := func(c int32) *int32 { return &c }
+	ev := func(typ string, s float64, d events.Data) events.Event {
+		d.Sandbox = sb
+		if d.Ops.Name == "" {
+			d.Ops, d.Attempt = events.OpsRef{Name: "up", UID: "u1"}, "u1"
+		}
+		return events.Event{Type: typ, Time: at(s), Data: d}
+	}
+	second := events.Data{Ops: events.OpsRef{Name: "up-retry", UID: "u2"}, Attempt: "u2", ResumedAttempt: "u1", ResumedReason: "PreUpgradeFailed"}
+	with := func(d events.Data, f func(*events.Data)) events.Data { f(&d); return d }
+	list := []events.Event{
+		ev(events.TypeRequested, 0, events.Data{}),
+		ev(events.TypePatched, 0.5, events.Data{TargetRevision: "abc", OldPodUID: "p1"}),
+		ev(events.TypeStageStarted, 0.52, events.Data{Stage: "PreUpgrade"}),
+		ev(events.TypeFailed, 1.5, events.Data{Stage: "PreUpgrade", Reason: "PreUpgradeFailed", HookExitCode: exit(2),
+			Message: "hook failed with exit code 2, stderr: tar: /backup: No space left on device, stdout: archiving"}),
+		ev(events.TypeRequested, 60, second),
+		ev(events.TypePatched, 60.4, with(second, func(d *events.Data) { d.TargetRevision, d.OldPodUID = "abc", "p1" })),
+		ev(events.TypeStageStarted, 60.41, with(second, func(d *events.Data) { d.Stage = "PreUpgrade" })),
+		ev(events.TypePreHookDone, 61.4, with(second, func(d *events.Data) { d.OldPodUID, d.HookExitCode = "p1", exit(0) })),
+		ev(events.TypeStageStarted, 61.42, with(second, func(d *events.Data) { d.Stage = "UpgradePod" })),
+		ev(events.TypePodReady, 62.2, with(second, func(d *events.Data) { d.NewPodUID = "p2" })),
+		ev(events.TypeStageStarted, 62.21, with(second, func(d *events.Data) { d.Stage = "PostUpgrade" })),
+		ev(events.TypePostHookDone, 63, with(second, func(d *events.Data) { d.NewPodUID, d.HookExitCode = "p2", exit(0) })),
+	}
+	var out bytes.Buffer
+	h := &historyPrinter{out: &out, loc: time.UTC}
+	for _, e := range list {
+		h.add(e)
+	}
+	h.flush(true)
+	got := out.String()
+	path := filepath.Join("testdata", "history.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `go test ./internal/molt -update` to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("history differs:\n--- got\n%s\n--- want\n%s", got, want)
+	}
+}

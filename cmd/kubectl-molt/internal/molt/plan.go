@@ -1,0 +1,313 @@
+package molt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
+	"molt.dev/pkg/upgrade"
+)
+
+type planOptions struct {
+	file    string
+	sandbox string
+	all     bool
+}
+
+func newPlanCommand(a *app) *cobra.Command {
+	o := planOptions{}
+	cmd := &cobra.Command{
+		Use:   "plan -f OPS.yaml",
+		Short: "Preview an ops without changing anything: selected and excluded sandboxes, batches, the pod template diff",
+		Long: `Dry-run a SandboxUpdateOps: the API server checks it (a server-side dry run, so what it
+would refuse is refused here with its words), then plan shows which sandboxes the
+selector would pick, in which order and batches of maxUnavailable, which sandboxes of
+the namespace it leaves out and why (selector, state filter, pool member, another
+active ops, nothing to change), and the unified diff between a sandbox's current pod
+template and the patched one: the first selected sandbox, --sandbox NAME, or --all.
+Selection and the patch are computed by the same code as molt's selector. Nothing is
+created or changed.
+
+Exit code: 0 when the ops would be accepted, 1 when it would be refused, 2 on an error.`,
+		Example: `  kubectl molt plan -f ops.yaml
+  kubectl molt plan -f ops.yaml --sandbox box-03
+  kubectl molt plan -f ops.yaml --all`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.plan(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "the SandboxUpdateOps manifest (- for stdin)")
+	cmd.Flags().StringVar(&o.sandbox, "sandbox", "", "show the pod template diff of this sandbox (default: the first selected)")
+	cmd.Flags().BoolVar(&o.all, "all", false, "show the pod template diff of every selected sandbox")
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
+}
+
+// manifestName names flag -f's manifest in messages.
+func manifestName(file string) string {
+	if file == "-" {
+		return "the manifest on stdin"
+	}
+	return file
+}
+
+// readManifest reads an ops manifest as JSON.
+func (a *app) readManifest(file string) ([]byte, error) {
+	var (
+		data []byte
+		err  error
+	)
+	if file == "-" {
+		data, err = io.ReadAll(a.in)
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s (flag -f): %w", file, err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, &exitError{code: ExitError, msg: fmt.Sprintf("%s is not YAML or JSON: %v", file, err)}
+	}
+	return js, nil
+}
+
+// dryRunCreate sends the manifest as it is (unknown fields included) to
+// the API server as a server-side dry-run create with strict field
+// validation, as kubectl apply does, and returns the ops the server would
+// store (defaults applied).
+func dryRunCreate(ctx context.Context, agents versioned.Interface, ns string, manifest []byte) (*agentsv1alpha1.SandboxUpdateOps, error) {
+	out := &agentsv1alpha1.SandboxUpdateOps{}
+	err := agents.AgentsV1alpha1().RESTClient().Post().
+		Namespace(ns).Resource("sandboxupdateops").
+		Param("dryRun", metav1.DryRunAll).Param("fieldValidation", "Strict").
+		Body(manifest).SetHeader("Content-Type", "application/json").
+		Do(ctx).Into(out)
+	return out, err
+}
+
+func (a *app) plan(ctx context.Context, o planOptions) error {
+	manifest, err := a.readManifest(o.file)
+	if err != nil {
+		return err
+	}
+	var head struct {
+		Kind     string            `json:"kind"`
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(manifest, &head); err != nil || head.Kind != "SandboxUpdateOps" {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("%s: want one SandboxUpdateOps (kind %q)", o.file, head.Kind)}
+	}
+	agents, kube, ns, err := a.clients()
+	if err != nil {
+		return err
+	}
+	if explicit := a.flags.Namespace; explicit != nil && *explicit != "" && head.Metadata.Namespace != "" && head.Metadata.Namespace != *explicit {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("the namespace from the provided object %q does not match the namespace %q (flag -n)", head.Metadata.Namespace, *explicit)}
+	}
+	if head.Metadata.Namespace != "" {
+		ns = head.Metadata.Namespace
+	}
+	ops, err := dryRunCreate(ctx, agents, ns, manifest)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("%v: the ops exists already, and its selector, patch and lifecycle cannot change; watch it with `kubectl molt status %s -n %s`, or give the new one another name", err, head.Metadata.Name, ns)}
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("the API server refuses this SandboxUpdateOps (nothing was changed): %v\nfix %s and run plan again", err, manifestName(o.file))}
+	case err != nil:
+		return fmt.Errorf("dry-run create of SandboxUpdateOps %s/%s: %w", ns, head.Metadata.Name, err)
+	}
+
+	sbList, err := agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the sandboxes of namespace %s: %w", ns, err)
+	}
+	opsList, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the SandboxUpdateOps of namespace %s: %w", ns, err)
+	}
+	sandboxes := make([]*agentsv1alpha1.Sandbox, len(sbList.Items))
+	for i := range sbList.Items {
+		sandboxes[i] = &sbList.Items[i]
+	}
+	all := make([]*agentsv1alpha1.SandboxUpdateOps, 0, len(opsList.Items))
+	for i := range opsList.Items {
+		all = append(all, &opsList.Items[i])
+	}
+	sel, err := upgrade.Select(ops, sandboxes, upgrade.OtherActive(all, ops.Name))
+	if err != nil {
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s: %v; the selector would admit no sandbox: fix the manifest", ns, ops.Name, err)}
+	}
+	w := a.out
+	fmt.Fprintf(w, "Plan for SandboxUpdateOps %s/%s (dry run: nothing was changed)\n", ns, ops.Name)
+	fmt.Fprintf(w, "  the API server accepts it (server-side dry run)\n")
+	strategy := ops.Spec.UpdateStrategy.Type
+	if strategy == "" {
+		strategy = agentsv1alpha1.UpgradeTypeRecreate
+	}
+	fmt.Fprintf(w, "  strategy %s, maxUnavailable %d, %d sandboxes selected\n", strategy, sel.MaxUnavailable, sel.Total())
+	if active := upgrade.ActiveOps(append(all, ops)); active != nil && active.Name != ops.Name {
+		fmt.Fprintf(w, "  it would wait in Pending until SandboxUpdateOps %s ends: one ops is active per namespace\n", active.Name)
+	}
+	if problem, err := patchProblem(ctx, kube, ops, sel); err != nil {
+		return err
+	} else if problem != "" {
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s would fail with InvalidPatch before any sandbox is touched: %s\nfix spec.patch in %s and run plan again", ns, ops.Name, problem, manifestName(o.file))}
+	}
+	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {
+		fmt.Fprintf(w, "  no patch and nothing to resume: it would complete at once (NothingToUpdate)\n")
+	}
+
+	fmt.Fprintf(w, "\nSelected (%d), in the order they start, at most %d upgrading (or failed) at a time:\n", sel.Total(), sel.MaxUnavailable)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SANDBOX\tPHASE\tBATCH\tNOTE")
+	batch := 0
+	for i, c := range sel.Candidates {
+		if i%sel.MaxUnavailable == 0 {
+			batch++
+		}
+		note := ""
+		if c.Resume {
+			if _, reason, ok := upgrade.FailedAttempt(c.Sandbox); ok {
+				note = fmt.Sprintf("resumes a %s attempt (from %s, or PreUpgrade if its original pod is still there)", reason, upgrade.ResumeStage(reason))
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", c.Sandbox.Name, c.Sandbox.Status.Phase, batch, note)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintf(w, "\nExcluded (%d):\n", len(sel.Excluded))
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SANDBOX\tREASON\tWHY")
+	for _, e := range sel.Excluded {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", e.Sandbox.Name, e.Reason, why(e, ops))
+	}
+	_ = tw.Flush()
+
+	var diffs []*agentsv1alpha1.Sandbox
+	switch {
+	case o.all:
+		for _, c := range sel.Candidates {
+			diffs = append(diffs, c.Sandbox)
+		}
+	case o.sandbox != "":
+		for _, sb := range sandboxes {
+			if sb.Name == o.sandbox {
+				diffs = append(diffs, sb)
+			}
+		}
+		if len(diffs) == 0 {
+			return &exitError{code: ExitError, msg: fmt.Sprintf("flag --sandbox=%s: no such sandbox in namespace %s", o.sandbox, ns)}
+		}
+	case sel.Total() > 0:
+		diffs = append(diffs, sel.Candidates[0].Sandbox)
+	}
+	for _, sb := range diffs {
+		d, err := templateDiff(sb, ops.Spec.Patch.Raw)
+		if err != nil {
+			fmt.Fprintf(w, "\nSandbox %s: the patch cannot be applied to its template: %v (its upgrade would fail with PreUpgradeFailed, its pod untouched)\n", sb.Name, err)
+			continue
+		}
+		if d == "" {
+			fmt.Fprintf(w, "\nSandbox %s: the patched template equals the current one\n", sb.Name)
+			continue
+		}
+		fmt.Fprintf(w, "\nPod template of sandbox %s, current → patched:\n%s", sb.Name, d)
+	}
+	return nil
+}
+
+// why explains an exclusion in words, with what would change it.
+func why(e upgrade.Exclusion, ops *agentsv1alpha1.SandboxUpdateOps) string {
+	switch e.Reason {
+	case upgrade.ExcludedSelector:
+		return "its labels do not match spec.selector (" + e.Detail + ")"
+	case upgrade.ExcludedDeleting:
+		return "it is being deleted"
+	case upgrade.ExcludedFinished:
+		return "phase " + e.Detail + ": the sandbox has ended"
+	case upgrade.ExcludedPoolMember:
+		return "a member of SandboxSet " + e.Detail + "'s warm pool: the set's own rolling update upgrades it (edit the set's template)"
+	case upgrade.ExcludedOtherOps:
+		return "claimed by SandboxUpdateOps " + e.Detail + ", which is active"
+	case upgrade.ExcludedStateFilter:
+		var states []string
+		for _, p := range ops.Spec.StateFilter.EligiblePhases() {
+			states = append(states, string(p))
+		}
+		return fmt.Sprintf("phase %s is not in spec.stateFilter.states [%s]", e.Detail, strings.Join(states, ", "))
+	case upgrade.ExcludedNoNeed:
+		return "its template already equals the patched one (no need to update)"
+	}
+	return e.Detail
+}
+
+// patchProblem is what the selector's patch check would find, before it
+// admits the first sandbox ("" when the patch passes).
+func patchProblem(ctx context.Context, kube kubernetes.Interface, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (string, error) {
+	raw := ops.Spec.Patch.Raw
+	if _, err := upgrade.ApplyPatch(&corev1.PodTemplateSpec{}, raw); err != nil {
+		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err), nil
+	}
+	if sel.Total() == 0 {
+		return "", nil
+	}
+	first := sel.Candidates[0].Sandbox
+	if first.Spec.Template == nil {
+		return "", nil
+	}
+	patched, err := upgrade.ApplyPatch(first.Spec.Template, raw)
+	if err != nil {
+		return "", nil
+	}
+	refusedPatched, err := upgrade.DryRunCreatePod(ctx, kube, upgrade.PodFrom(first.Namespace, first.Name, patched))
+	if err != nil || refusedPatched == "" {
+		return "", err
+	}
+	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, kube, upgrade.PodFrom(first.Namespace, first.Name, first.Spec.Template))
+	if err != nil || refusedOriginal != "" {
+		return "", err
+	}
+	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s", first.Name, refusedPatched), nil
+}
+
+// templateDiff is the unified diff between sb's pod template and the
+// patched one, as YAML ("" when they are equal).
+func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
+	cur := sb.Spec.Template
+	if cur == nil {
+		cur = &corev1.PodTemplateSpec{}
+	}
+	patched, err := upgrade.ApplyPatch(cur, patch)
+	if err != nil {
+		return "", err
+	}
+	a, err := yaml.Marshal(cur)
+	if err != nil {
+		return "", fmt.Errorf("encode the template of sandbox %s: %w", sb.Name, err)
+	}
+	b, err := yaml.Marshal(patched)
+	if err != nil {
+		return "", fmt.Errorf("encode the patched template of sandbox %s: %w", sb.Name, err)
+	}
+	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(strings.TrimSuffix(string(a), "\n")), B: difflib.SplitLines(strings.TrimSuffix(string(b), "\n")),
+		FromFile: sb.Namespace + "/" + sb.Name + " (current)", ToFile: sb.Namespace + "/" + sb.Name + " (patched)",
+		Context: 3,
+	})
+}

@@ -1,0 +1,322 @@
+package molt
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	versioned "molt.dev/pkg/generated/clientset/versioned"
+	"molt.dev/pkg/upgrade"
+)
+
+// AnnotationRetryOf is set by kubectl molt retry on the ops it creates: the
+// name of the Failed ops it retries. Read by people.
+const AnnotationRetryOf = "molt.dev/retry-of"
+
+type retryOptions struct {
+	name    string
+	timeout time.Duration
+	watch   bool
+}
+
+func newRetryCommand(a *app) *cobra.Command {
+	o := retryOptions{}
+	cmd := &cobra.Command{
+		Use:   "retry OPS",
+		Short: "Retry a Failed ops: a new ops over its failed and not-started sandboxes",
+		Long: `Retry a Failed SandboxUpdateOps the way the user guides say: delete it and create a new
+ops with the same selector, patch, hooks and strategy. Sandboxes already upgraded are
+left alone (their template equals the patched one); each failed sandbox continues from
+its failed stage (a new ops resumes it); the ones never started are upgraded.
+
+When every failed sandbox failed in PostUpgrade and none was left unstarted, the new
+ops carries only the postUpgrade hook (no patch, no preUpgrade), as the guides' restore
+flow does: the new pods are kept and preUpgrade is not run again.
+
+The new ops is named OPS-retry (OPS-retry-2, ... if taken) unless --name says.`,
+		Example: `  kubectl molt retry upgrade-my-sandboxes
+  kubectl molt retry upgrade-my-sandboxes -w     # and watch the new ops until it ends`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.retry(cmd.Context(), args[0], o)
+		},
+	}
+	cmd.Flags().StringVar(&o.name, "name", "", "name of the new ops (default OPS-retry)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the failed ops to be deleted")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "then watch the new ops as `status -w` does (and exit as it does)")
+	return cmd
+}
+
+type abortOptions struct {
+	timeout time.Duration
+}
+
+func newAbortCommand(a *app) *cobra.Command {
+	o := abortOptions{}
+	cmd := &cobra.Command{
+		Use:   "abort OPS",
+		Short: "Stop an ops: pause it, wait for the sandboxes in flight to end their attempt, delete it",
+		Long: `Abort a SandboxUpdateOps safely: set spec.paused so no new sandbox is admitted, wait
+until every sandbox it is upgrading has ended its attempt (Succeeded or a failed
+reason; each stage has a deadline), then delete the ops (its label is removed from the
+sandboxes). Sandboxes never started keep their old template; a failed one can be
+resumed by a new ops.`,
+		Example: `  kubectl molt abort upgrade-my-sandboxes`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.abort(cmd.Context(), args[0], o)
+		},
+	}
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Minute, "how long to wait for the sandboxes in flight")
+	return cmd
+}
+
+// claimedSandboxes lists the sandboxes labelled with the ops.
+func claimedSandboxes(ctx context.Context, agents versioned.Interface, ops *agentsv1alpha1.SandboxUpdateOps) ([]agentsv1alpha1.Sandbox, error) {
+	list, err := agents.AgentsV1alpha1().Sandboxes(ops.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpdateOps + "=" + ops.Name})
+	if err != nil {
+		return nil, fmt.Errorf("list the sandboxes of ops %s/%s: %w", ops.Namespace, ops.Name, err)
+	}
+	return list.Items, nil
+}
+
+// getOps reads an ops, turning NotFound into a message that says what to do.
+func getOps(ctx context.Context, agents versioned.Interface, ns, name string) (*agentsv1alpha1.SandboxUpdateOps, error) {
+	ops, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found: list the ops with `kubectl get suo -n %s`", ns, name, ns)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get SandboxUpdateOps %s/%s: %w", ns, name, err)
+	}
+	return ops, nil
+}
+
+// retrySpec is the spec of the ops that retries ops, given the reasons its
+// failed sandboxes failed with and how many it never started; postOnly is
+// true when it carries only the postUpgrade hook.
+func retrySpec(ops *agentsv1alpha1.SandboxUpdateOps, failedReasons []string, notStarted int) (spec agentsv1alpha1.SandboxUpdateOpsSpec, postOnly bool) {
+	spec = *ops.Spec.DeepCopy()
+	spec.Paused = false
+	postOnly = len(failedReasons) > 0 && notStarted == 0 && ops.Spec.Lifecycle != nil && ops.Spec.Lifecycle.PostUpgrade != nil
+	for _, r := range failedReasons {
+		if r != agentsv1alpha1.UpgradingReasonPostUpgradeFailed {
+			postOnly = false
+		}
+	}
+	if postOnly {
+		spec.Patch.Raw = nil
+		spec.Patch.Object = nil
+		spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: ops.Spec.Lifecycle.PostUpgrade.DeepCopy()}
+	}
+	return spec, postOnly
+}
+
+func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
+	agents, _, ns, err := a.clients()
+	if err != nil {
+		return err
+	}
+	ops, err := getOps(ctx, agents, ns, name)
+	if err != nil {
+		return err
+	}
+	if ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsFailed {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is %s, not Failed: retry is for a Failed ops; watch it with `kubectl molt status %s -n %s -w`, or stop it with `kubectl molt abort %s -n %s`",
+			ns, name, phaseOf(ops), name, ns, name, ns)}
+	}
+	claimed, err := claimedSandboxes(ctx, agents, ops)
+	if err != nil {
+		return err
+	}
+	reasons := map[string][]string{}
+	var failedReasons []string
+	for i := range claimed {
+		sb := &claimed[i]
+		if upgrade.StateFor(sb, ops.Name, ops.UID) != upgrade.Failed {
+			continue
+		}
+		r, _ := upgrade.ReasonFor(sb, string(ops.UID))
+		reasons[r] = append(reasons[r], sb.Name)
+		failedReasons = append(failedReasons, r)
+	}
+	s := summarize(ops, claimed, time.Now(), 0)
+	if len(failedReasons) == 0 && s.NotStarted == 0 {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s has no failed or not-started sandbox left to retry: read `kubectl describe suo %s -n %s` for why it Failed", ns, name, name, ns)}
+	}
+	spec, postOnly := retrySpec(ops, failedReasons, s.NotStarted)
+	newName := o.name
+	if newName == "" {
+		if newName, err = freeName(ctx, agents, ns, name+"-retry"); err != nil {
+			return err
+		}
+	}
+	next := &agentsv1alpha1.SandboxUpdateOps{
+		TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxUpdateOps"},
+		ObjectMeta: metav1.ObjectMeta{Name: newName, Namespace: ns, Labels: ops.Labels, Annotations: map[string]string{AnnotationRetryOf: name}},
+		Spec:       spec,
+	}
+	// Refused by the API server before anything is deleted.
+	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		return fmt.Errorf("dry-run create of the retry ops %s/%s (nothing was changed): %w", ns, newName, err)
+	}
+	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
+		return err
+	}
+	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so `kubectl molt plan` or a new ops can resume them): %w", ns, newName, name, err)
+	}
+	var parts []string
+	keys := make([]string, 0, len(reasons))
+	for r := range reasons {
+		keys = append(keys, r)
+	}
+	sort.Strings(keys)
+	for _, r := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s (%s)", len(reasons[r]), r, strings.Join(reasons[r], ", ")))
+	}
+	how := "with the same patch and hooks"
+	if postOnly {
+		how = "with only the postUpgrade hook: the new pods are kept and preUpgrade is not run again"
+	}
+	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s\ncreated SandboxUpdateOps %s/%s %s: retries %s", ns, name, ns, newName, how, strings.Join(parts, ", "))
+	if s.NotStarted > 0 {
+		fmt.Fprintf(a.out, "; and %d not started", s.NotStarted)
+	}
+	fmt.Fprintf(a.out, "\nwatch it: kubectl molt status %s -n %s -w\n", newName, ns)
+	if o.watch {
+		return a.status(ctx, newName, statusOptions{watch: true, interval: time.Second, slowest: 5, color: "auto"})
+	}
+	return nil
+}
+
+func phaseOf(ops *agentsv1alpha1.SandboxUpdateOps) string {
+	if ops.Status.Phase == "" {
+		return string(agentsv1alpha1.SandboxUpdateOpsPending)
+	}
+	return string(ops.Status.Phase)
+}
+
+// freeName is base, or base-2, base-3, ... : the first name no ops has.
+func freeName(ctx context.Context, agents versioned.Interface, ns, base string) (string, error) {
+	list, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list the SandboxUpdateOps of namespace %s: %w", ns, err)
+	}
+	var names []string
+	for _, o := range list.Items {
+		names = append(names, o.Name)
+	}
+	name := base
+	for i := 2; slices.Contains(names, name); i++ {
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+	return name, nil
+}
+
+// deleteAndWait deletes ops (by UID) and waits until it is gone: molt's
+// selector removes its label from the sandboxes, then the finalizer.
+func deleteAndWait(ctx context.Context, agents versioned.Interface, ops *agentsv1alpha1.SandboxUpdateOps, timeout time.Duration) error {
+	uid := ops.UID
+	err := agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Delete(ctx, ops.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete SandboxUpdateOps %s/%s: %w", ops.Namespace, ops.Name, err)
+	}
+	return poll(ctx, timeout, func() (bool, error) {
+		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Get(ctx, ops.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
+			return true, nil
+		}
+		return false, err
+	}, func() string {
+		return fmt.Sprintf("SandboxUpdateOps %s/%s is still there %s after it was deleted: molt's selector removes its finalizer once its sandboxes are released; is the selector running? (`kubectl describe suo %s -n %s`)",
+			ops.Namespace, ops.Name, timeout, ops.Name, ops.Namespace)
+	})
+}
+
+// poll calls cond every second until it is true, the context ends or
+// timeout passes (then the error is what timedOut says).
+func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error), timedOut func() string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			msg := timedOut()
+			if err != nil {
+				msg += fmt.Sprintf(" (last error: %v)", err)
+			}
+			return &exitError{code: ExitError, msg: msg}
+		}
+		select {
+		case <-ctx.Done():
+			return &exitError{code: ExitError, msg: "interrupted: " + timedOut()}
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
+	agents, _, ns, err := a.clients()
+	if err != nil {
+		return err
+	}
+	ops, err := getOps(ctx, agents, ns, name)
+	if err != nil {
+		return err
+	}
+	if !upgrade.IsFinished(ops) && !ops.Spec.Paused {
+		if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("pause SandboxUpdateOps %s/%s: %w", ns, name, err)
+		}
+		fmt.Fprintf(a.out, "paused SandboxUpdateOps %s/%s: no new sandbox is admitted\n", ns, name)
+	}
+	last := ""
+	var s Summary
+	err = poll(ctx, o.timeout, func() (bool, error) {
+		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		claimed, err := claimedSandboxes(ctx, agents, cur)
+		if err != nil {
+			return false, err
+		}
+		s = summarize(cur, claimed, time.Now(), len(claimed))
+		var inFlight []string
+		for _, f := range s.InFlight {
+			inFlight = append(inFlight, f.Name+" ("+f.Stage+")")
+		}
+		if len(inFlight) == 0 {
+			return true, nil
+		}
+		if line := strings.Join(inFlight, ", "); line != last {
+			fmt.Fprintf(a.out, "waiting for %d sandboxes in flight to end their attempt: %s\n", len(inFlight), line)
+			last = line
+		}
+		return false, nil
+	}, func() string {
+		return fmt.Sprintf("SandboxUpdateOps %s/%s is paused but sandboxes are still upgrading after %s: %s; each stage has a deadline, see `kubectl molt status %s -n %s`, and run abort again to keep waiting",
+			ns, name, o.timeout, last, name, ns)
+	})
+	if err != nil {
+		return err
+	}
+	if err := deleteAndWait(ctx, agents, ops, 2*time.Minute); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s: %d updated, %d failed (a new ops resumes them), %d never started (they keep their old template)\n",
+		ns, name, s.Updated, s.Failed, s.NotStarted)
+	return nil
+}

@@ -1,0 +1,170 @@
+package molt
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+var t0 = time.Date(2026, 7, 14, 10, 0, 0, 0, time.UTC)
+
+// fixture is an ops of 10 sandboxes 3 minutes in: 4 updated, 1 failed in
+// preUpgrade, 3 in flight, 2 not started.
+func fixture() (*agentsv1alpha1.SandboxUpdateOps, []agentsv1alpha1.Sandbox) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "default", UID: "u1", CreationTimestamp: metav1.NewTime(t0)}}
+	ops.Status = agentsv1alpha1.SandboxUpdateOpsStatus{Phase: agentsv1alpha1.SandboxUpdateOpsUpdating, Replicas: 10, UpdatedReplicas: 4, UpdatingReplicas: 3, FailedReplicas: 1}
+	box := func(name, reason, message string, since time.Duration) agentsv1alpha1.Sandbox {
+		sb := agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "up"}}}
+		if reason != "" {
+			at := metav1.NewTime(t0.Add(3*time.Minute - since))
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "u1", LastTransitionTime: at},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason, Message: message, LastTransitionTime: at},
+			}
+		}
+		return sb
+	}
+	sandboxes := []agentsv1alpha1.Sandbox{
+		box("box-0", agentsv1alpha1.UpgradingReasonSucceeded, "", time.Minute),
+		box("box-1", agentsv1alpha1.UpgradingReasonSucceeded, "", time.Minute),
+		box("box-2", agentsv1alpha1.UpgradingReasonSucceeded, "", time.Minute),
+		box("box-3", agentsv1alpha1.UpgradingReasonSucceeded, "", time.Minute),
+		box("box-4", agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "hook failed with exit code 3, stderr: tar: /backup: No space left on device, stdout: ", 30*time.Second),
+		box("box-5", agentsv1alpha1.UpgradingReasonUpgradePod, "", 40*time.Second),
+		box("box-6", agentsv1alpha1.UpgradingReasonPreUpgrade, "", 5*time.Second),
+		box("box-7", "", "", 0),
+	}
+	return ops, sandboxes
+}
+
+func TestSummarize(t *testing.T) {
+	ops, sandboxes := fixture()
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	if s.NotStarted != 2 || s.Updated != 4 || s.Failed != 1 || s.Updating != 3 {
+		t.Errorf("counters %+v", s)
+	}
+	want := []StageCount{{stageAdmitted, 1}, {"PreUpgrade", 1}, {"UpgradePod", 1}, {"PostUpgrade", 0}}
+	if len(s.Stages) != len(want) {
+		t.Fatalf("stages %v, want %v", s.Stages, want)
+	}
+	for i := range want {
+		if s.Stages[i] != want[i] {
+			t.Errorf("stage %d = %v, want %v", i, s.Stages[i], want[i])
+		}
+	}
+	if s.InFlight[0].Name != "box-5" || s.InFlight[0].AgeSeconds != 40 {
+		t.Errorf("slowest in flight %+v, want box-5 40s", s.InFlight)
+	}
+	if len(s.FailedSandboxes) != 1 || s.FailedSandboxes[0].Stderr != "tar: /backup: No space left on device" {
+		t.Errorf("failed %+v", s.FailedSandboxes)
+	}
+	if s.PerMinute < 1.33 || s.PerMinute > 1.34 || s.ETASeconds == nil || int(*s.ETASeconds) != 225 {
+		t.Errorf("throughput %v/min, ETA %v", s.PerMinute, s.ETASeconds)
+	}
+}
+
+// TestRenderGolden: the terminal screen (colours on) and the plain line.
+func TestRenderGolden(t *testing.T) {
+	ops, sandboxes := fixture()
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	for name, got := range map[string]string{
+		"screen.golden": renderScreen(s, true),
+		"plain.golden":  plainLine(s) + plainExtra(s) + "\n",
+	} {
+		path := filepath.Join("testdata", name)
+		if *update {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run `go test ./internal/molt -update` to write it)", err)
+		}
+		if got != string(want) {
+			t.Errorf("%s differs:\n--- got\n%s\n--- want\n%s", name, got, want)
+		}
+	}
+}
+
+func TestRetrySpec(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{}
+	ops := &agentsv1alpha1.SandboxUpdateOps{}
+	ops.Spec.Paused = true
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{}}`)}
+	ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook, PostUpgrade: hook}
+	for _, tc := range []struct {
+		name       string
+		reasons    []string
+		notStarted int
+		postOnly   bool
+	}{
+		{"all failed in PostUpgrade", []string{"PostUpgradeFailed", "PostUpgradeFailed"}, 0, true},
+		{"PostUpgrade and others not started", []string{"PostUpgradeFailed"}, 2, false},
+		{"a PreUpgrade failure among them", []string{"PostUpgradeFailed", "PreUpgradeFailed"}, 0, false},
+		{"only not started", nil, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, postOnly := retrySpec(ops, tc.reasons, tc.notStarted)
+			if postOnly != tc.postOnly || spec.Paused {
+				t.Fatalf("postOnly %v paused %v", postOnly, spec.Paused)
+			}
+			if postOnly && (len(spec.Patch.Raw) != 0 || spec.Lifecycle.PreUpgrade != nil || spec.Lifecycle.PostUpgrade == nil) {
+				t.Errorf("a postUpgrade-only retry carries %+v", spec)
+			}
+			if !postOnly && (string(spec.Patch.Raw) != `{"spec":{}}` || spec.Lifecycle.PreUpgrade == nil) {
+				t.Errorf("a full retry lost the patch or hooks: %+v", spec)
+			}
+		})
+	}
+}
+
+func TestTemplateDiffShowsOnlyThePatch(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"}}
+	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+	d, err := templateDiff(sb, []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `--- ns/b (current)
++++ ns/b (patched)
+@@ -1,6 +1,6 @@
+ metadata: {}
+ spec:
+   containers:
+-  - image: img:v1
++  - image: img:v2
+     name: sandbox
+     resources: {}
+`
+	if d != want {
+		t.Errorf("diff:\n%s\nwant:\n%s", d, want)
+	}
+	if d, _ := templateDiff(sb, nil); d != "" {
+		t.Errorf("no patch gives a diff:\n%s", d)
+	}
+}
+
+func TestFitScreen(t *testing.T) {
+	screen := "a\nb\nc\nd\ne\n"
+	if got := fitScreen(screen, 0); got != screen {
+		t.Errorf("unknown height changed the screen: %q", got)
+	}
+	if got := fitScreen(screen, 10); got != screen {
+		t.Errorf("a screen that fits changed: %q", got)
+	}
+	if got, want := fitScreen(screen, 4), "a\nb\n… 3 more lines: enlarge the terminal, or use -o json\n"; got != want {
+		t.Errorf("fitScreen = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,667 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// moltCmd is bin/kubectl-molt against the test cluster, as a user runs it.
+func moltCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	env := testenv.Get(t)
+	bin := filepath.Join(env.RootDir, "bin", "kubectl-molt")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing: run `make build`", bin)
+	}
+	return exec.Command(bin, append([]string{"--kubeconfig=" + env.Kubeconfig}, args...)...)
+}
+
+// molt runs bin/kubectl-molt and returns its stdout, stderr and exit code.
+func molt(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := moltCmd(t, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("kubectl molt %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// natsViewerFlags log kubectl molt in to the harness's NATS as viewer.
+func natsViewerFlags(t *testing.T) []string {
+	env := testenv.Get(t)
+	return []string{"--nats-url=" + env.NATSURL, "--nats-user=viewer", "--nats-password-file=" + env.NATSPasswords.File("viewer")}
+}
+
+// tmuxPane runs a command in a detached tmux session on a server of its
+// own (socket -L), in a 160x60 terminal. The command should end with a
+// sleep so the pane stays, with its last screen, until the test ends
+// (tmux's remain-on-exit, set after the start, loses the screen's first
+// line).
+type tmuxPane struct {
+	t      *testing.T
+	socket string
+}
+
+func newTmuxPane(t *testing.T, command string) *tmuxPane {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatalf("tmux is missing: run `make test-tmux` (hack/tmux.sh installs Debian's tmux)")
+	}
+	p := &tmuxPane{t: t, socket: fmt.Sprintf("molt-e2e-%d", time.Now().UnixNano())}
+	p.run("new-session", "-d", "-s", "molt", "-x", "160", "-y", "60", command)
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
+	return p
+}
+
+func (p *tmuxPane) run(args ...string) string {
+	p.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", p.socket}, args...)...).CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// capture is the pane's text now.
+func (p *tmuxPane) capture() string { return p.run("capture-pane", "-p", "-t", "molt") }
+
+// TestPluginStatus: `kubectl molt status -w` over a 50-sandbox upgrade in
+// which one sandbox's preUpgrade fails, run twice at once: without a
+// terminal (plain lines, one per change) and in a real terminal (a tmux
+// pane, redrawn in place). Both end when the ops does, exit 1 and name the
+// failed sandbox with its hook's stderr; the pane showed the bar and the
+// stage counts, and they changed; -o json agrees with the ops's status and
+// the sandboxes' conditions.
+func TestPluginStatus(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "st", 50, "st-pool", nil)
+	// st-13's backup fails once (its pod keeps /tmp, so a retry passes).
+	pre := `sleep 1; if [ "$(hostname)" = st-13 ] && [ ! -e /tmp/failed-once ]; then touch /tmp/failed-once; echo "backup of $(hostname) failed: disk full" >&2; exit 3; fi`
+	// 10 at a time keeps the test short.
+	y := strings.Replace(hookOps("st", "st-pool", "my-registry/sandbox-image:v2", pre, "", 30), "maxUnavailable: 1\n", "maxUnavailable: 10\n", 1)
+	kubectl(t, y, "apply", "-n", ns, "-f", "-")
+
+	env := s.env
+	bin := filepath.Join(env.RootDir, "bin", "kubectl-molt")
+	pane := newTmuxPane(t, fmt.Sprintf("%s --kubeconfig=%s status st -n %s -w --slowest 3; echo EXIT=$?; sleep 600", bin, env.Kubeconfig, ns))
+
+	plain := moltCmd(t, "status", "st", "-n", ns, "-w")
+	var plainOut, plainErr bytes.Buffer
+	plain.Stdout, plain.Stderr = &plainOut, &plainErr
+	if err := plain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- plain.Wait() }()
+
+	// Read the pane while the upgrade runs.
+	updatedRe := regexp.MustCompile(`(\d+)/50 updated`)
+	stageRe := regexp.MustCompile(`(?m)^(PreUpgrade|UpgradePod|PostUpgrade)\s+(\d+)\s*$`)
+	updatedSeen, stageSeen := map[string]bool{}, map[string]bool{}
+	var screens []string
+	var plainErrRun error
+	deadline := time.After(5 * time.Minute)
+poll:
+	for {
+		select {
+		case plainErrRun = <-done:
+			break poll
+		case <-deadline:
+			t.Fatalf("status -w did not end within 5 minutes; plain output so far:\n%s\npane:\n%s", plainOut.String(), pane.capture())
+		case <-time.After(300 * time.Millisecond):
+		}
+		screen := pane.capture()
+		if m := updatedRe.FindStringSubmatch(screen); m != nil && strings.Contains(screen, "[") && strings.Contains(screen, "STAGE") {
+			updatedSeen[m[1]] = true
+			var stages []string
+			for _, sm := range stageRe.FindAllStringSubmatch(screen, -1) {
+				stages = append(stages, sm[1]+"="+sm[2])
+			}
+			stageSeen[strings.Join(stages, ",")] = true
+			if len(screens) == 0 || screens[len(screens)-1] != screen {
+				screens = append(screens, screen)
+			}
+		}
+	}
+	code := 0
+	if ee, ok := plainErrRun.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+
+	// The real state.
+	ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "st", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsFailed || ops.Status.UpdatedReplicas != 49 || ops.Status.FailedReplicas != 1 {
+		t.Fatalf("ops status = %+v, want Failed with 49 updated and 1 failed", ops.Status)
+	}
+	if c := upgradingCondition(t, s, ns, "st-13"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+		t.Fatalf("st-13 Upgrading = %+v, want PreUpgradeFailed", c)
+	}
+
+	// Without a terminal: plain lines, exit 1, the failed sandbox and its stderr.
+	t.Logf("plain output:\n%s%s", plainOut.String(), plainErr.String())
+	if code != 1 {
+		t.Errorf("status -w (plain) exit code %d, want 1\nstdout:\n%s\nstderr:\n%s", code, plainOut.String(), plainErr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(plainOut.String()), "\n")
+	if len(lines) < 3 {
+		t.Errorf("plain output has %d lines, want one per change:\n%s", len(lines), plainOut.String())
+	}
+	if strings.Contains(plainOut.String(), "\x1b[") {
+		t.Errorf("plain output has terminal escapes:\n%q", plainOut.String())
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, "Failed: 49/50 updated, 1 failed, 0 updating, 0 not started") {
+		t.Errorf("last plain line %q, want the final counts", last)
+	}
+	if !regexp.MustCompile(`FAILED st-13\s+PreUpgradeFailed\s+stderr: backup of st-13 failed: disk full`).MatchString(plainOut.String()) {
+		t.Errorf("plain output does not name st-13 with its stderr:\n%s", plainOut.String())
+	}
+	if !strings.Contains(plainErr.String(), "kubectl molt retry st") {
+		t.Errorf("plain stderr does not say what to do next:\n%s", plainErr.String())
+	}
+
+	// In a terminal: the bar and the stage counts were drawn and changed.
+	testenv.Eventually(t, 10*time.Second, "the pane's command to exit", func() (bool, error) {
+		return strings.Contains(pane.capture(), "EXIT="), nil
+	})
+	final := pane.capture()
+	t.Logf("the last screen:\n%s", final)
+	if !strings.Contains(final, "EXIT=1") {
+		t.Errorf("status -w in the terminal did not exit 1:\n%s", final)
+	}
+	for _, want := range []string{"SandboxUpdateOps " + ns + "/st  Failed", "49/50 updated, 1 failed", "FAILED", "st-13", "PreUpgradeFailed", "stderr: backup of st-13 failed: disk full", "█"} {
+		if !strings.Contains(final, want) {
+			t.Errorf("the last screen lacks %q:\n%s", want, final)
+		}
+	}
+	if colored := pane.run("capture-pane", "-p", "-e", "-t", "molt"); !regexp.MustCompile(`\x1b\[(0;)?31m[^\n]*PreUpgradeFailed`).MatchString(colored) || !strings.Contains(colored, "\x1b[31m") {
+		t.Errorf("the terminal view does not show the failure in red:\n%q", colored)
+	}
+	if len(updatedSeen) < 3 {
+		t.Errorf("the pane showed %d distinct updated counts %v, want the bar moving (at least 3)", len(updatedSeen), updatedSeen)
+	}
+	if len(stageSeen) < 3 {
+		t.Errorf("the pane showed %d distinct stage tables %v, want them changing (at least 3)", len(stageSeen), stageSeen)
+	}
+	if len(screens) > 1 {
+		t.Logf("a screen during the upgrade:\n%s", screens[len(screens)/2])
+	}
+
+	// -o json: the machine-readable summary, against the real state.
+	jsonOut, _, code := molt(t, "", "status", "st", "-n", ns, "-o", "json")
+	if code != 1 {
+		t.Errorf("status -o json exit code %d, want 1", code)
+	}
+	var sum struct {
+		Phase                            string
+		Total, Updated, Updating, Failed int
+		NotStarted                       int                                              `json:"notStarted"`
+		FailedSandboxes                  []struct{ Name, Reason, Message, Stderr string } `json:"failedSandboxes"`
+	}
+	if err := json.Unmarshal([]byte(jsonOut), &sum); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, jsonOut)
+	}
+	if sum.Phase != string(ops.Status.Phase) || sum.Total != int(ops.Status.Replicas) || sum.Updated != int(ops.Status.UpdatedReplicas) || sum.Failed != int(ops.Status.FailedReplicas) || sum.Updating != 0 || sum.NotStarted != 0 {
+		t.Errorf("json summary %+v does not match the ops status %+v", sum, ops.Status)
+	}
+	failed, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpgradeFailed + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed.Items) != 1 || len(sum.FailedSandboxes) != 1 || sum.FailedSandboxes[0].Name != failed.Items[0].Name {
+		t.Fatalf("json failed sandboxes %+v, the cluster's %d labelled failed", sum.FailedSandboxes, len(failed.Items))
+	}
+	if c := upgradingCondition(t, s, ns, "st-13"); sum.FailedSandboxes[0].Message != c.Message || sum.FailedSandboxes[0].Stderr != "backup of st-13 failed: disk full" {
+		t.Errorf("json failed sandbox %+v, condition message %q", sum.FailedSandboxes[0], c.Message)
+	}
+
+	// retry of a PreUpgrade failure: a new ops with the same patch and hooks,
+	// over st-13 alone (the 49 others already carry the patch).
+	out, errOut, code := molt(t, "", "retry", "st", "-n", ns, "-w")
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 0 || !strings.Contains(out, "created SandboxUpdateOps "+ns+"/st-retry with the same patch and hooks: retries 1 PreUpgradeFailed (st-13)") {
+		t.Fatalf("retry -w exit %d:\n%s\n%s", code, out, errOut)
+	}
+	retried := waitOps(t, s, ns, "st-retry", agentsv1alpha1.SandboxUpdateOpsCompleted, 10*time.Second)
+	if retried.Status.Replicas != 1 || retried.Spec.Lifecycle == nil || retried.Spec.Lifecycle.PreUpgrade == nil || string(retried.Spec.Patch.Raw) != string(ops.Spec.Patch.Raw) {
+		t.Errorf("the retry ops %+v, want st's patch and hooks over 1 sandbox", retried)
+	}
+}
+
+// TestPluginHistory: a sandbox whose first attempt fails in preUpgrade and
+// whose second succeeds. `kubectl molt history` (as the NATS user viewer)
+// lists both attempts, the failure with the hook's stderr, the second's
+// stages in order with the recreated pod's UID, and the time per stage;
+// --follow prints the second attempt's events as they happen.
+func TestPluginHistory(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "hi", 1, "hi-pool", nil)
+	kubectl(t, hookOps("hi-bad", "hi-pool", "my-registry/sandbox-image:v2", `echo "no space left on /backup" >&2; exit 2`, "", 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "hi-bad", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	kubectl(t, "", "delete", "suo", "hi-bad", "-n", ns, "--wait=true", "--timeout=60s")
+
+	follow := moltCmd(t, append([]string{"history", ns + "/hi-00", "--follow"}, natsViewerFlags(t)...)...)
+	var followOut syncBuffer
+	follow.Stdout, follow.Stderr = &followOut, &followOut
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = follow.Process.Kill(); _ = follow.Wait() })
+	testenv.Eventually(t, 30*time.Second, "history --follow to print the first attempt", func() (bool, error) {
+		return strings.Contains(followOut.String(), "failed"), nil
+	})
+
+	kubectl(t, hookOps("hi-good", "hi-pool", "my-registry/sandbox-image:v2", "echo backing up", "echo restoring", 30), "apply", "-n", ns, "-f", "-")
+	good := waitOps(t, s, ns, "hi-good", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "hi-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "history --follow to print the second attempt's end", func() (bool, error) {
+		return strings.Contains(followOut.String(), "posthook-done"), nil
+	})
+
+	out, errOut, code := molt(t, "", append([]string{"history", ns + "/hi-00"}, natsViewerFlags(t)...)...)
+	t.Logf("history:\n%s", out)
+	if code != 0 {
+		t.Fatalf("history exit code %d:\n%s\n%s", code, out, errOut)
+	}
+	attempts := strings.Split(out, "\nAttempt ")
+	if len(attempts) != 3 {
+		t.Fatalf("history shows %d attempts, want 2:\n%s", len(attempts)-1, out)
+	}
+	first, second := attempts[1], attempts[2]
+	if !strings.Contains(first, "(ops hi-bad)") || !regexp.MustCompile(`failed\s+PreUpgrade\s+PreUpgradeFailed: hook stderr: no space left on /backup`).MatchString(first) ||
+		!strings.Contains(first, "PreUpgradeFailed after") {
+		t.Errorf("the first attempt does not show its preUpgrade failure with the hook's stderr:\n%s", first)
+	}
+	if !strings.HasPrefix(second, string(good.UID)+" (ops hi-good)") {
+		t.Errorf("the second attempt is not hi-good's (uid %s):\n%s", good.UID, second)
+	}
+	// Every event in order, with the stage it belongs to.
+	want := []string{
+		`requested\s+PreUpgrade`, `patched\s+PreUpgrade`, `stage-started\s+PreUpgrade`, `prehook-done\s+PreUpgrade`,
+		`stage-started\s+UpgradePod`, `pod-ready\s+UpgradePod\s+new pod ` + string(pod.UID),
+		`stage-started\s+PostUpgrade`, `posthook-done\s+PostUpgrade`,
+		`stages: PreUpgrade \S+, UpgradePod \S+, PostUpgrade \S+; Succeeded after`,
+	}
+	rest := second
+	for _, w := range want {
+		loc := regexp.MustCompile(w).FindStringIndex(rest)
+		if loc == nil {
+			t.Fatalf("the second attempt lacks %q after what came before it:\n%s", w, second)
+		}
+		rest = rest[loc[1]:]
+	}
+	if !strings.Contains(followOut.String(), "new pod "+string(pod.UID)) {
+		t.Errorf("history --follow did not print the recreated pod:\n%s", followOut.String())
+	}
+
+	// A sandbox without events says so; a refused login names the flags.
+	out, _, code = molt(t, "", append([]string{"history", ns + "/nobody"}, natsViewerFlags(t)...)...)
+	if code != 0 || !strings.Contains(out, "no events") {
+		t.Errorf("history of a sandbox without events: exit %d\n%s", code, out)
+	}
+	bad := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(bad, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = molt(t, "", "history", ns+"/hi-00", "--nats-url="+s.env.NATSURL, "--nats-user=viewer", "--nats-password-file="+bad)
+	if code != 2 || !strings.Contains(errOut, "--nats-password-file") {
+		t.Errorf("history with a wrong password: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing while the test
+// reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+const planOps = `apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxUpdateOps
+metadata:
+  name: pl
+spec:
+  selector:
+    matchLabels:
+      agents.kruise.io/sandbox-template: plan-pool
+  updateStrategy:
+    maxUnavailable: 2
+  patch:
+    spec:
+      containers:
+      - name: sandbox
+        image: my-registry/sandbox-image:v2
+`
+
+// TestPluginPlan: 8 sandboxes, a selector that matches 5 of them (one
+// more is paused, one is a SandboxSet's pool member, one has another
+// label). `kubectl molt plan` names the 5 in order and batches of
+// maxUnavailable, each of the 3 others with its reason, and a diff that
+// shows exactly the patched field; it changes nothing, and the selector
+// then upgrades exactly those 5. An ops the API server refuses is refused
+// with the server's words.
+func TestPluginPlan(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "pl", 6, "plan-pool", nil)
+	pause(t, s, ns, []string{"pl-05"})
+	makeSandboxes(t, s, ns, "other", 1, "other-pool", nil)
+	kubectl(t, `apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxSet
+metadata:
+  name: plan-pool
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers:
+      - name: sandbox
+        image: my-registry/sandbox-image:v1
+`, "apply", "-n", ns, "-f", "-")
+	var member string
+	testenv.Eventually(t, 2*time.Minute, "the pool member Running", func() (bool, error) {
+		list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelSandboxPool + "=plan-pool"})
+		if err != nil || len(list.Items) != 1 {
+			return false, fmt.Errorf("members %v: %v", list, err)
+		}
+		member = list.Items[0].Name
+		return list.Items[0].Status.Phase == agentsv1alpha1.SandboxRunning, fmt.Errorf("phase %s", list.Items[0].Status.Phase)
+	})
+	all, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(all.Items) != 8 {
+		t.Fatalf("namespace has %d sandboxes, want 8: %v", len(all.Items), err)
+	}
+	file := filepath.Join(t.TempDir(), "ops.yaml")
+	if err := os.WriteFile(file, []byte(planOps), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns)
+	t.Logf("plan:\n%s", out)
+	if code != 0 {
+		t.Fatalf("plan exit code %d:\n%s\n%s", code, out, errOut)
+	}
+	selected, excluded, diff := section(out, "Selected (5)", "Excluded"), section(out, "Excluded (3)", "Pod template"), section(out, "Pod template of sandbox pl-00", "")
+	for i, name := range []string{"pl-00", "pl-01", "pl-02", "pl-03", "pl-04"} {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%s\s+Running\s+%d\s*$`, name, i/2+1)).MatchString(selected) {
+			t.Errorf("plan does not select %s in batch %d:\n%s", name, i/2+1, selected)
+		}
+	}
+	if strings.Count(strings.TrimSpace(selected), "\n") != 6 { // heading, columns, 5 rows
+		t.Errorf("selected section has other rows:\n%s", selected)
+	}
+	for _, w := range []string{
+		`pl-05\s+StateFilter\s+phase Paused is not in spec.stateFilter.states \[Running\]`,
+		member + `\s+PoolMember\s+a member of SandboxSet plan-pool's warm pool`,
+		`other-00\s+SelectorMismatch\s+its labels do not match spec.selector \(agents.kruise.io/sandbox-template=plan-pool\)`,
+	} {
+		if !regexp.MustCompile(w).MatchString(excluded) {
+			t.Errorf("excluded section lacks %q:\n%s", w, excluded)
+		}
+	}
+	var changed []string
+	for _, l := range strings.Split(diff, "\n") {
+		if (strings.HasPrefix(l, "-") || strings.HasPrefix(l, "+")) && !strings.HasPrefix(l, "---") && !strings.HasPrefix(l, "+++") {
+			changed = append(changed, strings.TrimSpace(l))
+		}
+	}
+	if want := []string{"-  - image: my-registry/sandbox-image:v1", "+  - image: my-registry/sandbox-image:v2"}; strings.Join(changed, "\n") != strings.Join(want, "\n") {
+		t.Errorf("diff changes %q, want exactly the image:\n%s", changed, diff)
+	}
+	out, _, _ = molt(t, "", "plan", "-f", file, "-n", ns, "--all")
+	if n := strings.Count(out, "Pod template of sandbox "); n != 5 {
+		t.Errorf("plan --all shows %d diffs, want 5:\n%s", n, out)
+	}
+
+	// Nothing changed; then the selector does what plan said.
+	if list, _ := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Fatalf("plan left %d ops behind", len(list.Items))
+	}
+	kubectl(t, planOps, "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "pl", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	if ops.Status.Replicas != 5 || ops.Status.UpdatedReplicas != 5 {
+		t.Errorf("ops status %+v, want the 5 plan named", ops.Status)
+	}
+	for _, n := range []string{"pl-05", member, "other-00"} {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img := sb.Spec.Template.Spec.Containers[0].Image; img != "my-registry/sandbox-image:v1" {
+			t.Errorf("excluded %s was upgraded to %s", n, img)
+		}
+	}
+	kubectl(t, "", "delete", "suo", "pl", "-n", ns, "--wait=true", "--timeout=60s")
+
+	// Refused as the API server refuses it, with its words.
+	bad := strings.Replace(planOps, "maxUnavailable: 2", `maxUnavailable: "abc"`, 1)
+	_, errOut, code = molt(t, bad, "plan", "-f", "-", "-n", ns)
+	apply := exec.Command(filepath.Join(s.env.RootDir, "bin", "kubectl"), "--kubeconfig="+s.env.Kubeconfig, "apply", "--dry-run=server", "-n", ns, "-f", "-")
+	apply.Stdin = strings.NewReader(bad)
+	applyOut, _ := apply.CombinedOutput()
+	invalid := regexp.MustCompile(`is invalid: (.*)`)
+	got, want := invalid.FindStringSubmatch(errOut), invalid.FindStringSubmatch(string(applyOut))
+	if code != 1 || got == nil || want == nil || got[1] != want[1] {
+		t.Errorf("plan of an invalid ops: exit %d, stderr %q; kubectl apply says %q", code, errOut, applyOut)
+	}
+
+	// A patch the API server accepts in an ops but whose pod it refuses: the
+	// selector's patch check (InvalidPatch), found before anything exists.
+	emptyImage := strings.Replace(planOps, "image: my-registry/sandbox-image:v2", `image: ""`, 1)
+	_, errOut, code = molt(t, emptyImage, "plan", "-f", "-", "-n", ns)
+	if code != 1 || !strings.Contains(errOut, "would fail with InvalidPatch before any sandbox is touched") || !strings.Contains(errOut, "spec.containers[0].image: Required value") {
+		t.Errorf("plan of a patch that makes an invalid pod: exit %d, stderr %q", code, errOut)
+	}
+	if list, _ := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Errorf("plan of refused ops left %d ops behind", len(list.Items))
+	}
+}
+
+// section is the text of out from the line starting with from up to the
+// line starting with to (or the end).
+func section(out, from, to string) string {
+	i := strings.Index(out, "\n"+from)
+	if i < 0 {
+		return ""
+	}
+	rest := out[i+1:]
+	if to != "" {
+		if j := strings.Index(rest, "\n"+to); j >= 0 {
+			return rest[:j+1]
+		}
+	}
+	return rest
+}
+
+// TestPluginRetry: a postUpgrade that fails once (a transient failure)
+// leaves the ops Failed with PostUpgradeFailed; `kubectl molt retry -w`
+// replaces it with an ops carrying only the postUpgrade hook, which ends
+// Completed (exit 0) without running preUpgrade again and restores the
+// workspace.
+func TestPluginRetry(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "rt", "rt-pool", "/mnt/shared", "/data/shared", 1)
+	post := fmt.Sprintf(`m=/mnt/shared/post-once-%s-$(hostname); if [ ! -e $m ]; then touch $m; echo "restore interrupted" >&2; exit 7; fi; %s`, ns, restoreHook)
+	kubectl(t, hookOps("rt", "rt-pool", "my-registry/sandbox-image:v2", backupHook, post, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "rt", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "rt-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPostUpgradeFailed {
+		t.Fatalf("Upgrading = %+v, want PostUpgradeFailed", c)
+	}
+
+	out, errOut, code := molt(t, "", "retry", "rt", "-n", ns, "-w")
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 0 {
+		t.Fatalf("retry -w exit code %d, want 0 (the new ops Completed):\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "created SandboxUpdateOps "+ns+"/rt-retry with only the postUpgrade hook") || !strings.Contains(out, "retries 1 PostUpgradeFailed (rt-00)") {
+		t.Errorf("retry does not say what it created:\n%s", out)
+	}
+	ops := waitOps(t, s, ns, "rt-retry", agentsv1alpha1.SandboxUpdateOpsCompleted, 10*time.Second)
+	if ops.Spec.Lifecycle == nil || ops.Spec.Lifecycle.PreUpgrade != nil || ops.Spec.Lifecycle.PostUpgrade == nil || len(ops.Spec.Patch.Raw) != 0 || ops.Annotations["molt.dev/retry-of"] != "rt" {
+		t.Errorf("the retry ops is not a postUpgrade-only retry of rt: %+v %v", ops.Spec, ops.Annotations)
+	}
+	if _, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(context.Background(), "rt", metav1.GetOptions{}); err == nil {
+		t.Errorf("the failed ops rt is still there")
+	}
+	if out, _ := sh(t, s, ns, "rt-00", "cat /mnt/shared/pre-runs-$(hostname)"); strings.Count(out, "run") != 1 {
+		t.Errorf("preUpgrade ran %d times, want once", strings.Count(out, "run"))
+	}
+	if got := workspaceFile(t, s, ns, "rt-00"); got != "data-rt-00" {
+		t.Errorf("workspace after the retry = %q", got)
+	}
+	_, errOut, code = molt(t, "", "retry", "rt-retry", "-n", ns)
+	if code != 2 || !strings.Contains(errOut, "is Completed, not Failed") {
+		t.Errorf("retry of a Completed ops: exit %d, %s", code, errOut)
+	}
+}
+
+// TestPluginAbort: `kubectl molt abort` pauses an ops mid-way, waits for
+// the sandbox in flight to finish its attempt, and deletes the ops: no
+// sandbox is left in a stage, the ones never started keep their template.
+func TestPluginAbort(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "ab", 4, "ab-pool", nil)
+	kubectl(t, hookOps("ab", "ab-pool", "my-registry/sandbox-image:v2", "sleep 3", "", 30), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, "a sandbox upgrading", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "ab", metav1.GetOptions{})
+		return err == nil && o.Status.UpdatingReplicas > 0, err
+	})
+	out, errOut, code := molt(t, "", "abort", "ab", "-n", ns)
+	t.Logf("abort:\n%s%s", out, errOut)
+	if code != 0 || !strings.Contains(out, "paused SandboxUpdateOps "+ns+"/ab") || !strings.Contains(out, "deleted SandboxUpdateOps "+ns+"/ab") {
+		t.Fatalf("abort exit %d:\n%s\n%s", code, out, errOut)
+	}
+	if _, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "ab", metav1.GetOptions{}); err == nil {
+		t.Fatal("the ops is still there after abort")
+	}
+	list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgraded := 0
+	for _, sb := range list.Items {
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || sb.Status.Phase != agentsv1alpha1.SandboxRunning {
+			t.Errorf("%s after abort: label %q, phase %s", sb.Name, sb.Labels[agentsv1alpha1.LabelUpdateOps], sb.Status.Phase)
+		}
+		if sb.Spec.Template.Spec.Containers[0].Image == "my-registry/sandbox-image:v2" {
+			upgraded++
+		}
+	}
+	if upgraded == 0 || upgraded == 4 {
+		t.Errorf("%d of 4 sandboxes upgraded, want the ones in flight only", upgraded)
+	}
+	if !regexp.MustCompile(fmt.Sprintf(`%d updated, 0 failed .*, %d never started`, upgraded, 4-upgraded)).MatchString(out) {
+		t.Errorf("abort's summary does not match the cluster (%d upgraded):\n%s", upgraded, out)
+	}
+}
+
+// TestPluginInstall: `make install-plugin` puts kubectl-molt where PATH
+// finds it, and `kubectl molt --help` lists the subcommands.
+func TestPluginInstall(t *testing.T) {
+	env := testenv.Get(t)
+	dir := t.TempDir()
+	mk := exec.Command("make", "install-plugin", "PLUGIN_DIR="+dir)
+	mk.Dir = env.RootDir
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make install-plugin: %v\n%s", err, out)
+	}
+	cmd := exec.Command(filepath.Join(env.RootDir, "bin", "kubectl"), "molt", "--help")
+	cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl molt --help: %v\n%s", err, out)
+	}
+	for _, sub := range []string{"status", "history", "plan", "retry", "abort"} {
+		if !regexp.MustCompile(`(?m)^\s+` + sub + `\s`).Match(out) {
+			t.Errorf("kubectl molt --help does not list %s:\n%s", sub, out)
+		}
+	}
+	if !strings.Contains(string(out), "kubectl molt [command]") {
+		t.Errorf("usage does not read `kubectl molt`:\n%s", out)
+	}
+}
+
+// TestREADMEPluginTable: the kubectl molt tables of README.md and
+// README.zh-CN.md list exactly the plugin's subcommands, and every flag
+// they name is a flag of that subcommand.
+func TestREADMEPluginTable(t *testing.T) {
+	env := testenv.Get(t)
+	out, _, code := molt(t, "", "--help")
+	if code != 0 {
+		t.Fatalf("kubectl molt --help exit %d", code)
+	}
+	var subs []string
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z]+)\s{2,}`).FindAllStringSubmatch(out, -1) {
+		if m[1] != "completion" && m[1] != "help" {
+			subs = append(subs, m[1])
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| `kubectl molt ([a-z]+)[^`]*` \\|.*$")
+	flagRe := regexp.MustCompile(`--[a-z][a-z-]+`)
+	for _, file := range []string{"README.md", "README.zh-CN.md"} {
+		data, err := os.ReadFile(filepath.Join(env.RootDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var listed []string
+		for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+			listed = append(listed, m[1])
+			help, _, _ := molt(t, "", m[1], "--help")
+			for _, f := range flagRe.FindAllString(m[0], -1) {
+				if !strings.Contains(help, f+" ") {
+					t.Errorf("%s: the row of %s names %s, which `kubectl molt %s --help` does not list", file, m[1], f, m[1])
+				}
+			}
+		}
+		if strings.Join(listed, ",") != strings.Join(subs, ",") {
+			t.Errorf("%s lists subcommands %v, kubectl molt has %v", file, listed, subs)
+		}
+	}
+}
