@@ -3,6 +3,7 @@ package devnode
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,9 @@ import (
 type Reaper struct {
 	kube kubernetes.Interface
 	pods corelisters.PodLister
+	// deleted holds the UIDs this reaper has deleted: the cache shows such a
+	// pod a moment longer, and deleting it again only earns a 404.
+	deleted sync.Map
 }
 
 // RunReaper watches scheduled pods and finishes their deletion; it blocks
@@ -37,6 +41,16 @@ func RunReaper(ctx context.Context, kube kubernetes.Interface) error {
 		},
 		Handler: ctl.Handler(),
 	}); err != nil {
+		return fmt.Errorf("watch pods: %w", err)
+	}
+	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			r.deleted.Delete(pod.UID) // gone from the cache too: forget it
+		}
+	}}); err != nil {
 		return fmt.Errorf("watch pods: %w", err)
 	}
 	factory.Start(ctx.Done())
@@ -62,12 +76,16 @@ func (r *Reaper) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	uid := pod.UID
+	if _, done := r.deleted.Load(uid); done {
+		return nil
+	}
 	err = r.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
 		GracePeriodSeconds: new(int64),
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
 	switch {
 	case err == nil:
+		r.deleted.Store(uid, struct{}{})
 		klog.FromContext(ctx).V(2).Info("pod deleted", "pod", klog.KObj(pod), "uid", uid)
 		return nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):

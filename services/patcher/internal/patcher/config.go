@@ -24,7 +24,7 @@ type Config struct {
 // Flag defaults.
 const (
 	// DefaultWorkers is --workers's default.
-	DefaultWorkers = 16
+	DefaultWorkers = 64
 	// DefaultPodReadyTimeout is --pod-ready-timeout's default, the same as
 	// podcycler's and statusagg's.
 	DefaultPodReadyTimeout = 5 * time.Minute

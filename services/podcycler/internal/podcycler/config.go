@@ -13,7 +13,8 @@ const DefaultHTTPAddr = "127.0.0.1:9104"
 
 // Defaults of podcycler's own flags.
 const (
-	DefaultWorkers         = 8
+	// A worker mostly waits (the old pod going, the API server), so many run.
+	DefaultWorkers         = 64
 	DefaultPodReadyTimeout = 5 * time.Minute
 )
 

@@ -17,18 +17,22 @@ import (
 )
 
 // outcome is what recording one event did: either a skip reason, or the
-// transition written and the sandbox as written.
+// transition written and the sandbox as written. cacheSkip marks a skip that
+// rests on the informer's copy of the sandbox's metadata (gone, replaced,
+// not claimed by the event's ops), which may lag; a skip decided against the
+// status statusagg itself wrote does not.
 type outcome struct {
-	skip    string
-	tr      transition
-	written *agentsv1alpha1.Sandbox
+	skip      string
+	cacheSkip bool
+	tr        transition
+	written   *agentsv1alpha1.Sandbox
 }
 
 // handleEvent records one upgrade event on its sandbox:
 //  1. decode (done by events.Consume) and decide its transition against the
 //     sandbox's status as statusagg knows it (writes.go), reading the
-//     sandbox from the cache first and from the API server when the cache
-//     says "skip" (it may lag behind the selector's label);
+//     sandbox from the cache first and from the API server when the cache's
+//     metadata says "skip" (it may lag behind the selector's label);
 //  2. act: hand the transition to the sandbox's writer and wait until the
 //     status write that carries it has succeeded (the message is
 //     acknowledged only then);
@@ -45,8 +49,8 @@ func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
 func (s *server) apply(ctx context.Context, ev events.Event) error {
 	logger := klog.FromContext(ctx)
 	out, w, err := s.stage(ctx, ev, false)
-	if err == nil && out.skip != "" {
-		out, w, err = s.stage(ctx, ev, true) // the cache may lag: confirm a skip against the API server
+	if err == nil && out.cacheSkip {
+		out, w, err = s.stage(ctx, ev, true) // the cache may lag: confirm the skip against the API server
 	}
 	if err != nil {
 		return fmt.Errorf("record event on sandbox %s: %w", ev.SandboxKey(), err)
@@ -84,16 +88,16 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	case err != nil:
 		return outcome{}, nil, err
 	case sb == nil:
-		return outcome{skip: "sandbox is gone"}, nil, nil
+		return outcome{skip: "sandbox is gone", cacheSkip: !fresh}, nil, nil
 	case sb.UID != d.Sandbox.UID:
-		return outcome{skip: fmt.Sprintf("sandbox was replaced (uid %s, event for %s)", sb.UID, d.Sandbox.UID)}, nil, nil
+		return outcome{skip: fmt.Sprintf("sandbox was replaced (uid %s, event for %s)", sb.UID, d.Sandbox.UID), cacheSkip: !fresh}, nil, nil
 	}
 	if d.Ops.Name != "" {
 		if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name {
-			return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name)}, nil, nil
+			return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name), cacheSkip: !fresh}, nil, nil
 		}
 		if ops, err := s.ops.SandboxUpdateOps(sb.Namespace).Get(d.Ops.Name); err == nil && ops.UID != d.Ops.UID {
-			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID)}, nil, nil
+			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID), cacheSkip: !fresh}, nil, nil
 		}
 	}
 

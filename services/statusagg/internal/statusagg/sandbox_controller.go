@@ -22,7 +22,7 @@ import (
 // inProgressStaleness bounds how long a sandbox's pod-only changes wait while
 // one of its attempts is in a stage: the stage's next transition writes them
 // anyway, so an upgrade costs no status write per pod change.
-const inProgressStaleness = 5 * time.Second
+const inProgressStaleness = 30 * time.Second
 
 // syncSandbox is the one writer of a sandbox's status (see writes.go):
 //  1. load the sandbox from the cache (gone → release the waiting events
@@ -33,7 +33,8 @@ const inProgressStaleness = 5 * time.Second
 //     from the spec and the pod (named after the sandbox, owned by it);
 //  3. nothing changed → release the waiters; only pod or generation fields
 //     changed while an attempt is in a stage, written less than
-//     inProgressStaleness ago → look again then;
+//     inProgressStaleness ago → look again then (the stage's next
+//     transition usually carries them first);
 //  4. write the whole status with one JSON patch (no GET, no
 //     resourceVersion, so no conflict with spec or label writes), remember
 //     what the server returned and release the waiters with it. A failed
