@@ -63,7 +63,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	if _, err := opsInformer.Informer().AddEventHandler(handler); err != nil {
 		return fmt.Errorf("watch SandboxUpdateOps: %w", err)
 	}
-	if _, err := sandboxInformer.Informer().AddEventHandler(handler); err != nil {
+	if _, err := sandboxInformer.Informer().AddEventHandler(s.sandboxHandler(ctl.EnqueueKey, ctl.EnqueueAfter)); err != nil {
 		return fmt.Errorf("watch Sandboxes: %w", err)
 	}
 	// Direct upgrades (spec.upgradePolicy, no ops) watch pods built by

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +62,45 @@ func (s *Selector) namespaceHandler(enqueue func(key string)) cache.ResourceEven
 		UpdateFunc: func(_, obj any) { onChange(obj) },
 		DeleteFunc: onChange,
 	}
+}
+
+// recountAfter is how long a sandbox change that cannot free budget waits
+// before its ops is reconciled: the changes of a burst are reconciled once,
+// since each reconcile reads every sandbox of the namespace.
+const recountAfter = 100 * time.Millisecond
+
+// sandboxHandler enqueues the ops of a changed sandbox's namespace: at once
+// when the change can let another sandbox start (it was added or deleted,
+// its attempt ended, its claim or its labels changed), otherwise after
+// recountAfter (a stage moved on, its pod or spec changed).
+func (s *Selector) sandboxHandler(now func(key string), later func(key string, d time.Duration)) cache.ResourceEventHandler {
+	immediate := s.namespaceHandler(now)
+	delayed := s.namespaceHandler(func(key string) { later(key, recountAfter) })
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { immediate.OnAdd(obj, false) },
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*agentsv1alpha1.Sandbox)
+			cur, ok2 := newObj.(*agentsv1alpha1.Sandbox)
+			if ok1 && ok2 && !mayFreeBudget(old, cur) {
+				delayed.OnUpdate(oldObj, newObj)
+				return
+			}
+			immediate.OnUpdate(oldObj, newObj)
+		},
+		DeleteFunc: immediate.OnDelete,
+	}
+}
+
+// mayFreeBudget is true when a sandbox's change may change what an ops can
+// admit now: its labels, deletion, phase or the end of its attempt.
+func mayFreeBudget(old, cur *agentsv1alpha1.Sandbox) bool {
+	if !maps.Equal(old.Labels, cur.Labels) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || old.Status.Phase != cur.Status.Phase {
+		return true
+	}
+	oldAttempt, curAttempt := upgrade.CurrentAttempt(old), upgrade.CurrentAttempt(cur)
+	oldReason, _ := upgrade.ReasonFor(old, oldAttempt)
+	curReason, _ := upgrade.ReasonFor(cur, curAttempt)
+	return oldAttempt != curAttempt || upgrade.Terminal(oldReason) != upgrade.Terminal(curReason)
 }
 
 // sync reconciles one ops, step by step:
