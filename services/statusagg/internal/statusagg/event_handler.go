@@ -128,7 +128,13 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	e.pending = conds
 	w := newWaiter()
 	e.waiters = append(e.waiters, w)
-	s.sandboxCtl.EnqueueAfter(key, s.coalesce)
+	if upgrade.Terminal(tr.To) {
+		// The attempt's end frees budget for the next sandbox and no
+		// later event of it is coming: written at once.
+		s.sandboxCtl.EnqueueKey(key)
+	} else {
+		s.sandboxCtl.EnqueueAfter(key, s.coalesce)
+	}
 	return outcome{tr: tr}, w, nil
 }
 
