@@ -75,7 +75,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 func TestComposeStackPrometheus(t *testing.T) {
 	addr := os.Getenv(envPrometheus)
 	if addr == "" {
-		t.Skip("needs the stack of docker-compose.yaml: run `make compose-test`, which sets " + envPrometheus)
+		t.Fatal("needs the stack of docker-compose.yaml: run `make compose-test`, which brings it up and sets " + envPrometheus + " (`make test-deploy` leaves this test to it)")
 	}
 	ns, name, err := splitOps(os.Getenv(envOps))
 	if err != nil {
