@@ -83,6 +83,7 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		return Selection{}, err
 	}
 	patch := ops.Spec.Patch.Raw
+	digest := sha256.Sum256(patch) // noNeedToUpdate's memo key, once per Select
 	phases := ops.Spec.StateFilter.EligiblePhases()
 	var out Selection
 	exclude := func(sb *agentsv1alpha1.Sandbox, reason, detail string) {
@@ -123,7 +124,7 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 				exclude(sb, ExcludedStateFilter, string(sb.Status.Phase))
 				continue
 			}
-			if noNeedToUpdate(sb, patch) {
+			if noNeedToUpdate(sb, patch, digest) {
 				exclude(sb, ExcludedNoNeed, "")
 				continue
 			}
@@ -210,7 +211,8 @@ func poolOf(sb *agentsv1alpha1.Sandbox) string {
 	return ""
 }
 
-// noNeedToUpdate is true when the patched template equals the current one.
+// noNeedToUpdate is true when the patched template equals the current one
+// (digest is the patch's sha256).
 // A patch that cannot be applied is not "no need": the sandbox is selected
 // and fails visibly in the patcher.
 //
@@ -218,8 +220,8 @@ func poolOf(sb *agentsv1alpha1.Sandbox) string {
 // runs on every change of an ops's sandboxes, and applying the patch to every
 // not-started sandbox each time made its cost grow with the square of their
 // number.
-func noNeedToUpdate(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
-	key := noNeedKey{uid: sb.UID, resourceVersion: sb.ResourceVersion, patch: sha256.Sum256(patch)}
+func noNeedToUpdate(sb *agentsv1alpha1.Sandbox, patch []byte, digest [sha256.Size]byte) bool {
+	key := noNeedKey{uid: sb.UID, resourceVersion: sb.ResourceVersion, patch: digest}
 	if key.uid == "" || key.resourceVersion == "" {
 		return computeNoNeed(sb, patch)
 	}

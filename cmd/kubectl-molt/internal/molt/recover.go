@@ -101,6 +101,17 @@ func getOps(ctx context.Context, agents versioned.Interface, ns, name string) (*
 	return ops, nil
 }
 
+// loadOps returns the clients' agents interface, the namespace and the ops
+// named name in it.
+func (a *app) loadOps(ctx context.Context, name string) (versioned.Interface, string, *agentsv1alpha1.SandboxUpdateOps, error) {
+	agents, _, ns, err := a.clients()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ops, err := getOps(ctx, agents, ns, name)
+	return agents, ns, ops, err
+}
+
 // retrySpec is the spec of the ops that retries ops, given the reasons its
 // failed sandboxes failed with and how many it never started; postOnly is
 // true when it carries only the postUpgrade hook.
@@ -122,11 +133,7 @@ func retrySpec(ops *agentsv1alpha1.SandboxUpdateOps, failedReasons []string, not
 }
 
 func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
-	agents, _, ns, err := a.clients()
-	if err != nil {
-		return err
-	}
-	ops, err := getOps(ctx, agents, ns, name)
+	agents, ns, ops, err := a.loadOps(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -268,11 +275,7 @@ func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error),
 }
 
 func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
-	agents, _, ns, err := a.clients()
-	if err != nil {
-		return err
-	}
-	ops, err := getOps(ctx, agents, ns, name)
+	agents, ns, ops, err := a.loadOps(ctx, name)
 	if err != nil {
 		return err
 	}
