@@ -147,7 +147,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
-		"--profiling=false",
+		// MOLT_APISERVER_PROFILING=1 serves /debug/pprof (where a bench's
+		// API-server CPU goes); off by default.
+		"--profiling=" + strconv.FormatBool(os.Getenv("MOLT_APISERVER_PROFILING") == "1"),
 		"--v=1",
 	}); err != nil {
 		return nil, err

@@ -23,6 +23,8 @@ type Options struct {
 	NATSAuth NATSAuth
 	// HTTPAddr is where /healthz, /readyz and /metrics are served.
 	HTTPAddr string
+	// Pprof also serves Go's profiles under /debug/pprof/ on HTTPAddr.
+	Pprof bool
 	// KubeQPS and KubeBurst set client-go's client-side rate limit.
 	KubeQPS   float64
 	KubeBurst int
@@ -53,6 +55,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet, name, defaultAddr string) {
 	fs.IntVar(&o.Stream.Replicas, "stream-replicas", o.Env.Int("MOLT_STREAM_REPLICAS", 1),
 		"replicas of the event stream, set when this service creates it: 3 on a 3-node JetStream cluster (env MOLT_STREAM_REPLICAS)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.Env.String("MOLT_HTTP_ADDR", defaultAddr), "address for /healthz, /readyz and /metrics (env MOLT_HTTP_ADDR)")
+	fs.BoolVar(&o.Pprof, "pprof", o.Env.Bool("MOLT_PPROF", false), "also serve Go's CPU and heap profiles under /debug/pprof/ on --http-addr (env MOLT_PPROF)")
 	fs.Float64Var(&o.KubeQPS, "kube-qps", o.Env.Float("MOLT_KUBE_QPS", 200), "client-side QPS limit towards the API server (env MOLT_KUBE_QPS)")
 	fs.IntVar(&o.KubeBurst, "kube-burst", o.Env.Int("MOLT_KUBE_BURST", 400), "client-side burst towards the API server (env MOLT_KUBE_BURST)")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.Env.Duration("MOLT_SHUTDOWN_TIMEOUT", 10*time.Second), "how long a clean shutdown may take (env MOLT_SHUTDOWN_TIMEOUT)")

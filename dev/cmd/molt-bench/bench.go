@@ -56,10 +56,6 @@ type floorResult struct {
 	writes int
 }
 
-// opsPoll is how often the bench looks at the ops while they run: it bounds
-// how late it can see an ops Completed.
-const opsPoll = 50 * time.Millisecond
-
 // upgradeRun creates the shape's Running sandboxes, one namespace at a time,
 // then creates one ops per namespace at once and times them to Completed.
 // CPU, API writes and stream messages are read just before the ops are
@@ -102,6 +98,10 @@ func (b *bench) upgradeRun(ctx context.Context, runID string, s shape) (runResul
 	if err != nil {
 		return r, err
 	}
+	deletesBefore, err := podcyclerDeletes(ctx, podcyclerAddrs)
+	if err != nil {
+		return r, err
+	}
 	cpuBefore := cpuTimes(procs)
 	eventsBefore, err := streamMessages(ctx, b.cfg.natsURL)
 	if err != nil {
@@ -137,7 +137,12 @@ func (b *bench) upgradeRun(ctx context.Context, runID string, s shape) (runResul
 	if err != nil {
 		return r, err
 	}
+	deletesAfter, err := podcyclerDeletes(ctx, podcyclerAddrs)
+	if err != nil {
+		return r, err
+	}
 	r.writes = deltaWrites(writesBefore, writesAfter)
+	attributeKubeletDeletes(r.writes, deletesAfter-deletesBefore)
 	// The bench's own writes: one ops create per namespace.
 	r.writes[requestKey{verb: "POST", group: agentsGroup, resource: "sandboxupdateops", code: "201"}] -= float64(len(namespaces))
 	r.cpu = deltaCPU(cpuBefore, cpuAfter)
@@ -218,29 +223,46 @@ type opsSeen struct {
 	phase agentsv1alpha1.SandboxUpdateOpsPhase
 }
 
-// waitOps lists the run's ops every opsPoll until want of them have
-// finished, and returns when it saw each finish, by namespace.
+// waitOps watches the run's ops until want of them have finished, and
+// returns when it saw each finish, by namespace. It lists once and then
+// watches from there (again after a watch ends), so the bench's own reads
+// cost the API server little while it measures.
 func (b *bench) waitOps(ctx context.Context, run string, want int) (map[string]opsSeen, error) {
 	seen := map[string]opsSeen{}
+	note := func(o *agentsv1alpha1.SandboxUpdateOps) {
+		done := o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
+		if _, ok := seen[o.Namespace]; done && !ok {
+			seen[o.Namespace] = opsSeen{at: time.Now(), phase: o.Status.Phase}
+		}
+	}
+	opts := metav1.ListOptions{LabelSelector: "bench-run=" + run}
 	for {
-		list, err := b.agents.AgentsV1alpha1().SandboxUpdateOps("").List(ctx, metav1.ListOptions{LabelSelector: "bench-run=" + run})
+		list, err := b.agents.AgentsV1alpha1().SandboxUpdateOps("").List(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("list ops of run %s: %w", run, err)
 		}
-		now := time.Now()
-		for _, o := range list.Items {
-			done := o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
-			if _, ok := seen[o.Namespace]; done && !ok {
-				seen[o.Namespace] = opsSeen{at: now, phase: o.Status.Phase}
-			}
+		for i := range list.Items {
+			note(&list.Items[i])
 		}
 		if len(seen) >= want {
 			return seen, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%d of %d ops of run %s finished: %w", len(seen), want, run, ctx.Err())
-		case <-time.After(opsPoll):
+		w, err := b.agents.AgentsV1alpha1().SandboxUpdateOps("").Watch(ctx, metav1.ListOptions{LabelSelector: opts.LabelSelector, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			return nil, fmt.Errorf("watch ops of run %s: %w", run, err)
+		}
+		for ev := range w.ResultChan() {
+			if o, ok := ev.Object.(*agentsv1alpha1.SandboxUpdateOps); ok {
+				note(o)
+			}
+			if len(seen) >= want {
+				w.Stop()
+				return seen, nil
+			}
+		}
+		w.Stop()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%d of %d ops of run %s finished: %w", len(seen), want, run, err)
 		}
 	}
 }

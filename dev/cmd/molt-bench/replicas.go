@@ -22,6 +22,10 @@ var scaledServices = []struct {
 	port int
 }{{"patcher", 9112}, {"hookrunner", 9113}, {"podcycler", 9114}}
 
+// podcyclerAddrs are the HTTP addresses of the stack's podcycler and of the
+// extra replicas a run may start (9114, 9124: port+10*(i-2) below).
+var podcyclerAddrs = []string{"127.0.0.1:9104", "127.0.0.1:9114", "127.0.0.1:9124"}
+
 // replicas are the extra service processes the bench started for one run,
 // beside the one of each `make up` runs. Their logs are next to the stack's.
 type replicas struct {

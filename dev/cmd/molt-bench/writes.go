@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,8 +19,14 @@ const agentsGroup = "agents.kruise.io"
 
 // requestKey is one kind of write kube-apiserver counts in
 // apiserver_request_total; series that differ only in other labels
-// (version, scope, component, dry_run) are summed.
-type requestKey struct{ verb, group, resource, subresource, code string }
+// (version, scope, component) are summed. dryRun is the dry_run label (a
+// server-side dry run stores nothing); kubelet marks the pod deletes that
+// finish a graceful delete, the kubelet's part (attributeKubeletDeletes).
+type requestKey struct {
+	verb, group, resource, subresource, code string
+	dryRun                                   string
+	kubelet                                  bool
+}
 
 func (k requestKey) success() bool { return strings.HasPrefix(k.code, "2") }
 
@@ -30,7 +38,14 @@ func (k requestKey) String() string {
 	if k.subresource != "" {
 		r += "/" + k.subresource
 	}
-	return fmt.Sprintf("%s %s %s", k.verb, r, k.code)
+	s := fmt.Sprintf("%s %s %s", k.verb, r, k.code)
+	switch {
+	case k.dryRun != "":
+		s += " (dry run)"
+	case k.kubelet:
+		s += " (the local kubelet's final delete)"
+	}
+	return s
 }
 
 // writeVerbs are the verbs of apiserver_request_total that change state.
@@ -41,6 +56,10 @@ const (
 	classMolt  = "molt"
 	classAside = "events and leases"
 	classRest  = "rest of stack"
+	// classDryRun: server-side dry runs (the podcycler's check of each new
+	// pod before it deletes the old one, DESIGN.md rule 8) store nothing and
+	// reach no watcher; they are counted apart from writes.
+	classDryRun = "dry runs"
 )
 
 // classify says whose write k is: molt's services write sandboxes (any
@@ -50,6 +69,10 @@ const (
 // (kwok's pods/status, the scheduler's bindings, …) is the rest of the stack.
 func classify(k requestKey) string {
 	switch {
+	case k.dryRun != "":
+		return classDryRun
+	case k.kubelet:
+		return classRest
 	case k.resource == "events" || k.resource == "leases":
 		return classAside
 	case k.group == agentsGroup && slices.Contains([]string{"sandboxes", "sandboxupdateops", "sandboxsets", "checkpoints"}, k.resource):
@@ -76,7 +99,7 @@ func apiserverWrites(ctx context.Context, kube kubernetes.Interface) (map[reques
 		if !ok || !slices.Contains(writeVerbs, labels["verb"]) {
 			continue
 		}
-		out[requestKey{verb: labels["verb"], group: labels["group"], resource: labels["resource"], subresource: labels["subresource"], code: labels["code"]}] += v
+		out[requestKey{verb: labels["verb"], group: labels["group"], resource: labels["resource"], subresource: labels["subresource"], code: labels["code"], dryRun: labels["dry_run"]}] += v
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read kube-apiserver /metrics: %w", err)
@@ -147,4 +170,57 @@ func writeTotals(writes map[requestKey]float64, class string) (ok, failed float6
 		}
 	}
 	return ok, failed
+}
+
+// podDelete is a successful pod delete as apiserver_request_total counts it.
+var podDelete = requestKey{verb: "DELETE", resource: "pods", code: "200"}
+
+// attributeKubeletDeletes splits writes' successful pod deletes into
+// molt's (the podcyclers' own count, byMolt) and the rest, which the local
+// stack's kubelet stand-in (molt-devnode's reaper) issues to finish a
+// graceful delete, as a kubelet does once the containers stopped.
+func attributeKubeletDeletes(writes map[requestKey]float64, byMolt float64) {
+	total := writes[podDelete]
+	if byMolt > total {
+		byMolt = total
+	}
+	if rest := total - byMolt; rest > 0 {
+		writes[requestKey{verb: "DELETE", resource: "pods", code: "200", kubelet: true}] = rest
+	}
+	if byMolt > 0 {
+		writes[podDelete] = byMolt
+	} else {
+		delete(writes, podDelete)
+	}
+}
+
+// podcyclerDeletes sums molt_podcycler_pods_deleted_total over the
+// podcyclers at addrs; the first address (the stack's own podcycler) must
+// answer, the others (a run's extra replicas) may be gone.
+func podcyclerDeletes(ctx context.Context, addrs []string) (float64, error) {
+	var sum float64
+	for i, addr := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if i == 0 {
+				return 0, fmt.Errorf("scrape podcycler metrics at %s: %w", addr, err)
+			}
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("read podcycler metrics at %s: %w", addr, err)
+		}
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if _, v, ok := parseSeries(line, "molt_podcycler_pods_deleted_total"); ok {
+				sum += v
+			}
+		}
+	}
+	return sum, nil
 }

@@ -50,10 +50,37 @@ func TestClassify(t *testing.T) {
 		{"events.k8s.io event", requestKey{verb: "PATCH", group: "events.k8s.io", resource: "events"}, classAside},
 		{"lease", requestKey{verb: "PUT", group: "coordination.k8s.io", resource: "leases"}, classAside},
 		{"node status", requestKey{verb: "PATCH", resource: "nodes", subresource: "status"}, classRest},
+		{"dry-run pod create", requestKey{verb: "POST", resource: "pods", code: "201", dryRun: "All"}, classDryRun},
+		{"kubelet's final delete", requestKey{verb: "DELETE", resource: "pods", code: "200", kubelet: true}, classRest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := classify(tc.key); got != tc.want {
 				t.Errorf("classify(%v) = %q, want %q", tc.key, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAttributeKubeletDeletes(t *testing.T) {
+	kubelet := requestKey{verb: "DELETE", resource: "pods", code: "200", kubelet: true}
+	for _, tc := range []struct {
+		name               string
+		total, byMolt      float64
+		wantMolt, wantRest float64
+	}{
+		{"graceful delete then the kubelet's", 2000, 1000, 1000, 1000},
+		{"no kubelet deletes", 1000, 1000, 1000, 0},
+		{"podcycler count above the server's (a reset replica)", 500, 800, 500, 0},
+		{"nothing by molt", 300, 0, 0, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := map[requestKey]float64{podDelete: tc.total}
+			attributeKubeletDeletes(w, tc.byMolt)
+			if w[podDelete] != tc.wantMolt || w[kubelet] != tc.wantRest {
+				t.Errorf("molt %v, kubelet %v; want %v, %v", w[podDelete], w[kubelet], tc.wantMolt, tc.wantRest)
+			}
+			if ok, _ := writeTotals(w, classMolt); ok != tc.wantMolt {
+				t.Errorf("molt's writes %v, want %v", ok, tc.wantMolt)
 			}
 		})
 	}

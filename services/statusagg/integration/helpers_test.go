@@ -45,7 +45,10 @@ type harness struct {
 
 // start runs statusagg.Run in the background until the test ends and waits
 // until it is ready (clients connected, informers synced).
-func start(t *testing.T) *harness {
+func start(t *testing.T) *harness { return startWith(t, nil) }
+
+// startWith is start with the config changed by tune (nil: as start).
+func startWith(t *testing.T, tune func(*statusagg.Config)) *harness {
 	t.Helper()
 	env := testenv.Get(t)
 	addr := freeAddr(t)
@@ -53,6 +56,9 @@ func start(t *testing.T) *harness {
 		Options: service.Options{Name: "statusagg", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("statusagg"), HTTPAddr: addr,
 			KubeQPS: 100, KubeBurst: 200, ShutdownTimeout: 10 * time.Second},
 		SandboxWorkers: 2, OpsWorkers: 2, EventWorkers: 4,
+	}
+	if tune != nil {
+		tune(&cfg)
 	}
 	exited := testenv.Background(t, "statusagg.Run", 30*time.Second, func(ctx context.Context) error { return statusagg.Run(ctx, cfg) }, nil)
 	testenv.Eventually(t, timeout, "statusagg /readyz", func() (bool, error) {

@@ -73,7 +73,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	key, ns, name := ev.SandboxKey(), d.Sandbox.Namespace, d.Sandbox.Name
 	logger := klog.FromContext(ctx)
 
-	sb, err := c.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+	sb, err := c.loadSandbox(ctx, d)
 	switch {
 	case apierrors.IsNotFound(err):
 		logger.Info("Skip: sandbox is gone")
@@ -176,6 +176,23 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		return c.adopt(ctx, taken, d)
 	}
 	return events.Retry(fmt.Errorf("create pod %s/%s: name still taken", ns, name), nameTakenRetry)
+}
+
+// loadSandbox returns the event's sandbox: the informer's copy when it already
+// shows what the event says the earlier stages wrote (the same sandbox, still
+// claimed by the ops, the template at the patched revision), else a fresh
+// read. Whatever the copy's status says, the pod's own state decides what is
+// done next (livePod, isAttemptPod; the delete has a UID precondition).
+func (c *cycler) loadSandbox(ctx context.Context, d events.Data) (*agentsv1alpha1.Sandbox, error) {
+	ns, name := d.Sandbox.Namespace, d.Sandbox.Name
+	if cached, err := c.sandboxes.Sandboxes(ns).Get(name); err == nil && d.TargetRevision != "" &&
+		cached.UID == d.Sandbox.UID && cached.DeletionTimestamp == nil &&
+		cached.Labels[agentsv1alpha1.LabelUpdateOps] == d.Ops.Name && cached.Spec.Template != nil {
+		if rev, err := upgrade.Revision(cached.Spec.Template); err == nil && rev == d.TargetRevision {
+			return cached.DeepCopy(), nil
+		}
+	}
+	return c.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
 // failStage ends the attempt in UpgradePodFailed with message.

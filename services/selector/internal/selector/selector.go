@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,17 @@ type Selector struct {
 	// inflight remembers admissions the informer cache may not show yet,
 	// and when `requested` was last published for each.
 	inflight *inflight
+	// waiting holds, by namespace, whether its active ops had not-started
+	// sandboxes beyond its budget at its last sync; only there can the end
+	// of an attempt let one start at once.
+	waiting sync.Map
+}
+
+// waitsForBudget is false only when the namespace's last sync left nothing
+// waiting for budget.
+func (s *Selector) waitsForBudget(namespace string) bool {
+	v, ok := s.waiting.Load(namespace)
+	return !ok || v.(bool)
 }
 
 // namespaceHandler enqueues every ops of the namespace of whatever changed:
@@ -81,7 +93,7 @@ func (s *Selector) sandboxHandler(now func(key string), later func(key string, d
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok1 := oldObj.(*agentsv1alpha1.Sandbox)
 			cur, ok2 := newObj.(*agentsv1alpha1.Sandbox)
-			if ok1 && ok2 && !mayFreeBudget(old, cur) {
+			if ok1 && ok2 && (!mayFreeBudget(old, cur) || !s.waitsForBudget(cur.Namespace)) {
 				delayed.OnUpdate(oldObj, newObj)
 				return
 			}
@@ -92,7 +104,9 @@ func (s *Selector) sandboxHandler(now func(key string), later func(key string, d
 }
 
 // mayFreeBudget is true when a sandbox's change may change what an ops can
-// admit now: its labels, deletion, phase or the end of its attempt.
+// admit now: its labels, deletion, phase or the end of its attempt. Such a
+// change reconciles at once where sandboxes wait for budget
+// (waitsForBudget), otherwise after recountAfter with the rest of its burst.
 func mayFreeBudget(old, cur *agentsv1alpha1.Sandbox) bool {
 	if !maps.Equal(old.Labels, cur.Labels) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || old.Status.Phase != cur.Status.Phase {
 		return true
@@ -182,6 +196,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	toAdmit := sel.ToAdmit()
+	s.waiting.Store(namespace, sel.NotStarted > len(toAdmit))
 	if len(toAdmit) == 0 {
 		return nil
 	}

@@ -18,10 +18,15 @@ const LeaseName = "molt-statusagg"
 const (
 	DefaultSandboxWorkers = 8
 	DefaultOpsWorkers     = 2
-	// Handlers mostly wait for their sandbox's coalesced write.
-	DefaultEventWorkers = 128
-	DefaultCoalesce     = 200 * time.Millisecond
-	DefaultOpsInterval  = time.Second
+	// Handlers mostly wait for their sandbox's coalesced write: about
+	// Coalesce × the event rate of them wait at once.
+	DefaultEventWorkers = 512
+	// DefaultCoalesce: a stage that ends within a second of the one before
+	// it is written together with the next one, so a sandbox whose upgrade
+	// takes under a second costs one status write, and a fast stage (the
+	// patch and a missing preUpgrade hook) no write of its own.
+	DefaultCoalesce    = time.Second
+	DefaultOpsInterval = time.Second
 
 	DefaultPatchTimeout     = 30 * time.Second
 	DefaultHookMargin       = 30 * time.Second
@@ -67,7 +72,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventWorkers, "event-workers", c.Env.Int("MOLT_STATUSAGG_EVENT_WORKERS", DefaultEventWorkers),
 		"events of different sandboxes handled at once (env MOLT_STATUSAGG_EVENT_WORKERS)")
 	fs.DurationVar(&c.Coalesce, "status-coalesce", c.Env.Duration("MOLT_STATUSAGG_STATUS_COALESCE", DefaultCoalesce),
-		"how long a sandbox's status write waits to carry more of its changes at once (env MOLT_STATUSAGG_STATUS_COALESCE)")
+		"how long a sandbox's status write waits to carry more of its changes at once: a stage shorter than this is written only with the next (an attempt's end is written at once) (env MOLT_STATUSAGG_STATUS_COALESCE)")
 	fs.DurationVar(&c.OpsInterval, "ops-status-interval", c.Env.Duration("MOLT_STATUSAGG_OPS_STATUS_INTERVAL", DefaultOpsInterval),
 		"least time between two writes of an ops's status that keep its phase; a phase change is written at once (env MOLT_STATUSAGG_OPS_STATUS_INTERVAL)")
 	d := &c.Deadlines

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -125,9 +126,8 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	if equality.Semantic.DeepEqual(conds, view.Status.Conditions) {
 		return outcome{skip: "status already records " + tr.To}, nil, nil
 	}
-	e.pending = conds
 	w := newWaiter()
-	e.waiters = append(e.waiters, w)
+	e.addPending(conds, w, upgrade.Terminal(tr.To), time.Now())
 	if upgrade.Terminal(tr.To) {
 		// The attempt's end frees budget for the next sandbox and no
 		// later event of it is coming: written at once.

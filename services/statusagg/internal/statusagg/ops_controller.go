@@ -138,16 +138,20 @@ func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
 	return string(st.Phase)
 }
 
-// enqueueOpsOf enqueues every ops of a namespace after the coalescing
-// window: an ops is recounted once per burst of its sandboxes' changes, not
-// once per change (each recount reads every sandbox of the namespace).
+// opsRecountDelay is how long an ops's recount waits for more of its
+// sandboxes' changes: an ops is recounted once per burst of them, not once
+// per change (each recount reads every sandbox of the namespace), and its
+// end is seen well within a second of the last sandbox's.
+const opsRecountDelay = 200 * time.Millisecond
+
+// enqueueOpsOf enqueues every ops of a namespace after opsRecountDelay.
 func (s *server) enqueueOpsOf(ns string) {
 	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, o := range list {
-		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, s.coalesce)
+		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, opsRecountDelay)
 	}
 }
 

@@ -31,7 +31,9 @@ const inProgressStaleness = 30 * time.Second
 //  2. take the status we know (our last write until the cache shows it) with
 //     the pending transitions, and recompute the rest (desiredSandboxStatus)
 //     from the spec and the pod (named after the sandbox, owned by it);
-//  3. nothing changed → release the waiters; only pod or generation fields
+//  3. nothing changed → release the waiters; pending transitions younger
+//     than the coalescing window (--status-coalesce) and not an attempt's
+//     end → look again when it ends; only pod or generation fields
 //     changed while an attempt is in a stage, written less than
 //     inProgressStaleness ago → look again then (the stage's next
 //     transition usually carries them first);
@@ -82,6 +84,13 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		written := sb.DeepCopy()
 		written.Status = *known
 		e.resolve(written, "", nil)
+		return nil
+	}
+	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
+		// A change of the sandbox or its pod woke this sync before the
+		// window of the pending transitions ended: they wait for the rest of
+		// it, so the next stage can join them.
+		s.sandboxCtl.EnqueueAfter(key, hold)
 		return nil
 	}
 	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) {

@@ -124,8 +124,8 @@ func (w *watchdog) check(ctx context.Context) {
 		entered := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt).LastTransitionTime.Time
 		deadline := w.deadline(sb, stage)
 		stalled := now.Sub(entered)
-		if stalled < deadline {
-			continue
+		if stalled < deadline || w.s.writes.moving(sb.Namespace+"/"+sb.Name) {
+			continue // in time, or its next stage waits to be written (--status-coalesce)
 		}
 		key := driveKey(sb, attempt, stage)
 		w.mu.Lock()

@@ -47,6 +47,10 @@ type sandboxEntry struct {
 	// written (nil when none), and waiters the events waiting for it.
 	pending []metav1.Condition
 	waiters []*waiter
+	// pendingSince is when pending was first set since the last write, and
+	// urgent whether it holds an attempt's end (written at once).
+	pendingSince time.Time
+	urgent       bool
 	// lastWrite is when the status was last written by this process.
 	lastWrite time.Time
 }
@@ -95,6 +99,23 @@ func (w *sandboxWrites) get(key string) *sandboxEntry {
 	return e
 }
 
+// moving says whether key has a transition decided but not yet written, or
+// a write in flight: its attempt has made progress the cache cannot show yet,
+// so the watchdog leaves it alone.
+func (w *sandboxWrites) moving(key string) bool {
+	w.mu.Lock()
+	e := w.m[key]
+	w.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	if !e.mu.TryLock() {
+		return true // a transition is being decided or written
+	}
+	defer e.mu.Unlock()
+	return e.pending != nil
+}
+
 // forget drops the entry of key once it holds nothing; the caller holds e.mu.
 func (w *sandboxWrites) forget(key string, e *sandboxEntry) {
 	if e.written != nil || e.pending != nil || len(e.waiters) > 0 {
@@ -132,7 +153,27 @@ func (e *sandboxEntry) resolve(written *agentsv1alpha1.Sandbox, skip string, err
 		w.written, w.skip, w.err = written, skip, err
 		close(w.done)
 	}
-	e.waiters, e.pending = nil, nil
+	e.waiters, e.pending, e.urgent = nil, nil, false
+}
+
+// addPending records conds as the pending transitions, with w waiting for
+// their write; urgent when they end an attempt.
+func (e *sandboxEntry) addPending(conds []metav1.Condition, w *waiter, urgent bool, now time.Time) {
+	if e.pending == nil {
+		e.pendingSince = now
+	}
+	e.pending, e.urgent = conds, e.urgent || urgent
+	e.waiters = append(e.waiters, w)
+}
+
+// holdFor is how much longer the pending transitions wait for more changes
+// before they are written (0: write now): the coalescing window from the
+// first of them, none for an attempt's end.
+func (e *sandboxEntry) holdFor(window time.Duration, now time.Time) time.Duration {
+	if e.pending == nil || e.urgent {
+		return 0
+	}
+	return max(0, window-now.Sub(e.pendingSince))
 }
 
 // statusPatch is a JSON patch that replaces the whole status, as an update of
