@@ -24,6 +24,8 @@ import (
 // cycler is podcycler's state: the lifecycle loop (sync) and the prehook-done handler
 // (handlePreHookDone) share it.
 type cycler struct {
+	// gone wakes waitNameFree when an old pod's delete reaches the cache.
+	gone      podGone
 	kube      kubernetes.Interface
 	agents    agentsclient.Interface
 	sandboxes agentslisters.SandboxLister

@@ -65,6 +65,9 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	if _, err := podInformer.Informer().AddEventHandler(c.podHandler()); err != nil {
 		return fmt.Errorf("watch pods: %w", err)
 	}
+	if _, err := podInformer.Informer().AddEventHandler(c.gone.handler()); err != nil {
+		return fmt.Errorf("watch pods: %w", err)
+	}
 	synced := []cache.InformerSynced{sandboxInformer.Informer().HasSynced, podInformer.Informer().HasSynced}
 	rt.ReadyWhenSynced("sandbox and pod caches", synced...)
 

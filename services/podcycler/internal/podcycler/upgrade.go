@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -275,21 +274,36 @@ func (c *cycler) livePod(ctx context.Context, ns, name string) (*corev1.Pod, err
 	return pod, nil
 }
 
-// waitNameFree polls the pod cache until no pod of that name with oldUID is left, for at
-// most nameFreeWait.
+// waitNameFree waits until the pod cache holds no pod of that name with oldUID, for at
+// most nameFreeWait: woken by the informer's delete of that name (podGone), and looking
+// again every nameFreePoll in case a wake-up was missed.
 func (c *cycler) waitNameFree(ctx context.Context, ns, name string, oldUID types.UID) error {
-	err := wait.PollUntilContextTimeout(ctx, nameFreePoll, nameFreeWait, true, func(context.Context) (bool, error) {
+	deadline := time.NewTimer(nameFreeWait)
+	defer deadline.Stop()
+	for {
+		gone, stop := c.gone.wait(ns + "/" + name)
 		pod, err := c.pods.Pods(ns).Get(name)
-		if apierrors.IsNotFound(err) {
-			return true, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			stop()
+			return nil
+		case err != nil:
+			stop()
+			return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: %w", ns, name, oldUID, err)
+		case pod.UID != oldUID:
+			stop()
+			return nil
 		}
-		if err != nil {
-			return false, err
+		select {
+		case <-gone:
+		case <-time.After(nameFreePoll):
+		case <-deadline.C:
+			stop()
+			return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: still there after %s", ns, name, oldUID, nameFreeWait)
+		case <-ctx.Done():
+			stop()
+			return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: %w", ns, name, oldUID, ctx.Err())
 		}
-		return pod.UID != oldUID, nil
-	})
-	if err != nil {
-		return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: %w", ns, name, oldUID, err)
+		stop()
 	}
-	return nil
 }
