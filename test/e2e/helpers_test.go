@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,13 +70,14 @@ func makeSandboxes(t *testing.T, s *stack, ns, prefix string, n int, pool string
 		names = append(names, sb.Name)
 	}
 	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("%d sandboxes Running", n), func() (bool, error) {
+		// Only these: the namespace may hold Running sandboxes of an earlier call.
 		list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 		running := 0
 		for _, sb := range list.Items {
-			if sb.Status.Phase == agentsv1alpha1.SandboxRunning {
+			if slices.Contains(names, sb.Name) && sb.Status.Phase == agentsv1alpha1.SandboxRunning {
 				running++
 			}
 		}

@@ -16,9 +16,13 @@ import (
 
 // TestStatusCoalescing runs statusagg with the production coalescing window
 // and counts the status writes a sandbox's upgrade costs:
-//   - an attempt whose events all arrive within the window is one write, its
-//     end, although the label and spec writes of the selector and patcher
-//     (here: a label change) wake the sandbox's sync meanwhile;
+//   - an attempt's start is written within startWindow (200ms), with the
+//     events of that moment (a hook-less start: requested, patched,
+//     prehook-done), so a user sees the sandbox Upgrading at once;
+//   - a later stage that ends within the window is written only with the
+//     next one, although a metadata write (here a label, as the selector's
+//     and patcher's writes do) wakes the sandbox's sync meanwhile; its end
+//     is written at once: a fast upgrade is two writes;
 //   - a stage that lasts longer than the window is written once it has, and
 //     not before.
 func TestStatusCoalescing(t *testing.T) {
@@ -35,34 +39,35 @@ func TestStatusCoalescing(t *testing.T) {
 
 	writes := h.countStatusWrites(ns, "fast")
 	h.publish(event(events.TypeRequested, fast, ops))
-	time.Sleep(window / 4) // requested is recorded and waits for its write
 	h.publish(event(events.TypePatched, fast, ops))
-	h.label(ns, "fast", "woken", "by-a-label-write") // as the patcher's spec write wakes the sync
-	time.Sleep(window / 4)
-	if n := writes(); n != 0 {
-		t.Errorf("half a window after requested, with the sandbox changed meanwhile: %d status writes, want 0", n)
-	}
 	h.publish(event(events.TypePreHookDone, fast, ops))
+	got := h.waitSandbox(ns, "fast", "Upgrading", func(sb *agentsv1alpha1.Sandbox) bool { return sb.Status.Phase == agentsv1alpha1.SandboxUpgrading })
+	if !upgrading(got, agentsv1alpha1.UpgradingReasonUpgradePod) {
+		t.Errorf("the start's write shows %s, want the burst's last stage UpgradePod", statusJSON(got.Status))
+	}
 	h.publish(event(events.TypePodReady, fast, ops))
+	time.Sleep(window / 4) // pod-ready is recorded and waits for its write
+	h.label(ns, "fast", "woken", "by-a-label-write")
+	time.Sleep(window / 4)
+	if n := writes(); n != 1 {
+		t.Errorf("half a window after pod-ready, with the sandbox changed meanwhile: %d status writes, want 1 (the start)", n)
+	}
 	h.publish(event(events.TypePostHookDone, fast, ops))
 	h.waitSandbox(ns, "fast", "Succeeded", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonSucceeded) })
 	time.Sleep(2 * window) // a write that was still coming would land meanwhile
-	if n := writes(); n != 1 {
-		t.Errorf("fast upgrade: %d status writes, want 1 (its end)", n)
+	if n := writes(); n != 2 {
+		t.Errorf("fast upgrade: %d status writes, want 2 (its start and its end)", n)
 	}
 
 	writes = h.countStatusWrites(ns, "slow")
-	published := time.Now()
 	h.publish(event(events.TypeRequested, slow, ops))
-	got := h.waitSandbox(ns, "slow", "PreUpgrade", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgrade) })
-	if shown := time.Since(published); shown < window*8/10 {
-		t.Errorf("PreUpgrade written %s after requested, before the %s window", shown, window)
-	}
-	if got.Status.Phase != agentsv1alpha1.SandboxUpgrading {
-		t.Errorf("at PreUpgrade: phase %s, want Upgrading", got.Status.Phase)
-	}
+	h.waitSandbox(ns, "slow", "PreUpgrade", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgrade) })
+	published := time.Now()
 	h.publish(event(events.TypePreHookDone, slow, ops))
 	h.waitSandbox(ns, "slow", "UpgradePod", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonUpgradePod) })
+	if shown := time.Since(published); shown < window*8/10 {
+		t.Errorf("UpgradePod written %s after prehook-done, before the %s window", shown, window)
+	}
 	h.publish(event(events.TypePodReady, slow, ops))
 	h.publish(event(events.TypePostHookDone, slow, ops))
 	h.waitSandbox(ns, "slow", "Succeeded", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonSucceeded) })

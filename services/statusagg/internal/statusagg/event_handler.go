@@ -127,13 +127,13 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		return outcome{skip: "status already records " + tr.To}, nil, nil
 	}
 	w := newWaiter()
-	e.addPending(conds, w, upgrade.Terminal(tr.To), time.Now())
-	if upgrade.Terminal(tr.To) {
+	e.addPending(conds, w, upgrade.Terminal(tr.To), tr.New, time.Now())
+	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
+		s.sandboxCtl.EnqueueAfter(key, hold)
+	} else {
 		// The attempt's end frees budget for the next sandbox and no
 		// later event of it is coming: written at once.
 		s.sandboxCtl.EnqueueKey(key)
-	} else {
-		s.sandboxCtl.EnqueueAfter(key, s.coalesce)
 	}
 	return outcome{tr: tr}, w, nil
 }

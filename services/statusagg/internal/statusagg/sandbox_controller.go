@@ -157,7 +157,7 @@ func (s *server) enqueuePodOwner(obj any) {
 	for _, ref := range pod.OwnerReferences {
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
 		if err == nil && gv.Group == agentsv1alpha1.GroupName && ref.Kind == "Sandbox" && ref.Name == pod.Name {
-			s.sandboxCtl.EnqueueAfter(pod.Namespace+"/"+ref.Name, s.coalesce)
+			s.sandboxCtl.EnqueueAfter(pod.Namespace+"/"+ref.Name, min(s.coalesce, startWindow))
 			return
 		}
 	}
