@@ -82,8 +82,18 @@ func (s *server) apply(ctx context.Context, ev events.Event) error {
 // (with the transitions still pending) and adds it to the pending ones, with
 // a waiter for the write that will carry it; it returns a skip reason when
 // the event changes nothing.
+//
+// The sandbox is read only once the entry's lock is held. Read before, a
+// cached copy could predate a write that has since been made and seen by
+// the informer (and so dropped from the entry): the event would be decided
+// against a status older than the one on the server, and could begin its
+// attempt again over a Succeeded one and move the sandbox back.
 func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcome, *waiter, error) {
 	d := ev.Data
+	key := ev.SandboxKey()
+	e := s.writes.lock(key)
+	defer e.mu.Unlock()
+	defer s.writes.forget(key, e)
 	sb, err := s.loadSandbox(ctx, d.Sandbox.Namespace, d.Sandbox.Name, fresh)
 	switch {
 	case err != nil:
@@ -102,9 +112,6 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		}
 	}
 
-	key := ev.SandboxKey()
-	e := s.writes.lock(key)
-	defer e.mu.Unlock()
 	e.adopt(sb.UID)
 	view := sb.DeepCopy() // a fresh read serves its labels: our last write is never older than it
 	view.Status = *e.status(&sb.Status).DeepCopy()
