@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"maps"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -149,3 +150,21 @@ func Resumes(sb *agentsv1alpha1.Sandbox, attempt string) (failedAttempt, failedR
 // "direct-<target revision>-<sandbox generation>". Written by selector; read
 // by selector and statusagg (a direct attempt has no ops to drive it).
 const DirectAttemptPrefix = "direct-"
+
+// CountsMayChange says whether a sandbox's change may change how an ops
+// counts it, and so what the ops may admit next: its labels (the claim,
+// upgrade-failed), its deletion, its phase, or its attempt's start or end. A
+// stage moving on within an attempt, a pod change or a spec change does not
+// (a user's template edit that makes a not-started sandbox need no update is
+// seen by the next recount). Selector and statusagg recount an ops at once
+// on such a change, and the rest with the next of a slower, regular pace,
+// since each recount reads every sandbox of the namespace.
+func CountsMayChange(old, cur *agentsv1alpha1.Sandbox) bool {
+	if !maps.Equal(old.Labels, cur.Labels) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || old.Status.Phase != cur.Status.Phase {
+		return true
+	}
+	oldAttempt, curAttempt := CurrentAttempt(old), CurrentAttempt(cur)
+	oldReason, _ := ReasonFor(old, oldAttempt)
+	curReason, _ := ReasonFor(cur, curAttempt)
+	return oldAttempt != curAttempt || Terminal(oldReason) != Terminal(curReason)
+}

@@ -67,3 +67,35 @@ func TestRevisionIsStableAndSensitive(t *testing.T) {
 		t.Fatal("Revision(nil) did not fail")
 	}
 }
+
+func TestCountsMayChange(t *testing.T) {
+	with := func(sb *agentsv1alpha1.Sandbox, change func(*agentsv1alpha1.Sandbox)) *agentsv1alpha1.Sandbox {
+		sb = sb.DeepCopy()
+		change(sb)
+		return sb
+	}
+	inFlight := sandbox("ops", "u1", "PreUpgrade")
+	for _, tc := range []struct {
+		name     string
+		old, cur *agentsv1alpha1.Sandbox
+		want     bool
+	}{
+		{"nothing changed", inFlight, inFlight.DeepCopy(), false},
+		{"a stage moves on", inFlight, sandbox("ops", "u1", "UpgradePod"), false},
+		{"the pod's IP changes", inFlight, with(inFlight, func(sb *agentsv1alpha1.Sandbox) { sb.Status.SandboxIP = "10.0.0.9" }), false},
+		{"the template is patched", inFlight, with(inFlight, func(sb *agentsv1alpha1.Sandbox) { sb.Generation++ }), false},
+		{"the attempt succeeds", inFlight, sandbox("ops", "u1", "Succeeded"), true},
+		{"the attempt fails", inFlight, sandbox("ops", "u1", "PreUpgradeFailed"), true},
+		{"a new attempt begins", sandbox("ops", "u0", "Succeeded"), sandbox("ops", "u1", "PreUpgrade"), true},
+		{"the ops claims it", sandbox("", "", ""), sandbox("ops", "", ""), true},
+		{"the claim is released", inFlight, sandbox("", "u1", "PreUpgrade"), true},
+		{"the phase changes", inFlight, with(inFlight, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Phase = agentsv1alpha1.SandboxUpgrading }), true},
+		{"it is being deleted", inFlight, with(inFlight, func(sb *agentsv1alpha1.Sandbox) { sb.DeletionTimestamp = &metav1.Time{} }), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CountsMayChange(tc.old, tc.cur); got != tc.want {
+				t.Fatalf("CountsMayChange = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package selector
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -76,45 +75,45 @@ func (s *Selector) namespaceHandler(enqueue func(key string)) cache.ResourceEven
 	}
 }
 
-// recountAfter is how long a sandbox change that cannot free budget waits
-// before its ops is reconciled: the changes of a burst are reconciled once,
-// since each reconcile reads every sandbox of the namespace.
-const recountAfter = 100 * time.Millisecond
+// recountAfter is how long a sandbox change that may change its ops's counts
+// waits before the ops is reconciled where no sandbox waits for budget: the
+// changes of a burst are reconciled once, since each reconcile reads every
+// sandbox of the namespace. quietRecountAfter is the same for a change that
+// cannot (a stage moving on, a pod or spec change): nothing waits on it, so
+// it only has to be looked at eventually (a crash between label and publish
+// is found by the republish check of that reconcile).
+const (
+	recountAfter      = 100 * time.Millisecond
+	quietRecountAfter = time.Second
+)
 
 // sandboxHandler enqueues the ops of a changed sandbox's namespace: at once
 // when the change can let another sandbox start (it was added or deleted,
-// its attempt ended, its claim or its labels changed), otherwise after
-// recountAfter (a stage moved on, its pod or spec changed).
+// its attempt ended, its claim or its labels changed: upgrade.CountsMayChange)
+// and sandboxes wait for budget; after recountAfter when it may change the
+// counts but nothing waits; otherwise after quietRecountAfter.
 func (s *Selector) sandboxHandler(now func(key string), later func(key string, d time.Duration)) cache.ResourceEventHandler {
 	immediate := s.namespaceHandler(now)
 	delayed := s.namespaceHandler(func(key string) { later(key, recountAfter) })
+	quiet := s.namespaceHandler(func(key string) { later(key, quietRecountAfter) })
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { immediate.OnAdd(obj, false) },
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok1 := oldObj.(*agentsv1alpha1.Sandbox)
 			cur, ok2 := newObj.(*agentsv1alpha1.Sandbox)
-			if ok1 && ok2 && (!mayFreeBudget(old, cur) || !s.waitsForBudget(cur.Namespace)) {
+			switch {
+			case !ok1 || !ok2:
+				immediate.OnUpdate(oldObj, newObj)
+			case !upgrade.CountsMayChange(old, cur):
+				quiet.OnUpdate(oldObj, newObj)
+			case !s.waitsForBudget(cur.Namespace):
 				delayed.OnUpdate(oldObj, newObj)
-				return
+			default:
+				immediate.OnUpdate(oldObj, newObj)
 			}
-			immediate.OnUpdate(oldObj, newObj)
 		},
 		DeleteFunc: immediate.OnDelete,
 	}
-}
-
-// mayFreeBudget is true when a sandbox's change may change what an ops can
-// admit now: its labels, deletion, phase or the end of its attempt. Such a
-// change reconciles at once where sandboxes wait for budget
-// (waitsForBudget), otherwise after recountAfter with the rest of its burst.
-func mayFreeBudget(old, cur *agentsv1alpha1.Sandbox) bool {
-	if !maps.Equal(old.Labels, cur.Labels) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || old.Status.Phase != cur.Status.Phase {
-		return true
-	}
-	oldAttempt, curAttempt := upgrade.CurrentAttempt(old), upgrade.CurrentAttempt(cur)
-	oldReason, _ := upgrade.ReasonFor(old, oldAttempt)
-	curReason, _ := upgrade.ReasonFor(cur, curAttempt)
-	return oldAttempt != curAttempt || upgrade.Terminal(oldReason) != upgrade.Terminal(curReason)
 }
 
 // sync reconciles one ops, step by step:

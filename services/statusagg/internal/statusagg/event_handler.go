@@ -39,7 +39,8 @@ type outcome struct {
 //     acknowledged only then);
 //  3. record: stage duration and failure metrics, and a Kubernetes Event
 //     for an attempt's start, success or failure — only after the write;
-//  4. enqueue the namespace's ops, whose counters may have moved.
+//  4. enqueue the namespace's ops, whose counters may have moved (soon for
+//     an attempt's start or end, at the ops interval's pace otherwise).
 func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stage", msg.Event.Data.Stage))
 	return s.apply(ctx, msg.Event)
@@ -74,7 +75,13 @@ func (s *server) apply(ctx context.Context, ev events.Event) error {
 	logger.V(2).Info("Recorded upgrade stage", "from", out.tr.From, "to", out.tr.To, "newAttempt", out.tr.New)
 	s.metrics.observeTransition(s.clock, ev.SandboxKey(), out.tr, ev.Time)
 	s.announce(out.written, out.tr)
-	s.enqueueOpsOf(ev.Data.Sandbox.Namespace)
+	// An attempt's start or end moves its ops's counters; a stage moving on
+	// does not.
+	if tr := out.tr; tr.New || upgrade.Terminal(tr.To) {
+		s.enqueueOpsOf(ev.Data.Sandbox.Namespace, opsRecountDelay)
+	} else {
+		s.enqueueOpsOf(ev.Data.Sandbox.Namespace, s.quietRecount())
+	}
 	return nil
 }
 

@@ -9,9 +9,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
 	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
+	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
 

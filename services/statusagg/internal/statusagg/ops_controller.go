@@ -141,19 +141,26 @@ func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
 // opsRecountDelay is how long an ops's recount waits for more of its
 // sandboxes' changes: an ops is recounted once per burst of them, not once
 // per change (each recount reads every sandbox of the namespace), and its
-// end is seen well within a second of the last sandbox's.
+// end is seen well within a second of the last sandbox's. A change that
+// cannot move the counters (upgrade.CountsMayChange: a stage moving on, a
+// pod or spec change) waits for the ops interval instead, the pace at which
+// counters are written anyway.
 const opsRecountDelay = 200 * time.Millisecond
 
-// enqueueOpsOf enqueues every ops of a namespace after opsRecountDelay.
-func (s *server) enqueueOpsOf(ns string) {
+// enqueueOpsOf enqueues every ops of a namespace after delay.
+func (s *server) enqueueOpsOf(ns string, delay time.Duration) {
 	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, o := range list {
-		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, opsRecountDelay)
+		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, delay)
 	}
 }
+
+// quietRecount is the delay of a recount for a change that cannot move an
+// ops's counters: the ops interval, or opsRecountDelay if that is longer.
+func (s *server) quietRecount() time.Duration { return max(s.opsInterval, opsRecountDelay) }
 
 // opsWriteTimes remembers when each ops's status was last written.
 type opsWriteTimes struct {
@@ -184,19 +191,28 @@ func (o *opsWriteTimes) forget(key string) {
 }
 
 // namespaceHandler enqueues every ops of the namespace of any changed object
-// (a sandbox moves an ops' counters; an ops finishing frees the namespace).
+// (a sandbox moves an ops' counters; an ops finishing frees the namespace);
+// a sandbox's change that cannot move them waits for quietRecount.
 func (s *server) namespaceHandler() cache.ResourceEventHandler {
-	enqueue := func(obj any) {
+	enqueue := func(obj any, delay time.Duration) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
 		}
 		if m, err := meta.Accessor(obj); err == nil {
-			s.enqueueOpsOf(m.GetNamespace())
+			s.enqueueOpsOf(m.GetNamespace(), delay)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: enqueue,
+		AddFunc: func(obj any) { enqueue(obj, opsRecountDelay) },
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*agentsv1alpha1.Sandbox)
+			cur, ok2 := obj.(*agentsv1alpha1.Sandbox)
+			if ok1 && ok2 && !upgrade.CountsMayChange(old, cur) {
+				enqueue(obj, s.quietRecount())
+				return
+			}
+			enqueue(obj, opsRecountDelay)
+		},
+		DeleteFunc: func(obj any) { enqueue(obj, opsRecountDelay) },
 	}
 }
