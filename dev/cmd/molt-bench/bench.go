@@ -173,7 +173,8 @@ func (b *bench) upgradeRun(ctx context.Context, runID string, s shape) (runResul
 }
 
 // waitNamespacesGone waits until no namespace of the bench ("bench-…")
-// exists but keep.
+// exists but keep. One that is not being deleted was left by an interrupted
+// run (the bench deletes its namespaces after each run): it is deleted here.
 func (b *bench) waitNamespacesGone(ctx context.Context, keep []string) error {
 	for said := false; ; said = true {
 		list, err := b.kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -182,9 +183,16 @@ func (b *bench) waitNamespacesGone(ctx context.Context, keep []string) error {
 		}
 		var left []string
 		for _, ns := range list.Items {
-			if strings.HasPrefix(ns.Name, "bench-") && !slices.Contains(keep, ns.Name) {
-				left = append(left, ns.Name)
+			if !strings.HasPrefix(ns.Name, "bench-") || slices.Contains(keep, ns.Name) {
+				continue
 			}
+			if ns.DeletionTimestamp == nil {
+				fmt.Printf("deleting namespace %s, left by an interrupted run\n", ns.Name)
+				if err := b.kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("delete namespace %s of an interrupted run: %w", ns.Name, err)
+				}
+			}
+			left = append(left, ns.Name)
 		}
 		if len(left) == 0 {
 			return nil

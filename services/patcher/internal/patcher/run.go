@@ -6,6 +6,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
 	informers "molt.dev/pkg/generated/informers/externalversions"
 	"molt.dev/pkg/service"
@@ -18,7 +19,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
 		agents := rt.Agents
-		factory := informers.NewSharedInformerFactory(agents, 0)
+		factory := informers.NewSharedInformerFactoryWithOptions(agents, 0, informers.WithTransform(controller.StripManagedFields))
 		p := &Patcher{
 			agents:      agents,
 			kube:        rt.Kube,

@@ -39,11 +39,11 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		return err
 	}
 
-	agentFactory := agentsinformers.NewSharedInformerFactory(agents, 0)
+	agentFactory := agentsinformers.NewSharedInformerFactoryWithOptions(agents, 0, agentsinformers.WithTransform(controller.StripManagedFields))
 	sandboxInformer := agentFactory.Agents().V1alpha1().Sandboxes()
 	// Only pods podcycler built carry pod-template-hash; the handler keeps those a Sandbox
 	// controls.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0,
+	podFactory := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0, informers.WithTransform(controller.StripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash }))
 	podInformer := podFactory.Core().V1().Pods()
 

@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config) error {
 // runController starts the informers (one shared factory) and the ops
 // controller, and blocks until ctx is cancelled.
 func runController(ctx context.Context, cfg Config, client versioned.Interface, kube kubernetes.Interface, pub *events.Publisher) error {
-	factory := externalversions.NewSharedInformerFactory(client, 0)
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(controller.StripManagedFields))
 	opsInformer := factory.Agents().V1alpha1().SandboxUpdateOps()
 	sandboxInformer := factory.Agents().V1alpha1().Sandboxes()
 
@@ -68,7 +68,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	}
 	// Direct upgrades (spec.upgradePolicy, no ops) watch pods built by
 	// podcycler (they carry pod-template-hash) to compare revisions.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(controller.StripManagedFields), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash
 	}))
 	podInformer := podFactory.Core().V1().Pods()

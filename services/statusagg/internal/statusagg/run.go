@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -73,10 +72,10 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	recorder, stopRecorder := newRecorder(ctx, rt.Kube)
 	defer stopRecorder()
 
-	agentInformers := externalversions.NewSharedInformerFactory(agents, 0)
+	agentInformers := externalversions.NewSharedInformerFactoryWithOptions(agents, 0, externalversions.WithTransform(controller.StripManagedFields))
 	// Only sandbox pods: podcycler creates every one with pod-template-hash.
 	kubeInformers := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0,
-		informers.WithTransform(stripManagedFields),
+		informers.WithTransform(controller.StripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash }))
 	sandboxInf := agentInformers.Agents().V1alpha1().Sandboxes()
 	opsInf := agentInformers.Agents().V1alpha1().SandboxUpdateOps()
@@ -133,13 +132,4 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		return wd.run(gctx)
 	})
 	return g.Wait()
-}
-
-// stripManagedFields drops managedFields from cached objects: statusagg never
-// reads them.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
