@@ -16,6 +16,9 @@ const (
 	// A worker mostly waits (the old pod going, the API server), so many run.
 	DefaultWorkers         = 64
 	DefaultPodReadyTimeout = 5 * time.Minute
+	// The UpgradePod handler creates the new pod within milliseconds of the old one
+	// going; ten seconds without it means the handler died.
+	DefaultUpgradePodGrace = 10 * time.Second
 )
 
 // Config is everything podcycler needs to run.
@@ -28,6 +31,9 @@ type Config struct {
 	// PodReadyTimeout is how long a pod created by an upgrade may take to become Ready
 	// before the upgrade fails with UpgradePodFailed.
 	PodReadyTimeout time.Duration
+	// UpgradePodGrace is how long the lifecycle loop leaves a pod missing under UpgradePod
+	// to the stage's handler before it creates the pod itself.
+	UpgradePodGrace time.Duration
 }
 
 // RegisterFlags adds podcycler's flags (with environment fallbacks) to fs.
@@ -37,6 +43,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"sandboxes synced and prehook-done events handled at once (env MOLT_PODCYCLER_WORKERS)")
 	fs.DurationVar(&c.PodReadyTimeout, "pod-ready-timeout", c.Env.Duration("MOLT_POD_READY_TIMEOUT", DefaultPodReadyTimeout),
 		"how long an upgraded pod may take to become Ready before the upgrade fails (env MOLT_POD_READY_TIMEOUT)")
+	fs.DurationVar(&c.UpgradePodGrace, "upgrade-pod-grace", c.Env.Duration("MOLT_UPGRADE_POD_GRACE", DefaultUpgradePodGrace),
+		"how long a pod missing during UpgradePod is left to the stage's handler before podcycler creates it anyway (env MOLT_UPGRADE_POD_GRACE)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
@@ -49,6 +57,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --workers=%d: must be at least 1", c.Workers)
 	case c.PodReadyTimeout <= 0:
 		return fmt.Errorf("flag --pod-ready-timeout=%s: must be greater than 0", c.PodReadyTimeout)
+	case c.UpgradePodGrace < 0:
+		return fmt.Errorf("flag --upgrade-pod-grace=%s: must not be negative", c.UpgradePodGrace)
 	}
 	return nil
 }

@@ -17,8 +17,8 @@ func TestConfigFlags(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
-			if c.Workers != DefaultWorkers || c.PodReadyTimeout != DefaultPodReadyTimeout {
-				t.Errorf("workers=%d timeout=%s, want %d %s", c.Workers, c.PodReadyTimeout, DefaultWorkers, DefaultPodReadyTimeout)
+			if c.Workers != DefaultWorkers || c.PodReadyTimeout != DefaultPodReadyTimeout || c.UpgradePodGrace != DefaultUpgradePodGrace {
+				t.Errorf("workers=%d timeout=%s grace=%s, want %d %s %s", c.Workers, c.PodReadyTimeout, c.UpgradePodGrace, DefaultWorkers, DefaultPodReadyTimeout, DefaultUpgradePodGrace)
 			}
 		}},
 		{name: "env fallback", env: map[string]string{"MOLT_POD_READY_TIMEOUT": "90s", "MOLT_PODCYCLER_WORKERS": "3"}, check: func(t *testing.T, c Config) {
@@ -31,13 +31,19 @@ func TestConfigFlags(t *testing.T) {
 				t.Errorf("timeout=%s, want 2m", c.PodReadyTimeout)
 			}
 		}},
+		{name: "grace from env", env: map[string]string{"MOLT_UPGRADE_POD_GRACE": "3s"}, check: func(t *testing.T, c Config) {
+			if c.UpgradePodGrace != 3*time.Second {
+				t.Errorf("grace=%s, want 3s", c.UpgradePodGrace)
+			}
+		}},
+		{name: "negative grace", args: []string{"--upgrade-pod-grace=-1s"}, wantErr: "flag --upgrade-pod-grace=-1s"},
 		{name: "zero workers", args: []string{"--workers=0"}, wantErr: "flag --workers=0"},
 		{name: "negative timeout", args: []string{"--pod-ready-timeout=-1s"}, wantErr: "flag --pod-ready-timeout=-1s"},
 		{name: "bad env duration", env: map[string]string{"MOLT_POD_READY_TIMEOUT": "soon"}, wantErr: `env MOLT_POD_READY_TIMEOUT="soon"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MOLT_POD_READY_TIMEOUT", "MOLT_PODCYCLER_WORKERS"} {
+			for _, k := range []string{"MOLT_POD_READY_TIMEOUT", "MOLT_PODCYCLER_WORKERS", "MOLT_UPGRADE_POD_GRACE"} {
 				if v, ok := tt.env[k]; ok {
 					t.Setenv(k, v)
 				} else {

@@ -2,6 +2,7 @@ package podcycler
 
 import (
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -9,11 +10,15 @@ import (
 
 // podGone wakes the waits for a pod name to become free (waitNameFree) when
 // the pod informer sees a pod of that name deleted, so a recreate starts as
-// soon as the old pod is gone instead of at the next poll. The zero value is
-// ready to use.
+// soon as the old pod is gone instead of at the next poll. It also remembers
+// when this process last saw each name's pod go (at), until a pod of that name
+// is seen again or the sandbox is forgotten. The zero value is ready to use.
 type podGone struct {
 	mu sync.Mutex
 	m  map[string][]chan struct{}
+	// seen is when the informer last showed key's pod deleted.
+	seen map[string]time.Time
+	now  func() time.Time
 }
 
 // wait returns a channel closed at the next delete of the pod key
@@ -44,24 +49,55 @@ func (g *podGone) wait(key string) (<-chan struct{}, func()) {
 	}
 }
 
-// deleted wakes every wait for key.
+// deleted wakes every wait for key and records when key's pod went.
 func (g *podGone) deleted(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.seen == nil {
+		g.seen = map[string]time.Time{}
+	}
+	now := time.Now
+	if g.now != nil {
+		now = g.now
+	}
+	g.seen[key] = now()
 	for _, ch := range g.m[key] {
 		close(ch)
 	}
 	delete(g.m, key)
 }
 
-// handler tells g about the pod informer's deletes.
+// at returns when this process last saw key's pod deleted, zero when it has not
+// (or a pod of that name has been seen since).
+func (g *podGone) at(key string) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.seen[key]
+}
+
+// forget drops what g remembers of key's pod going.
+func (g *podGone) forget(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.seen, key)
+}
+
+// handler tells g about the pod informer's deletes, and forgets a name's delete
+// when a pod of that name appears again.
 func (g *podGone) handler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			g.deleted(pod.Namespace + "/" + pod.Name)
-		}
-	}}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				g.forget(pod.Namespace + "/" + pod.Name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				g.deleted(pod.Namespace + "/" + pod.Name)
+			}
+		},
+	}
 }

@@ -32,3 +32,28 @@ func TestPodGoneWakesOnlyThatName(t *testing.T) {
 	}
 	g.deleted("ns/b") // nobody waits: nothing to wake, no panic on a closed channel
 }
+
+func TestPodGoneRemembersTheDeleteUntilThePodIsBack(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	g := podGone{now: func() time.Time { return at }}
+	if got := g.at("ns/a"); !got.IsZero() {
+		t.Fatalf("at before any delete = %s, want zero", got)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	g.handler().OnDelete(pod)
+	if got := g.at("ns/a"); !got.Equal(at) {
+		t.Fatalf("at after the delete = %s, want %s", got, at)
+	}
+	if got := g.at("ns/b"); !got.IsZero() {
+		t.Errorf("at of another name = %s, want zero", got)
+	}
+	g.handler().OnAdd(pod, false)
+	if got := g.at("ns/a"); !got.IsZero() {
+		t.Errorf("at after the pod came back = %s, want zero", got)
+	}
+	g.handler().OnDelete(pod)
+	g.forget("ns/a")
+	if len(g.seen) != 0 {
+		t.Errorf("deletes remembered after forget: %v", g.seen)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -42,6 +43,9 @@ type cycler struct {
 	redrives sync.Map
 
 	readyTimeout time.Duration
+	// handlerGrace is how long a pod missing under UpgradePod is left to the stage's
+	// handler (see createMissingPod).
+	handlerGrace time.Duration
 	now          func() time.Time
 }
 
@@ -78,6 +82,7 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 	sb, err := c.sandboxes.Sandboxes(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.reported.Delete(key)
+		c.gone.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -123,9 +128,13 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 //   - an upgrade in this process is replacing the pod → nothing, the handler creates it;
 //   - the attempt in status is in PreUpgrade, Checkpointing or PostUpgrade → nothing, that
 //     stage owns the pod and fails by itself without it;
-//   - the attempt is in UpgradePod → the pod that stage builds (target revision, the
-//     attempt's annotations), as the handler would, so a handler racing in another
-//     replica finds it and adopts it instead of creating a second one;
+//   - the attempt is in UpgradePod → nothing while the stage is young (handlerGrace after
+//     the later of the stage's start and the old pod's delete seen here): the handler,
+//     in this replica or another, creates the pod a moment after the old one is gone,
+//     and creating it here too would only be refused (409). After that the handler is
+//     taken for dead, and the pod is the one that stage builds (target revision, the
+//     attempt's annotations), so a handler redelivered later finds it and adopts it
+//     instead of creating a second one;
 //   - the attempt ended failed → a pod carrying that attempt (it is a new pod with an
 //     empty workspace: a new attempt that resumes this one never backs it up over the
 //     good backup, upgrade.ResumeAt);
@@ -144,6 +153,13 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	if upgradeStagesOwningPod[reason] {
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
 		return nil
+	}
+	if reason == agentsv1alpha1.UpgradingReasonUpgradePod {
+		if wait := c.leaveToHandler(key, sb); wait > 0 {
+			logger.V(4).Info("Skip for now: the UpgradePod handler creates the pod", "recheckIn", wait)
+			c.ctl.EnqueueAfter(key, wait)
+			return nil
+		}
 	}
 	wrote, err := ensureAccessToken(ctx, c.agents, sb)
 	if err != nil {
@@ -175,6 +191,18 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why)
 	}
 	return nil
+}
+
+// leaveToHandler returns how much longer a pod missing under UpgradePod is left to the
+// stage's handler: handlerGrace after the later of the stage's start (the Upgrading
+// condition's lastTransitionTime) and this process seeing the old pod deleted, which can
+// be long after the start when the pod takes its grace period to stop.
+func (c *cycler) leaveToHandler(key string, sb *agentsv1alpha1.Sandbox) time.Duration {
+	since := c.gone.at(key)
+	if up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && up.LastTransitionTime.After(since) {
+		since = up.LastTransitionTime.Time
+	}
+	return since.Add(c.handlerGrace).Sub(c.now())
 }
 
 // enqueueOwner is the Pod informer's handler: it enqueues the sandbox that controls the

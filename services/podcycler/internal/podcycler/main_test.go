@@ -30,6 +30,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // to start on a busy machine, short enough for the deadline test.
 const readyTimeout = 15 * time.Second
 
+// handlerGrace is the shared podcycler's --upgrade-pod-grace.
+const handlerGrace = 3 * time.Second
+
 var (
 	podcyclerOnce sync.Once
 	podcyclerErr  = make(chan error, 1)
@@ -53,6 +56,7 @@ func startPodcycler(t *testing.T) {
 			},
 			Workers:         4,
 			PodReadyTimeout: readyTimeout,
+			UpgradePodGrace: handlerGrace,
 		}
 		go func() { podcyclerErr <- podcycler.Run(context.Background(), cfg) }()
 	})

@@ -56,6 +56,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		metrics:      podMetrics,
 		inFlight:     newInFlight(),
 		readyTimeout: cfg.PodReadyTimeout,
+		handlerGrace: cfg.UpgradePodGrace,
 		now:          time.Now,
 	}
 	c.ctl = controller.New("podcycler", c.sync)

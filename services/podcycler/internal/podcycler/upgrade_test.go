@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/dev/testenv"
@@ -168,4 +169,42 @@ func assertUpgradePodFailed(t *testing.T, ev events.Event, prefixes ...string) {
 		}
 	}
 	t.Errorf("failed message = %q, want a prefix in %q", ev.Data.Message, prefixes)
+}
+
+// A pod missing while the status says UpgradePod, with no handler at work (it died after
+// the delete), is left to the handler for --upgrade-pod-grace, then created by the
+// lifecycle loop as the stage would build it: target revision, this attempt.
+func TestMissingPodUnderUpgradePodWaitsForTheHandlerThenIsCreated(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-orphan", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
+	client := agents(t).AgentsV1alpha1().Sandboxes(r.ns)
+	sb := r.sandbox.DeepCopy()
+	now := metav1.Now()
+	sb.Status.Conditions = []metav1.Condition{
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonUpgradePod, Message: "upgrading", LastTransitionTime: now},
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: testAttempt, LastTransitionTime: now},
+	}
+	if _, err := client.UpdateStatus(context.Background(), sb, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("write UpgradePod status: %v", err)
+	}
+
+	deleted := time.Now()
+	if err := testenv.Get(t).Kube.CoreV1().Pods(r.ns).Delete(context.Background(), r.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete old pod: %v", err)
+	}
+	pod := waitPodReady(t, r.ns, r.name, string(r.oldPod.UID))
+	// creationTimestamp has whole seconds: the pod came at deleted+grace at the earliest.
+	if earliest := deleted.Add(handlerGrace - time.Second); pod.CreationTimestamp.Time.Before(earliest) {
+		t.Errorf("pod created at %s, before the handler's grace ran out (deleted %s, grace %s)",
+			pod.CreationTimestamp.Format(time.RFC3339), deleted.Format(time.RFC3339Nano), handlerGrace)
+	}
+	if got := pod.Annotations[upgrade.AnnotationPodAttempt]; got != testAttempt {
+		t.Errorf("pod %s = %q, want %q", upgrade.AnnotationPodAttempt, got, testAttempt)
+	}
+	if got := pod.Labels[agentsv1alpha1.LabelPodTemplateHash]; got != r.target {
+		t.Errorf("pod pod-template-hash = %q, want %q", got, r.target)
+	}
+	if got := r.pods.of(r.name); len(got) != 1 {
+		t.Errorf("pods created = %v, want exactly one", got)
+	}
 }

@@ -37,7 +37,9 @@ const inProgressStaleness = 2 * time.Minute
 //  2. take the status we know (our last write until the cache shows it) with
 //     the pending transitions, and recompute the rest (desiredSandboxStatus)
 //     from the spec and the pod (named after the sandbox, owned by it);
-//  3. nothing changed → release the waiters; pending transitions younger
+//  3. nothing changed → release the waiters; an attempt's success while the
+//     pod cache does not show the pod Ready → look again when it does, up to
+//     podCatchUp; pending transitions younger
 //     than the coalescing window (--status-coalesce) and not an attempt's
 //     end → look again when it ends; only pod or generation fields
 //     changed while an attempt is in a stage, written less than
@@ -90,6 +92,12 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		written := sb.DeepCopy()
 		written.Status = *known
 		e.resolve(written, "", nil)
+		return nil
+	}
+	if wait := e.awaitPod(&want, time.Now()); wait > 0 {
+		// The attempt succeeded on a pod the cache does not show Ready yet:
+		// give the pod watch a moment, so one write carries both.
+		s.sandboxCtl.EnqueueAfter(key, wait)
 		return nil
 	}
 	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
@@ -163,7 +171,12 @@ func (s *server) enqueuePodOwner(obj any) {
 	for _, ref := range pod.OwnerReferences {
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
 		if err == nil && gv.Group == agentsv1alpha1.GroupName && ref.Kind == "Sandbox" && ref.Name == pod.Name {
-			s.sandboxCtl.EnqueueAfter(pod.Namespace+"/"+ref.Name, min(s.coalesce, startWindow))
+			key := pod.Namespace + "/" + ref.Name
+			if s.writes.awaitsPod(key) {
+				s.sandboxCtl.EnqueueKey(key)
+				return
+			}
+			s.sandboxCtl.EnqueueAfter(key, min(s.coalesce, startWindow))
 			return
 		}
 	}

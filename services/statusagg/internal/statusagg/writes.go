@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -163,6 +164,42 @@ func (e *sandboxEntry) resolve(written *agentsv1alpha1.Sandbox, skip string, err
 // within it, and the burst of a hook-less start (requested, patched,
 // prehook-done) still leaves in one write.
 const startWindow = 200 * time.Millisecond
+
+// podCatchUp bounds how long an attempt's success waits for the pod cache to
+// show its pod Ready. The success follows pod-ready, which podcycler
+// published when it saw the pod Ready, but statusagg's own pod watch can be
+// behind it on a busy API server: written at once, the status would say
+// Succeeded with the pod not Ready, and a second write would follow when the
+// cache caught up.
+const podCatchUp = time.Second
+
+// awaitPod is how much longer an attempt's pending success waits for the
+// pod cache (0: write now): only an attempt's end, only when want says
+// Succeeded with Ready not True, and up to podCatchUp from the first pending
+// transition.
+func (e *sandboxEntry) awaitPod(want *agentsv1alpha1.SandboxStatus, now time.Time) time.Duration {
+	if e.pending == nil || !e.urgent || upgradingReason(want) != agentsv1alpha1.UpgradingReasonSucceeded {
+		return 0
+	}
+	if ready := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionTrue {
+		return 0
+	}
+	return max(0, podCatchUp-now.Sub(e.pendingSince))
+}
+
+// awaitsPod says whether key's pending success waits for its pod (awaitPod),
+// so a pod change is handed to the writer at once. A writer busy with the
+// entry answers false; the pod change is then seen after its usual delay.
+func (w *sandboxWrites) awaitsPod(key string) bool {
+	w.mu.Lock()
+	e := w.m[key]
+	w.mu.Unlock()
+	if e == nil || !e.mu.TryLock() {
+		return false
+	}
+	defer e.mu.Unlock()
+	return e.pending != nil && e.urgent
+}
 
 // addPending records conds as the pending transitions, with w waiting for
 // their write; urgent when they end an attempt, starts when they begin one.

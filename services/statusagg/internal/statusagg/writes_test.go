@@ -1,0 +1,82 @@
+package statusagg
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// An attempt's success waits up to podCatchUp for the pod cache to show the
+// pod Ready; nothing else waits for it.
+func TestAwaitPod(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	status := func(reason string, ready metav1.ConditionStatus) *agentsv1alpha1.SandboxStatus {
+		return &agentsv1alpha1.SandboxStatus{Conditions: []metav1.Condition{
+			{Type: agentsv1alpha1.ConditionUpgrading, Reason: reason},
+			{Type: agentsv1alpha1.ConditionReady, Status: ready},
+		}}
+	}
+	pending := []metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}
+	tests := []struct {
+		name    string
+		entry   sandboxEntry
+		want    *agentsv1alpha1.SandboxStatus
+		waitFor time.Duration
+	}{
+		{name: "success, pod not Ready yet, just decided",
+			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now},
+			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse), waitFor: podCatchUp},
+		{name: "success, pod not Ready, 400ms in",
+			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now.Add(-400 * time.Millisecond)},
+			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse), waitFor: podCatchUp - 400*time.Millisecond},
+		{name: "success, pod still not Ready after podCatchUp: write",
+			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now.Add(-2 * podCatchUp)},
+			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse)},
+		{name: "success, pod Ready: write",
+			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now},
+			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionTrue)},
+		{name: "failure: write at once",
+			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now},
+			want:  status(agentsv1alpha1.UpgradingReasonUpgradePodFailed, metav1.ConditionFalse)},
+		{name: "nothing pending (a pod change after the success was written)",
+			entry: sandboxEntry{},
+			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse)},
+		{name: "a stage moving on is not the end",
+			entry: sandboxEntry{pending: pending, pendingSince: now},
+			want:  status(agentsv1alpha1.UpgradingReasonPostUpgrade, metav1.ConditionFalse)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.entry.awaitPod(tt.want, now); got != tt.waitFor {
+				t.Errorf("awaitPod = %s, want %s", got, tt.waitFor)
+			}
+		})
+	}
+}
+
+// A pod change is handed to the writer at once only while the sandbox's
+// success waits for it.
+func TestAwaitsPod(t *testing.T) {
+	var w sandboxWrites
+	if w.awaitsPod("ns/a") {
+		t.Error("awaitsPod of an unknown sandbox = true")
+	}
+	e := w.lock("ns/a")
+	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), false, false, time.Now())
+	e.mu.Unlock()
+	if w.awaitsPod("ns/a") {
+		t.Error("awaitsPod with a stage pending = true, want false")
+	}
+	e = w.lock("ns/a")
+	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), true, false, time.Now())
+	if w.awaitsPod("ns/a") {
+		t.Error("awaitsPod while the writer holds the entry = true, want false")
+	}
+	e.mu.Unlock()
+	if !w.awaitsPod("ns/a") {
+		t.Error("awaitsPod with an attempt's end pending = false, want true")
+	}
+}
