@@ -5,10 +5,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	"molt.dev/services/statusagg/internal/statusagg"
@@ -119,4 +122,79 @@ func (h *harness) label(ns, name, key, value string) {
 	if _, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Patch(context.Background(), name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 		h.t.Fatalf("label sandbox %s/%s: %v", ns, name, err)
 	}
+}
+
+// TestPodReplacedInAStageCostsNoWrite: while an attempt is in UpgradePod, the
+// pod's replacement (the old one deleted, the new one created and Ready) is
+// not written by itself, even once the informer has shown the stage's write
+// and statusagg has dropped what it kept for it: the end's write carries the
+// new pod. The whole upgrade is two writes, its start and its end, and the
+// end shows the sandbox Running on the new pod.
+func TestPodReplacedInAStageCostsNoWrite(t *testing.T) {
+	const window = time.Second
+	h := startWith(t, func(c *statusagg.Config) { c.Coalesce, c.EventWorkers = window, 16 })
+	ns := h.env.Namespace(t)
+	sb := h.runningSandbox(ns, "swap", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-s"})
+	ops := h.createOps(ns, "ops-s", imageV2, 1)
+	h.waitOps(ns, "ops-s", "Updating 0/1", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsUpdating && o.Status.UpdatingReplicas == 1
+	})
+
+	writes := h.countStatusWrites(ns, "swap")
+	h.publish(event(events.TypeRequested, sb, ops))
+	h.publish(event(events.TypePatched, sb, ops))
+	h.publish(event(events.TypePreHookDone, sb, ops))
+	h.waitSandbox(ns, "swap", "UpgradePod", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonUpgradePod) })
+	time.Sleep(window) // the informer shows the write; statusagg drops its copy
+
+	if err := h.env.Kube.CoreV1().Pods(ns).Delete(context.Background(), "swap", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatalf("delete pod: %v", err)
+	}
+	h.waitPodGone(ns, "swap")
+	pod := h.createPod(sb)
+	h.waitPodReady(ns, "swap")
+	time.Sleep(2 * window) // a write of the pod change would land meanwhile
+	if n := writes(); n != 1 {
+		t.Errorf("pod replaced during UpgradePod: %d status writes, want 1 (the start)", n)
+	}
+
+	h.publish(event(events.TypePodReady, sb, ops))
+	h.publish(event(events.TypePostHookDone, sb, ops))
+	got := h.waitSandbox(ns, "swap", "Succeeded", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonSucceeded) })
+	if got.Status.Phase != agentsv1alpha1.SandboxRunning || got.Status.PodInfo.PodUID != pod.UID {
+		t.Errorf("the end's write shows phase %s on pod %s, want Running on the new pod %s", got.Status.Phase, got.Status.PodInfo.PodUID, pod.UID)
+	}
+	time.Sleep(2 * window)
+	if n := writes(); n != 2 {
+		t.Errorf("upgrade with its pod replaced: %d status writes, want 2 (its start and its end)", n)
+	}
+}
+
+// waitPodGone waits until the pod ns/name no longer exists.
+func (h *harness) waitPodGone(ns, name string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, 30*time.Second, "pod "+ns+"/"+name+" gone", func() (bool, error) {
+		_, err := h.env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// waitPodReady waits until the pod ns/name is Ready.
+func (h *harness) waitPodReady(ns, name string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, 30*time.Second, "pod "+ns+"/"+name+" Ready", func() (bool, error) {
+		pod, err := h.env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

@@ -42,9 +42,10 @@ const inProgressStaleness = 2 * time.Minute
 //     podCatchUp; pending transitions younger
 //     than the coalescing window (--status-coalesce) and not an attempt's
 //     end → look again when it ends; only pod or generation fields
-//     changed while an attempt is in a stage, written less than
-//     inProgressStaleness ago → look again then (the stage's next
-//     transition usually carries them first);
+//     changed while an attempt is in a stage, its status written in a stage
+//     less than inProgressStaleness ago (remembered past the entry,
+//     sandboxWrites.inStage) → look again then (the stage's next transition
+//     usually carries them first);
 //  4. write the whole status with one JSON patch (no GET, no
 //     resourceVersion, so no conflict with spec or label writes), remember
 //     what the server returned and release the waiters with it. A failed
@@ -75,6 +76,7 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		e.resolve(nil, "sandbox is gone", nil)
 		e.written = nil
 		s.clock.forget(key)
+		s.writes.wrote(key, "", false, time.Time{})
 		return nil
 	}
 	e.adopt(sb.UID)
@@ -108,7 +110,7 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		return nil
 	}
 	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) {
-		if wait := inProgressStaleness - time.Since(e.lastWrite); wait > 0 {
+		if wait := inProgressStaleness - time.Since(s.writes.lastStageWrite(key, sb.UID)); wait > 0 {
 			s.sandboxCtl.EnqueueAfter(key, wait)
 			return nil
 		}
@@ -130,9 +132,11 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		e.resolve(nil, "", fmt.Errorf("write status of sandbox %s: %w", key, err))
 		return fmt.Errorf("write status of sandbox %s: %w", key, err)
 	}
-	e.written, e.lastWrite = &written.Status, time.Now()
+	e.written = &written.Status
+	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
+	events := len(e.waiters)
 	e.resolve(written, "", nil)
-	logger.V(2).Info("Wrote sandbox status", "phase", want.Phase)
+	logger.V(2).Info("Wrote sandbox status", "phase", want.Phase, "stage", upgradingReason(&want), "events", events, "podUID", want.PodInfo.PodUID)
 	return nil
 }
 

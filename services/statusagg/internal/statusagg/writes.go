@@ -34,6 +34,17 @@ import (
 type sandboxWrites struct {
 	mu sync.Mutex
 	m  map[string]*sandboxEntry
+	// inStage is when each sandbox's status was last written while one of
+	// its attempts was in a stage. It outlives the entries, which are
+	// dropped as soon as the informer shows a write, so that a pod change
+	// seen after that still waits for the stage's next transition.
+	inStage map[string]stageWrite
+}
+
+// stageWrite is one sandbox's last write while an attempt was in a stage.
+type stageWrite struct {
+	uid types.UID
+	at  time.Time
 }
 
 // sandboxEntry is one sandbox's write state; mu is held while a transition is
@@ -54,8 +65,6 @@ type sandboxEntry struct {
 	urgent       bool
 	// starts is whether pending holds an attempt's first transition.
 	starts bool
-	// lastWrite is when the status was last written by this process.
-	lastWrite time.Time
 }
 
 // waiter is one event's wait for the write that carries its transition.
@@ -102,6 +111,32 @@ func (w *sandboxWrites) get(key string) *sandboxEntry {
 	return e
 }
 
+// wrote records a write of key's status (sandbox uid) at the time at: kept
+// while an attempt is in a stage (inStage), dropped otherwise.
+func (w *sandboxWrites) wrote(key string, uid types.UID, inStage bool, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !inStage {
+		delete(w.inStage, key)
+		return
+	}
+	if w.inStage == nil {
+		w.inStage = map[string]stageWrite{}
+	}
+	w.inStage[key] = stageWrite{uid: uid, at: at}
+}
+
+// lastStageWrite is when sandbox uid's status was last written while an
+// attempt was in a stage (zero when not, or not by this process).
+func (w *sandboxWrites) lastStageWrite(key string, uid types.UID) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r, ok := w.inStage[key]; ok && r.uid == uid {
+		return r.at
+	}
+	return time.Time{}
+}
+
 // moving says whether key has a transition decided but not yet written, or
 // a write in flight: its attempt has made progress the cache cannot show yet,
 // so the watchdog leaves it alone.
@@ -138,7 +173,7 @@ func (e *sandboxEntry) adopt(uid types.UID) {
 		return
 	}
 	e.resolve(nil, "sandbox was replaced before its status was written", nil)
-	e.uid, e.written, e.pending, e.lastWrite = uid, nil, nil, time.Time{}
+	e.uid, e.written, e.pending = uid, nil, nil
 }
 
 // status is the sandbox's status as this process knows it: the informer's,

@@ -22,30 +22,30 @@ func TestAwaitPod(t *testing.T) {
 	pending := []metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}
 	tests := []struct {
 		name    string
-		entry   sandboxEntry
+		entry   *sandboxEntry
 		want    *agentsv1alpha1.SandboxStatus
 		waitFor time.Duration
 	}{
 		{name: "success, pod not Ready yet, just decided",
-			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now},
+			entry: &sandboxEntry{pending: pending, urgent: true, pendingSince: now},
 			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse), waitFor: podCatchUp},
 		{name: "success, pod not Ready, 400ms in",
-			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now.Add(-400 * time.Millisecond)},
+			entry: &sandboxEntry{pending: pending, urgent: true, pendingSince: now.Add(-400 * time.Millisecond)},
 			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse), waitFor: podCatchUp - 400*time.Millisecond},
 		{name: "success, pod still not Ready after podCatchUp: write",
-			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now.Add(-2 * podCatchUp)},
+			entry: &sandboxEntry{pending: pending, urgent: true, pendingSince: now.Add(-2 * podCatchUp)},
 			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse)},
 		{name: "success, pod Ready: write",
-			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now},
+			entry: &sandboxEntry{pending: pending, urgent: true, pendingSince: now},
 			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionTrue)},
 		{name: "failure: write at once",
-			entry: sandboxEntry{pending: pending, urgent: true, pendingSince: now},
+			entry: &sandboxEntry{pending: pending, urgent: true, pendingSince: now},
 			want:  status(agentsv1alpha1.UpgradingReasonUpgradePodFailed, metav1.ConditionFalse)},
 		{name: "nothing pending (a pod change after the success was written)",
-			entry: sandboxEntry{},
+			entry: &sandboxEntry{},
 			want:  status(agentsv1alpha1.UpgradingReasonSucceeded, metav1.ConditionFalse)},
 		{name: "a stage moving on is not the end",
-			entry: sandboxEntry{pending: pending, pendingSince: now},
+			entry: &sandboxEntry{pending: pending, pendingSince: now},
 			want:  status(agentsv1alpha1.UpgradingReasonPostUpgrade, metav1.ConditionFalse)},
 	}
 	for _, tt := range tests {
@@ -78,5 +78,29 @@ func TestAwaitsPod(t *testing.T) {
 	e.mu.Unlock()
 	if !w.awaitsPod("ns/a") {
 		t.Error("awaitsPod with an attempt's end pending = false, want true")
+	}
+}
+
+// A write during a stage is remembered past its entry, for that sandbox only,
+// and forgotten by a write outside a stage.
+func TestLastStageWrite(t *testing.T) {
+	var w sandboxWrites
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	if got := w.lastStageWrite("ns/a", "uid-1"); !got.IsZero() {
+		t.Fatalf("lastStageWrite before any write = %s", got)
+	}
+	w.wrote("ns/a", "uid-1", true, at)
+	e := w.lock("ns/a") // the entry is dropped once the informer shows the write
+	w.forget("ns/a", e)
+	e.mu.Unlock()
+	if got := w.lastStageWrite("ns/a", "uid-1"); !got.Equal(at) {
+		t.Errorf("lastStageWrite after the entry was dropped = %s, want %s", got, at)
+	}
+	if got := w.lastStageWrite("ns/a", "uid-2"); !got.IsZero() {
+		t.Errorf("lastStageWrite of a sandbox created again under the name = %s, want zero", got)
+	}
+	w.wrote("ns/a", "uid-1", false, at.Add(time.Second))
+	if got := w.lastStageWrite("ns/a", "uid-1"); !got.IsZero() || len(w.inStage) != 0 {
+		t.Errorf("after a write outside a stage: lastStageWrite = %s, kept %v", got, w.inStage)
 	}
 }
