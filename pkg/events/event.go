@@ -128,6 +128,12 @@ type Data struct {
 	OldPodUID      types.UID `json:"oldPodUID,omitempty"`      // hookrunner (pre), podcycler
 	NewPodUID      types.UID `json:"newPodUID,omitempty"`      // podcycler, hookrunner (post)
 	HookExitCode   *int32    `json:"hookExitCode,omitempty"`   // hookrunner
+	// SandboxResourceVersion is the sandbox's resourceVersion as the publisher last wrote
+	// it (selector: the claim, patcher: the template) or read it; carried along by every
+	// stage. The next stage reads the sandbox at least as new as this from the API
+	// server's watch cache instead of from etcd (upgrade.LoadClaimed); empty means a read
+	// from etcd.
+	SandboxResourceVersion string `json:"sandboxResourceVersion,omitempty"`
 
 	// ResumedAttempt and ResumedReason name the failed attempt a new attempt continues
 	// (selector, on requested; carried along by every stage): the pods that attempt built

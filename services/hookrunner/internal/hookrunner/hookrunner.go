@@ -78,7 +78,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	logger := klog.FromContext(ctx).WithValues("stage", st.stage)
 	ctx = klog.NewContext(ctx, logger)
 
-	sb, skip, err := upgrade.LoadClaimed(ctx, h.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name)
+	sb, skip, err := upgrade.LoadClaimed(ctx, h.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name, d.SandboxResourceVersion)
 	if err != nil || sb == nil {
 		if skip != "" {
 			logger.Info("skip: " + skip)

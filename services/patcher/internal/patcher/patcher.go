@@ -62,7 +62,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 
-	sb, skip, err := upgrade.LoadClaimed(ctx, p.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name)
+	sb, skip, err := upgrade.LoadClaimed(ctx, p.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name, d.SandboxResourceVersion)
 	if err != nil || sb == nil {
 		if skip != "" {
 			logger.Info("skip: " + skip)
@@ -99,6 +99,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("paused sandbox woken with its old template", "pod", klog.KObj(pod), "uid", pod.UID)
 	}
 	target := sb.Spec.Template
+	version := sb.ResourceVersion // what the next stage reads at least (events.Data.SandboxResourceVersion)
 	if d.Ops.Name != "" {
 		ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
 		if apierrors.IsNotFound(err) {
@@ -121,8 +122,12 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
-		if err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt); err != nil {
+		written, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt)
+		if err != nil {
 			return err
+		}
+		if written != "" {
+			version = written
 		}
 	}
 	revision, err := upgrade.Revision(target)
@@ -139,11 +144,13 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			out.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
 			out.TargetRevision = revision
 			out.NewPodUID = pod.UID
+			out.SandboxResourceVersion = version
 		})
 	}
 	return p.publish(ctx, ev, events.TypePatched, func(out *events.Data) {
 		out.Stage = stage
 		out.TargetRevision = revision
+		out.SandboxResourceVersion = version
 		if pod != nil {
 			out.OldPodUID = pod.UID
 		}
@@ -156,29 +163,30 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 // test of metadata.generation, which status and label writes do not move,
 // so they never make it conflict). spec.upgradePolicy is not written: an ops does not need it,
 // and a policy left behind would make a later template edit recreate the pod
-// by surprise; one the user set stays as it is.
-func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string) error {
+// by surprise; one the user set stays as it is. It returns the written
+// sandbox's resourceVersion, "" when nothing was written.
+func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string) (string, error) {
 	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
 	if strategyOK && equality.Semantic.DeepEqual(sb.Spec.Template, target) &&
 		equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
-		return nil
+		return "", nil
 	}
 	body, err := specPatch(sb, target, ops.Spec.Lifecycle, checkpoint, attempt)
 	if err != nil {
-		return events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
+		return "", events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
 	}
-	_, err = p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
+		return "", fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
 	}
 	if err != nil {
 		// A failed generation test (the spec changed since read) lands
 		// here too: the retry reads the sandbox again.
-		return fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
+		return "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
 	}
-	klog.FromContext(ctx).V(1).Info("spec patched")
-	return nil
+	klog.FromContext(ctx).V(1).Info("spec patched", "resourceVersion", written.ResourceVersion)
+	return written.ResourceVersion, nil
 }
 
 // waitAwake polls until the pod of the woken paused sandbox sb is Ready

@@ -180,7 +180,8 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 // loadSandbox returns the event's sandbox: the informer's copy when it already
 // shows what the event says the earlier stages wrote (the same sandbox, still
 // claimed by the ops, the template at the patched revision), else a fresh
-// read. Whatever the copy's status says, the pod's own state decides what is
+// read (at least as new as the version the event carries, from the API
+// server's watch cache, upgrade.GetAtLeast). Whatever the copy's status says, the pod's own state decides what is
 // done next (livePod, isAttemptPod; the delete has a UID precondition).
 func (c *cycler) loadSandbox(ctx context.Context, d events.Data) (*agentsv1alpha1.Sandbox, error) {
 	ns, name := d.Sandbox.Namespace, d.Sandbox.Name
@@ -191,7 +192,7 @@ func (c *cycler) loadSandbox(ctx context.Context, d events.Data) (*agentsv1alpha
 			return cached.DeepCopy(), nil
 		}
 	}
-	return c.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+	return upgrade.GetAtLeast(ctx, c.agents, ns, name, d.SandboxResourceVersion)
 }
 
 // failStage ends the attempt in UpgradePodFailed with message.
@@ -224,6 +225,8 @@ func stageData(in events.Data) events.Data {
 		ResumedAttempt: in.ResumedAttempt,
 		ResumedReason:  in.ResumedReason,
 		Redrive:        in.Redrive,
+
+		SandboxResourceVersion: in.SandboxResourceVersion,
 	}
 }
 

@@ -49,6 +49,8 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 		Stage:          agentsv1alpha1.UpgradingReasonUpgradePod,
 		TargetRevision: pod.Labels[agentsv1alpha1.LabelPodTemplateHash],
 		NewPodUID:      pod.UID,
+		// The cache's copy shows the claim that the next stage checks.
+		SandboxResourceVersion: sb.ResourceVersion,
 	}
 	if r, ok := c.redrives.Load(key); ok {
 		data.Redrive = r.(int)

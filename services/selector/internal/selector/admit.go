@@ -31,22 +31,22 @@ const admitWorkers = 32
 // The first error is returned once every label patch started has ended and
 // the labelled sandboxes before it are published.
 func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, toAdmit []upgrade.Candidate) error {
-	labelled := make([]bool, len(toAdmit))
+	labelled := make([]string, len(toAdmit)) // the written resourceVersion; "" if not labelled
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(admitWorkers)
 	for i, c := range toAdmit {
 		g.Go(func() error {
-			ok, err := s.label(gctx, ops, c)
-			labelled[i] = ok
+			version, err := s.label(gctx, ops, c)
+			labelled[i] = version
 			return err
 		})
 	}
 	labelErr := g.Wait()
 	for i, c := range toAdmit {
-		if !labelled[i] {
+		if labelled[i] == "" {
 			continue
 		}
-		if err := s.publishRequested(ctx, ops, c.Sandbox); err != nil {
+		if err := s.publishRequested(ctx, ops, c.Sandbox, labelled[i]); err != nil {
 			return err
 		}
 		klog.FromContext(ctx).Info("Admitted sandbox", "sandbox", klog.KObj(c.Sandbox), "resume", c.Resume, "phase", c.Sandbox.Status.Phase)
@@ -54,9 +54,10 @@ func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	return labelErr
 }
 
-// label writes the ops label (and the resume annotations) on one candidate;
-// false when the sandbox is gone or the write failed.
-func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, c upgrade.Candidate) (bool, error) {
+// label writes the ops label (and the resume annotations) on one candidate
+// and returns the written sandbox's resourceVersion; "" when the sandbox is
+// gone or the write failed.
+func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, c upgrade.Candidate) (string, error) {
 	attempt := string(ops.UID)
 	sb := c.Sandbox
 	patch := metaPatch{Metadata: metaFields{
@@ -73,16 +74,16 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
 		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason))
 	}
-	_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+	written, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		klog.FromContext(ctx).V(2).Info("Skip: sandbox is gone", "sandbox", klog.KObj(sb))
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("label sandbox %s/%s with ops %s: %w", sb.Namespace, sb.Name, ops.Name, err)
+		return "", fmt.Errorf("label sandbox %s/%s with ops %s: %w", sb.Namespace, sb.Name, ops.Name, err)
 	}
 	s.inflight.admitted(sb, attempt)
-	return true, nil
+	return written.ResourceVersion, nil
 }
 
 // republish publishes `requested` again for admitted sandboxes whose status
@@ -110,7 +111,7 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 		if last, ok := s.inflight.lastPublished(sb.UID, attempt); ok && time.Since(last) < s.republishAfter {
 			continue
 		}
-		if err := s.publishRequested(ctx, ops, sb); err != nil {
+		if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil { // the cache shows the claim
 			return err
 		}
 		klog.FromContext(ctx).Info("Republished requested: status does not show the attempt yet", "sandbox", klog.KObj(sb))
@@ -121,13 +122,17 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 	return nil
 }
 
-func (s *Selector) publishRequested(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) error {
+// publishRequested publishes `requested` for sb, claimed by ops at
+// resourceVersion (or later).
+func (s *Selector) publishRequested(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox, resourceVersion string) error {
 	ev := events.Event{
 		Type: events.TypeRequested,
 		Data: events.Data{
 			Ops:     events.OpsRef{Name: ops.Name, UID: ops.UID},
 			Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
 			Attempt: string(ops.UID),
+
+			SandboxResourceVersion: resourceVersion,
 		},
 	}
 	// A sandbox left failed by an earlier attempt continues it; its status

@@ -107,6 +107,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
 	failed, failedReason, resumes := upgrade.FailedAttempt(sb)
+	version := sb.ResourceVersion // the cache's copy holds the template the attempt is for
 	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || resumes {
 		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion}}
 		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
@@ -115,13 +116,17 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		if resumes {
 			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason))}
 		}
-		if _, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
+		written, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+		if err != nil {
 			return fmt.Errorf("prepare sandbox %s for a direct upgrade: %w", key, err)
 		}
+		version = written.ResourceVersion
 	}
 	ev := events.Event{Type: events.TypeRequested, Data: events.Data{
 		Sandbox: events.SandboxRef{Namespace: ns, Name: name, UID: sb.UID},
 		Attempt: next,
+
+		SandboxResourceVersion: version,
 	}}
 	// A direct attempt that failed is continued, not restarted: the pod it
 	// built is never backed up over the good backup (upgrade.ResumeAt).

@@ -316,3 +316,30 @@ func (f *fixture) waitRequested(want ...string) {
 		return err == nil && slices.Equal(got, want), fmt.Errorf("requested %v, err %v", got, err)
 	})
 }
+
+// checkClaimedAt checks that a requested event carries a sandbox
+// resourceVersion at which the sandbox is already claimed by the event's ops:
+// the next stage reads the sandbox at least as new as it, from the API
+// server's watch cache, and must see the claim.
+func (f *fixture) checkClaimedAt(ev events.Event) {
+	f.t.Helper()
+	rv, name := ev.Data.SandboxResourceVersion, ev.Data.Sandbox.Name
+	if rv == "" {
+		f.t.Errorf("requested for %s carries no sandboxResourceVersion", name)
+		return
+	}
+	list, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name, ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+	})
+	if err != nil {
+		f.t.Errorf("list sandbox %s at resourceVersion %s: %v", name, rv, err)
+		return
+	}
+	if len(list.Items) != 1 {
+		f.t.Errorf("at the resourceVersion %s its requested carries, sandbox %s is not there (%d found)", rv, name, len(list.Items))
+		return
+	}
+	if labels := list.Items[0].Labels; labels[agentsv1alpha1.LabelUpdateOps] != ev.Data.Ops.Name {
+		f.t.Errorf("at the resourceVersion %s its requested carries, sandbox %s is not claimed by ops %s: labels %v", rv, name, ev.Data.Ops.Name, labels)
+	}
+}

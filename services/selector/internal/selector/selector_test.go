@@ -40,6 +40,7 @@ func TestAdmitsInNameOrderWithinMaxUnavailable(t *testing.T) {
 		if sb := f.getSandbox(ev.Data.Sandbox.Name); ev.Data.Sandbox.UID != sb.UID || ev.Data.Sandbox.Namespace != f.ns {
 			t.Errorf("event names sandbox %+v, want uid %s in %s", ev.Data.Sandbox, sb.UID, f.ns)
 		}
+		f.checkClaimedAt(ev)
 	}
 
 	// statusagg would record these two as upgraded: the next two start.
@@ -198,4 +199,7 @@ func TestRepublishesRequestedAfterRestart(t *testing.T) {
 		slices.Sort(got)
 		return err == nil && slices.Equal(got, []string{"sbx-0", "sbx-1"}), fmt.Errorf("requested %v, err %v", got, err)
 	})
+	for _, ev := range f.events.all() {
+		f.checkClaimedAt(ev) // the republished sbx-0's version comes from the cache
+	}
 }
