@@ -141,7 +141,7 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		return outcome{skip: "status already records " + tr.To}, nil, nil
 	}
 	w := newWaiter()
-	e.addPending(conds, w, upgrade.Terminal(tr.To), time.Now())
+	e.addPending(conds, w, upgrade.Terminal(tr.To), tr.New, time.Now())
 	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
 		s.sandboxCtl.EnqueueAfter(key, hold)
 	} else {

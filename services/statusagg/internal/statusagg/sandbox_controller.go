@@ -180,7 +180,7 @@ func (s *server) enqueuePodOwner(obj any) {
 				s.sandboxCtl.EnqueueKey(key)
 				return
 			}
-			s.sandboxCtl.EnqueueAfter(key, min(s.coalesce, podWindow))
+			s.sandboxCtl.EnqueueAfter(key, min(s.coalesce, startWindow))
 			return
 		}
 	}

@@ -63,6 +63,8 @@ type sandboxEntry struct {
 	// urgent whether it holds an attempt's end (written at once).
 	pendingSince time.Time
 	urgent       bool
+	// starts is whether pending holds an attempt's first transition.
+	starts bool
 }
 
 // waiter is one event's wait for the write that carries its transition.
@@ -189,13 +191,14 @@ func (e *sandboxEntry) resolve(written *agentsv1alpha1.Sandbox, skip string, err
 		w.written, w.skip, w.err = written, skip, err
 		close(w.done)
 	}
-	e.waiters, e.pending, e.urgent = nil, nil, false
+	e.waiters, e.pending, e.urgent, e.starts = nil, nil, false, false
 }
 
-// podWindow is how soon a pod's changes are written (or --status-coalesce,
-// if shorter), so the burst of a pod's start (created, scheduled, running,
-// ready) leaves in one write.
-const podWindow = 200 * time.Millisecond
+// startWindow is how soon an attempt's start and a pod's changes are
+// written (or --status-coalesce, if shorter): a user sees a sandbox Upgrading
+// within it, and the burst of a hook-less start (requested, patched,
+// prehook-done) still leaves in one write.
+const startWindow = 200 * time.Millisecond
 
 // podCatchUp bounds how long an attempt's success waits for the pod cache to
 // show its pod Ready. The success follows pod-ready, which podcycler
@@ -234,24 +237,24 @@ func (w *sandboxWrites) awaitsPod(key string) bool {
 }
 
 // addPending records conds as the pending transitions, with w waiting for
-// their write; urgent when they end an attempt.
-func (e *sandboxEntry) addPending(conds []metav1.Condition, w *waiter, urgent bool, now time.Time) {
+// their write; urgent when they end an attempt, starts when they begin one.
+func (e *sandboxEntry) addPending(conds []metav1.Condition, w *waiter, urgent, starts bool, now time.Time) {
 	if e.pending == nil {
 		e.pendingSince = now
 	}
-	e.pending, e.urgent = conds, e.urgent || urgent
+	e.pending, e.urgent, e.starts = conds, e.urgent || urgent, e.starts || starts
 	e.waiters = append(e.waiters, w)
 }
 
 // holdFor is how much longer the pending transitions wait for more changes
 // before they are written (0: write now), from the first of them: none for
-// an attempt's end, else window. An attempt's start waits like any stage:
-// its first stage (the patch, and a preUpgrade hook if there is none or it
-// is quick) usually ends within the window, and is then written together
-// with the next one instead of costing a write of its own.
+// an attempt's end, startWindow for its start, else window.
 func (e *sandboxEntry) holdFor(window time.Duration, now time.Time) time.Duration {
 	if e.pending == nil || e.urgent {
 		return 0
+	}
+	if e.starts {
+		window = min(window, startWindow)
 	}
 	return max(0, window-now.Sub(e.pendingSince))
 }

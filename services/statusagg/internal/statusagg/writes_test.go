@@ -65,13 +65,13 @@ func TestAwaitsPod(t *testing.T) {
 		t.Error("awaitsPod of an unknown sandbox = true")
 	}
 	e := w.lock("ns/a")
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), false, time.Now())
+	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), false, false, time.Now())
 	e.mu.Unlock()
 	if w.awaitsPod("ns/a") {
 		t.Error("awaitsPod with a stage pending = true, want false")
 	}
 	e = w.lock("ns/a")
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), true, time.Now())
+	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), true, false, time.Now())
 	if w.awaitsPod("ns/a") {
 		t.Error("awaitsPod while the writer holds the entry = true, want false")
 	}
@@ -102,31 +102,5 @@ func TestLastStageWrite(t *testing.T) {
 	w.wrote("ns/a", "uid-1", false, at.Add(time.Second))
 	if got := w.lastStageWrite("ns/a", "uid-1"); !got.IsZero() || len(w.inStage) != 0 {
 		t.Errorf("after a write outside a stage: lastStageWrite = %s, kept %v", got, w.inStage)
-	}
-}
-
-// An attempt's start is held for the whole window like any stage, from the
-// first pending transition; an attempt's end is not held at all.
-func TestHoldFor(t *testing.T) {
-	const window = time.Second
-	t0 := time.Now()
-	var e sandboxEntry
-	if got := e.holdFor(window, t0); got != 0 {
-		t.Errorf("holdFor with nothing pending = %s, want 0", got)
-	}
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade}}, newWaiter(), false, t0)
-	if got := e.holdFor(window, t0.Add(300*time.Millisecond)); got != 700*time.Millisecond {
-		t.Errorf("holdFor of a start 300ms in = %s, want 700ms (the rest of the window)", got)
-	}
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading, Reason: agentsv1alpha1.UpgradingReasonUpgradePod}}, newWaiter(), false, t0.Add(600*time.Millisecond))
-	if got := e.holdFor(window, t0.Add(600*time.Millisecond)); got != 400*time.Millisecond {
-		t.Errorf("holdFor after a later transition = %s, want 400ms (the window runs from the first)", got)
-	}
-	if got := e.holdFor(window, t0.Add(2*window)); got != 0 {
-		t.Errorf("holdFor past the window = %s, want 0", got)
-	}
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading, Reason: agentsv1alpha1.UpgradingReasonSucceeded}}, newWaiter(), true, t0.Add(700*time.Millisecond))
-	if got := e.holdFor(window, t0.Add(700*time.Millisecond)); got != 0 {
-		t.Errorf("holdFor of an attempt's end = %s, want 0", got)
 	}
 }
