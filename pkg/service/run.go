@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -122,7 +123,7 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 	restConfig.QPS = float32(opts.KubeQPS)
 	restConfig.Burst = opts.KubeBurst
 	restConfig.UserAgent = "molt-" + opts.Name
-	kube, err := kubernetes.NewForConfig(restConfig)
+	kube, err := kubernetes.NewForConfig(protobufConfig(restConfig))
 	if err != nil {
 		return fmt.Errorf("build kubernetes client: %w", err)
 	}
@@ -206,6 +207,17 @@ func (r *Runtime) mux() *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// protobufConfig is config for built-in kinds (pods, events, leases): they
+// travel as protobuf, which costs the API server and the service a fraction
+// of JSON's encoding and decoding, most of all in the pod watches. molt's own
+// kinds have no protobuf form and keep to JSON on the config itself.
+func protobufConfig(config *rest.Config) *rest.Config {
+	c := rest.CopyConfig(config)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
 }
 
 // LoadRestConfig reads a kubeconfig file, or the in-cluster config when path is empty.
