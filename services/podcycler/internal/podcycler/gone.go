@@ -11,8 +11,9 @@ import (
 // podGone wakes the waits for a pod name to become free (waitNameFree) when
 // the pod informer sees a pod of that name deleted, so a recreate starts as
 // soon as the old pod is gone instead of at the next poll. It also remembers
-// when this process last saw each name's pod go (at), until a pod of that name
-// is seen again or the sandbox is forgotten. The zero value is ready to use.
+// when this process last saw each name's pod go (missingSince), until a pod of
+// that name is seen again or the sandbox is forgotten. The zero value is ready
+// to use.
 type podGone struct {
 	mu sync.Mutex
 	m  map[string][]chan struct{}
@@ -67,12 +68,23 @@ func (g *podGone) deleted(key string) {
 	delete(g.m, key)
 }
 
-// at returns when this process last saw key's pod deleted, zero when it has not
-// (or a pod of that name has been seen since).
-func (g *podGone) at(key string) time.Time {
+// missingSince returns when this process first knew key's pod gone: when the
+// informer showed its delete, or else now, which it records. A pod can be
+// missing from the lister before the delete reaches this handler (the informer
+// updates its store before it notifies), and a process that starts sees only
+// that the pod is not there; either way the name has been free since at most
+// now, so a grace counted from here never runs out early.
+func (g *podGone) missingSince(key string, now time.Time) time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.seen[key]
+	if t, ok := g.seen[key]; ok {
+		return t
+	}
+	if g.seen == nil {
+		g.seen = map[string]time.Time{}
+	}
+	g.seen[key] = now
+	return now
 }
 
 // forget drops what g remembers of key's pod going.

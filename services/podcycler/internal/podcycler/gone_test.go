@@ -33,26 +33,29 @@ func TestPodGoneWakesOnlyThatName(t *testing.T) {
 	g.deleted("ns/b") // nobody waits: nothing to wake, no panic on a closed channel
 }
 
-func TestPodGoneRemembersTheDeleteUntilThePodIsBack(t *testing.T) {
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	g := podGone{now: func() time.Time { return at }}
-	if got := g.at("ns/a"); !got.IsZero() {
-		t.Fatalf("at before any delete = %s, want zero", got)
-	}
+func TestPodGoneRemembersWhenThePodWent(t *testing.T) {
+	deletedAt := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	later := deletedAt.Add(5 * time.Second)
+	g := podGone{now: func() time.Time { return deletedAt }}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
 	g.handler().OnDelete(pod)
-	if got := g.at("ns/a"); !got.Equal(at) {
-		t.Fatalf("at after the delete = %s, want %s", got, at)
+	if got := g.missingSince("ns/a", later); !got.Equal(deletedAt) {
+		t.Fatalf("missingSince after the delete = %s, want the delete's time %s", got, deletedAt)
 	}
-	if got := g.at("ns/b"); !got.IsZero() {
-		t.Errorf("at of another name = %s, want zero", got)
+	// A name whose delete this process did not see is missing since it first asked.
+	if got := g.missingSince("ns/b", later); !got.Equal(later) {
+		t.Errorf("missingSince of an unseen delete = %s, want the first ask %s", got, later)
+	}
+	if got := g.missingSince("ns/b", later.Add(3*time.Second)); !got.Equal(later) {
+		t.Errorf("missingSince asked again = %s, want the first ask %s", got, later)
 	}
 	g.handler().OnAdd(pod, false)
-	if got := g.at("ns/a"); !got.IsZero() {
-		t.Errorf("at after the pod came back = %s, want zero", got)
+	if back := later.Add(time.Minute); !g.missingSince("ns/a", back).Equal(back) {
+		t.Errorf("missingSince after the pod came back kept the old delete (%s)", g.seen["ns/a"])
 	}
 	g.handler().OnDelete(pod)
 	g.forget("ns/a")
+	g.forget("ns/b")
 	if len(g.seen) != 0 {
 		t.Errorf("deletes remembered after forget: %v", g.seen)
 	}

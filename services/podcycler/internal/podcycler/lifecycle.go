@@ -195,10 +195,14 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 
 // leaveToHandler returns how much longer a pod missing under UpgradePod is left to the
 // stage's handler: handlerGrace after the later of the stage's start (the Upgrading
-// condition's lastTransitionTime) and this process seeing the old pod deleted, which can
-// be long after the start when the pod takes its grace period to stop.
+// condition's lastTransitionTime) and this process first knowing the old pod gone
+// (podGone.missingSince), which can be long after the start when the pod takes its grace
+// period to stop. Counting from the first time this process finds the pod missing, not
+// only from the delete its informer reports, matters with replicas: the sync can see the
+// pod missing before that report, and then the stage's start, often long past, would let
+// it race the handler's create (a 409 for one of them).
 func (c *cycler) leaveToHandler(key string, sb *agentsv1alpha1.Sandbox) time.Duration {
-	since := c.gone.at(key)
+	since := c.gone.missingSince(key, c.now())
 	if up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && up.LastTransitionTime.After(since) {
 		since = up.LastTransitionTime.Time
 	}
