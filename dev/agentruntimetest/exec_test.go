@@ -355,3 +355,38 @@ func h2cClient() *http.Client {
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: &http.Transport{Protocols: protocols}}
 }
+
+// A runtime that resets the connection mid-call is ErrConnectionLost (a tagged caller may
+// call again and follow the same run), not ErrUnreachable and not a bare error.
+func TestExecConnectionReset(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Read the client's preface and request, then reset: SO_LINGER 0 makes Close send RST.
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 4096)
+			_, _ = c.Read(buf)
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	url := "http://" + l.Addr().String()
+	res, err := exec(t, agentruntime.ExecRequest{BaseURL: url, Command: bash("true"), Tag: "molt/a/PreUpgrade"})
+	if !errors.Is(err, agentruntime.ErrConnectionLost) {
+		t.Fatalf("Exec = %+v, %v; want an error of kind %q", res, err, agentruntime.ErrConnectionLost)
+	}
+	if errors.Is(err, agentruntime.ErrUnreachable) {
+		t.Errorf("Exec error %v is also ErrUnreachable", err)
+	}
+	if got, want := agentruntime.ErrorMessage(err), "hook execution error: connection to the agent-runtime at "+url+" was reset: "; !strings.HasPrefix(got, want) {
+		t.Errorf("ErrorMessage() = %q, want the prefix %q", got, want)
+	}
+}

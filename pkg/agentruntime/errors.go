@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,6 +23,11 @@ var (
 	// ErrUnreachable: nothing answered at the base URL ("agent-runtime at
 	// <url> is not reachable: <cause>").
 	ErrUnreachable = errors.New("agent-runtime is not reachable")
+	// ErrConnectionLost: the agent-runtime reset the connection before the
+	// end event ("connection to the agent-runtime at <url> was reset:
+	// <cause>"). Whether the command started is unknown; a call with the
+	// same Tag follows that run if it did, so only tagged calls retry it.
+	ErrConnectionLost = errors.New("connection to the agent-runtime was lost")
 	// ErrUnauthenticated: the agent-runtime refused X-Access-Token.
 	ErrUnauthenticated = errors.New("agent-runtime rejected the access token")
 	// ErrNoEndEvent: the stream closed cleanly before an end event.
@@ -86,6 +92,8 @@ func classify(parent, callCtx context.Context, err error, baseURL string, timeou
 		return &execError{kind: ErrTimeout, msg: "timed out after " + seconds(timeout) + " seconds", cause: err}
 	case errors.As(err, &dial) && dial.Op == "dial":
 		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, dial), cause: err}
+	case errors.Is(err, syscall.ECONNRESET):
+		return &execError{kind: ErrConnectionLost, msg: fmt.Sprintf("connection to the agent-runtime at %s was reset: %v", baseURL, err), cause: err}
 	case connect.CodeOf(err) == connect.CodeUnauthenticated:
 		return &execError{kind: ErrUnauthenticated, msg: ErrUnauthenticated.Error(), cause: err}
 	default:

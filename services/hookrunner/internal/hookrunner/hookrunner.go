@@ -206,7 +206,14 @@ func hookTag(attempt, stage string) string {
 	return "molt/" + attempt + "/" + stage
 }
 
-// run calls the agent-runtime, retrying only while it is not reachable yet.
+// maxResets bounds how often one hook call is made again after the
+// agent-runtime reset the connection.
+const maxResets = 3
+
+// run calls the agent-runtime, retrying while it is not reachable yet, and up
+// to maxResets times when it reset the connection mid-call: the call carries
+// the hook's tag, so a retry follows the run that may have started instead of
+// starting a second one.
 func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, hook *agentsv1alpha1.UpgradeAction, tag string) (agentruntime.Result, error) {
 	req := agentruntime.ExecRequest{
 		BaseURL:     agentruntime.BaseURL(sb.Annotations, pod.Status.PodIP),
@@ -216,9 +223,14 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 		Tag:         tag,
 	}
 	deadline := time.Now().Add(h.reachWait)
+	resets := 0
 	for {
 		res, err := h.exec(ctx, req)
-		if !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline) {
+		switch {
+		case errors.Is(err, agentruntime.ErrConnectionLost) && req.Tag != "" && resets < maxResets:
+			resets++
+			klog.FromContext(ctx).Info("Agent-runtime reset the connection; calling again to follow the hook's run", "tag", req.Tag, "resets", resets, "err", err)
+		case !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline):
 			return res, err
 		}
 		select {
