@@ -123,7 +123,7 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 	restConfig.QPS = float32(opts.KubeQPS)
 	restConfig.Burst = opts.KubeBurst
 	restConfig.UserAgent = "molt-" + opts.Name
-	kube, err := kubernetes.NewForConfig(protobufConfig(restConfig))
+	kube, err := kubernetes.NewForConfig(ProtobufConfig(restConfig))
 	if err != nil {
 		return fmt.Errorf("build kubernetes client: %w", err)
 	}
@@ -209,11 +209,11 @@ func (r *Runtime) mux() *http.ServeMux {
 	return mux
 }
 
-// protobufConfig is config for built-in kinds (pods, events, leases): they
+// ProtobufConfig is config for built-in kinds (pods, events, leases): they
 // travel as protobuf, which costs the API server and the service a fraction
 // of JSON's encoding and decoding, most of all in the pod watches. molt's own
 // kinds have no protobuf form and keep to JSON on the config itself.
-func protobufConfig(config *rest.Config) *rest.Config {
+func ProtobufConfig(config *rest.Config) *rest.Config {
 	c := rest.CopyConfig(config)
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON

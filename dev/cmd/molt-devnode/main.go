@@ -49,7 +49,7 @@ func run() error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(service.ProtobufConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("build kubernetes client: %w", err)
 	}

@@ -163,7 +163,7 @@ func execCommand(ctx context.Context, args []string) error {
 }
 
 func clients(cfg *rest.Config) (kubernetes.Interface, versioned.Interface, error) {
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(service.ProtobufConfig(cfg))
 	if err != nil {
 		return nil, nil, fmt.Errorf("build kubernetes client: %w", err)
 	}
