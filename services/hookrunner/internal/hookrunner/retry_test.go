@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/agentruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // errReset is what agentruntime.Exec returns when the runtime reset the connection.
