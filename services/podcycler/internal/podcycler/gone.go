@@ -54,14 +54,11 @@ func (g *podGone) wait(key string) (<-chan struct{}, func()) {
 func (g *podGone) deleted(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.seen == nil {
-		g.seen = map[string]time.Time{}
-	}
 	now := time.Now
 	if g.now != nil {
 		now = g.now
 	}
-	g.seen[key] = now()
+	g.record(key, now())
 	for _, ch := range g.m[key] {
 		close(ch)
 	}
@@ -80,11 +77,16 @@ func (g *podGone) missingSince(key string, now time.Time) time.Time {
 	if t, ok := g.seen[key]; ok {
 		return t
 	}
+	g.record(key, now)
+	return now
+}
+
+// record notes that key's pod was gone at t; the caller holds mu.
+func (g *podGone) record(key string, t time.Time) {
 	if g.seen == nil {
 		g.seen = map[string]time.Time{}
 	}
-	g.seen[key] = now
-	return now
+	g.seen[key] = t
 }
 
 // forget drops what g remembers of key's pod going.
@@ -94,13 +96,34 @@ func (g *podGone) forget(key string) {
 	delete(g.seen, key)
 }
 
-// handler tells g about the pod informer's deletes, and forgets a name's delete
-// when a pod of that name appears again.
+// replaced wakes every wait for key when the informer shows a pod of that name
+// with a new UID: the old pod went between two looks (a relist shows that as
+// an update, without a delete). A pod has the name again, so nothing is
+// recorded as missing.
+func (g *podGone) replaced(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.seen, key)
+	for _, ch := range g.m[key] {
+		close(ch)
+	}
+	delete(g.m, key)
+}
+
+// handler tells g about the pod informer's deletes and replacements, and
+// forgets a name's delete when a pod of that name appears again.
 func (g *podGone) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*corev1.Pod); ok {
 				g.forget(pod.Namespace + "/" + pod.Name)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*corev1.Pod)
+			cur, ok2 := newObj.(*corev1.Pod)
+			if ok1 && ok2 && old.UID != cur.UID {
+				g.replaced(cur.Namespace + "/" + cur.Name)
 			}
 		},
 		DeleteFunc: func(obj any) {

@@ -60,3 +60,30 @@ func TestPodGoneRemembersWhenThePodWent(t *testing.T) {
 		t.Errorf("deletes remembered after forget: %v", g.seen)
 	}
 }
+
+// A relist that finds the name taken by a pod of a new UID reports an update,
+// not a delete; the wait for the old pod to go must still wake.
+func TestPodGoneWakesWhenThePodIsReplaced(t *testing.T) {
+	g := podGone{}
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "old"}}
+	ch, stop := g.wait("ns/a")
+	defer stop()
+	g.handler().OnUpdate(old, old.DeepCopy()) // same pod, new status: no wake
+	select {
+	case <-ch:
+		t.Fatal("an update of the same pod woke the wait")
+	default:
+	}
+	g.missingSince("ns/a", time.Now())
+	cur := old.DeepCopy()
+	cur.UID = "new"
+	g.handler().OnUpdate(old, cur)
+	select {
+	case <-ch:
+	case <-time.After(time.Second):
+		t.Fatal("the wait was not woken when a pod of a new UID took the name")
+	}
+	if _, ok := g.seen["ns/a"]; ok {
+		t.Error("the name is remembered as missing although a pod holds it again")
+	}
+}
