@@ -132,7 +132,11 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		e.resolve(nil, "", fmt.Errorf("write status of sandbox %s: %w", key, err))
 		return fmt.Errorf("write status of sandbox %s: %w", key, err)
 	}
-	e.written = &written.Status
+	// Keep a copy of the status only: a pointer into the response would keep
+	// the whole object (its spec and managedFields) alive while the entry waits
+	// for the informer.
+	st := written.Status
+	e.written = &st
 	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
 	events := len(e.waiters)
 	e.resolve(written, "", nil)
