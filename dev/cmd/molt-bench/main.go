@@ -59,7 +59,7 @@ func run() error {
 	fs.IntVar(&c.n, "n", 1000, "base size: sandboxes of the 100pct and 10pct shapes; one is n/10, 10k is 10n, the replica runs n/2")
 	fs.StringVar(&c.shapes, "shapes", defaultShapes, "comma-separated shapes to run, of "+defaultShapes+","+scaleShapes)
 	fs.BoolVar(&c.scale, "scale", false, "also run the long shapes "+scaleShapes)
-	fs.BoolVar(&c.floor, "floor", true, "also measure the floor (n sandboxes' minimal writes issued directly)")
+	fs.BoolVar(&c.floor, "floor", true, "also measure the floors: n sandboxes' minimal writes issued directly, and the one shape's pod replacements done one after the other without molt")
 	fs.StringVar(&c.out, "out", "bench-results.md", "results file")
 	fs.Float64Var(&c.qps, "kube-qps", 500, "client-side QPS of the benchmark's own client (setup and floor)")
 	fs.IntVar(&c.burst, "kube-burst", 1000, "client-side burst of the benchmark's own client")
@@ -123,8 +123,17 @@ func run() error {
 		floor = &f
 		fmt.Printf("floor: %s\n", f.wall.Round(time.Millisecond))
 	}
+	var serial *floorResult
+	if one, ok := findShape(shapes, "one"); ok && c.floor {
+		f, err := b.serialFloorRun(ctx, "bench-"+runID+"-floor-one", one.sandboxes())
+		if err != nil {
+			return err
+		}
+		serial = &f
+		fmt.Printf("serial floor (one): %s\n", f.wall.Round(time.Millisecond))
+	}
 	rss := peakRSS(c.pidDir)
-	if err := writeResults(c, results, floor, rss); err != nil {
+	if err := writeResults(c, results, floor, serial, rss); err != nil {
 		return err
 	}
 	fmt.Printf("results written to %s\n", c.out)

@@ -33,7 +33,7 @@ const (
 )
 
 // The results file's sections are written by one function each.
-func writeResults(c config, runs []runResult, floor *floorResult, rss map[string]int64) error {
+func writeResults(c config, runs []runResult, floor, serial *floorResult, rss map[string]int64) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# molt bench results\n\n%s, %d CPUs, base size n=%d, image-only patch. Written by `make bench` (dev/cmd/molt-bench).\n\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), c.n)
@@ -42,8 +42,8 @@ func writeResults(c config, runs []runResult, floor *floorResult, rss map[string
 			rss[name] = max(rss[name], r.replicaRSS[name])
 		}
 	}
-	writeGoals(&b, runs, rss)
-	writeRuns(&b, runs, floor)
+	writeGoals(&b, runs, serial, rss)
+	writeRuns(&b, runs, floor, serial)
 	writeWriteKinds(&b, runs)
 	writeCPU(&b, runs)
 	writeStages(&b, runs)
@@ -52,12 +52,16 @@ func writeResults(c config, runs []runResult, floor *floorResult, rss map[string
 		fmt.Fprintf(&b, "\n## Floor\n\nThe minimal writes of one upgrade (patch sandbox, delete pod, create pod, 2 status writes) for %d sandboxes, issued directly with client-go at full concurrency: **%s** (%.0f writes/s).\n",
 			floor.n, floor.wall.Round(time.Millisecond), float64(floor.writes*floor.n)/floor.wall.Seconds())
 	}
+	if serial != nil {
+		fmt.Fprintf(&b, "\nThe one shape's floor: %d pods replaced one after the other (delete, wait until gone, create the same name, wait until Ready) directly, on the same scheduler, kwok stages and node agent, without molt: **%s** (%s per pod). No controller can upgrade them one at a time faster on this stack.\n",
+			serial.n, serial.wall.Round(time.Millisecond), (serial.wall / time.Duration(serial.n)).Round(time.Millisecond))
+	}
 	return os.WriteFile(c.out, []byte(b.String()), 0o644)
 }
 
 // writeGoals is the table of issue 12's goals: each measured figure beside
 // its goal and the reference controller's, met or not.
-func writeGoals(b *strings.Builder, runs []runResult, rss map[string]int64) {
+func writeGoals(b *strings.Builder, runs []runResult, serial *floorResult, rss map[string]int64) {
 	b.WriteString("## Issue 12's goals\n\n| what | goal | molt | reference controller | verdict |\n| --- | --- | --- | --- | --- |\n")
 	row := func(what, goal, measured, ref, verdict string) {
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", what, goal, measured, ref, verdict)
@@ -72,7 +76,11 @@ func writeGoals(b *strings.Builder, runs []runResult, rss map[string]int64) {
 		case r.n != s.goalN:
 			row(what, "≤ "+secs(s.goalWall), fmt.Sprintf("%s (%d sandboxes)", secs(r.wall), r.n), secs(s.refWall), fmt.Sprintf("n/a: the goal is for %d", s.goalN))
 		default:
-			row(what, "≤ "+secs(s.goalWall), fmt.Sprintf("%s (%s)", secs(r.wall), r.phase), secs(s.refWall), verdict(r.wall <= s.goalWall && r.completed()))
+			measured := fmt.Sprintf("%s (%s)", secs(r.wall), r.phase)
+			if key == "one" && serial != nil && serial.n == r.n {
+				measured += fmt.Sprintf("; this stack's floor for it %s", secs(serial.wall))
+			}
+			row(what, "≤ "+secs(s.goalWall), measured, secs(s.refWall), verdict(r.wall <= s.goalWall && r.completed()))
 		}
 	}
 	main := selectRuns(runs, perSandboxSources)
@@ -158,7 +166,7 @@ func writeScaleGoals(row func(what, goal, measured, ref, verdict string), runs [
 	}
 }
 
-func writeRuns(b *strings.Builder, runs []runResult, floor *floorResult) {
+func writeRuns(b *strings.Builder, runs []runResult, floor, serial *floorResult) {
 	b.WriteString("\n## Runs\n\nPer sandbox: API writes (molt's successful / failed, events and leases, rest of stack) and CPU ms (molt's five services, whole stack).\n\n")
 	b.WriteString("| run | shape | sandboxes | maxUnavailable | result | apply → Completed | goal | ratio to floor | molt writes ok / failed | events+leases | rest | CPU molt | CPU stack | Completed lag | events/s |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -168,7 +176,10 @@ func writeRuns(b *strings.Builder, runs []runResult, floor *floorResult) {
 			goal = "≤ " + secs(r.shape.goalWall)
 		}
 		ratio := "—"
-		if floor != nil && r.n == floor.n && r.shape.namespaces == 1 && r.shape.hookSeconds == 0 {
+		switch {
+		case r.shape.key == "one" && serial != nil && r.n == serial.n:
+			ratio = fmt.Sprintf("%.2f× (serial)", r.wall.Seconds()/serial.wall.Seconds())
+		case floor != nil && r.n == floor.n && r.shape.namespaces == 1 && r.shape.hookSeconds == 0:
 			ratio = fmt.Sprintf("%.2f×", r.wall.Seconds()/floor.wall.Seconds())
 		}
 		ok, failed := writeTotals(r.writes, classMolt)
