@@ -336,6 +336,11 @@ func (b *bench) floorRun(ctx context.Context, ns string) (floorResult, error) {
 	}); err != nil {
 		return floorResult{}, fmt.Errorf("floor setup pods: %w", err)
 	}
+	// The last run's namespace may still be deleted: its deletes would share
+	// the API server with the timed writes.
+	if err := b.waitNamespacesGone(ctx, []string{ns}); err != nil {
+		return floorResult{}, err
+	}
 	start := time.Now()
 	err := parallel(ctx, b.cfg.n, 128, func(i int) error {
 		name := fmt.Sprintf("sb-%04d", i)

@@ -73,6 +73,9 @@ func (b *bench) serialFloorRun(ctx context.Context, ns string, n int) (floorResu
 		}
 	}
 
+	if err := b.waitNamespacesGone(ctx, []string{ns}); err != nil { // as floorRun
+		return floorResult{}, err
+	}
 	start := time.Now()
 	for i := range n {
 		old, err := pods.Get(name(i))
