@@ -3,10 +3,12 @@ package agentruntimetest
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +39,18 @@ func runs(t *testing.T, file string) int {
 }
 
 func TestTaggedExecSurvivesItsCaller(t *testing.T) {
-	url := devServer(t, devruntime.Target{})
+	// connects counts the Connect calls that reach the runtime: a caller
+	// that finds its tag taken follows the run with one.
+	var connects atomic.Int32
+	srv := devruntime.NewServer(devruntime.Target{})
+	inner := srv.Handler
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == processconnect.ProcessConnectProcedure {
+			connects.Add(1)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	url := serve(t, srv)
 	dir := t.TempDir()
 	file, gate := filepath.Join(dir, "runs"), filepath.Join(dir, "gate")
 	// The command records its run, then waits for the gate file.
@@ -66,7 +79,7 @@ func TestTaggedExecSurvivesItsCaller(t *testing.T) {
 			err error
 		}{res, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // let it attach before the command ends
+	waitFor(t, func() bool { return connects.Load() == 1 }, "the second caller to attach while the command runs")
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

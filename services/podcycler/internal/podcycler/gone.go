@@ -59,10 +59,7 @@ func (g *podGone) deleted(key string) {
 		now = g.now
 	}
 	g.record(key, now())
-	for _, ch := range g.m[key] {
-		close(ch)
-	}
-	delete(g.m, key)
+	g.wake(key)
 }
 
 // missingSince returns when this process first knew key's pod gone: when the
@@ -104,6 +101,11 @@ func (g *podGone) replaced(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.seen, key)
+	g.wake(key)
+}
+
+// wake ends every wait for key; the caller holds mu.
+func (g *podGone) wake(key string) {
 	for _, ch := range g.m[key] {
 		close(ch)
 	}
