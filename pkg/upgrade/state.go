@@ -168,3 +168,37 @@ func CountsMayChange(old, cur *agentsv1alpha1.Sandbox) bool {
 	curReason, _ := ReasonFor(cur, curAttempt)
 	return oldAttempt != curAttempt || Terminal(oldReason) != Terminal(curReason)
 }
+
+// TakesBudgetOnly says whether a change can only use an ops's budget, never
+// free it or add a candidate: nothing ended (no terminal reason, no
+// deletion), the phase stayed or became Upgrading, and the labels stayed but
+// for the ops label being set where there was none (the claim). Selector
+// recounts such a change at its slower pace even while sandboxes wait for
+// budget: it cannot let one start.
+func TakesBudgetOnly(old, cur *agentsv1alpha1.Sandbox) bool {
+	if (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) {
+		return false
+	}
+	if old.Status.Phase != cur.Status.Phase && cur.Status.Phase != agentsv1alpha1.SandboxUpgrading {
+		return false
+	}
+	oldClaim, curClaim := old.Labels[agentsv1alpha1.LabelUpdateOps], cur.Labels[agentsv1alpha1.LabelUpdateOps]
+	if oldClaim != curClaim && oldClaim != "" {
+		return false
+	}
+	if !maps.EqualFunc(withoutClaim(old.Labels), withoutClaim(cur.Labels), func(a, b string) bool { return a == b }) {
+		return false
+	}
+	reason, _ := ReasonFor(cur, CurrentAttempt(cur))
+	return !Terminal(reason)
+}
+
+// withoutClaim returns labels without the ops label (a copy only when it has one).
+func withoutClaim(labels map[string]string) map[string]string {
+	if _, ok := labels[agentsv1alpha1.LabelUpdateOps]; !ok {
+		return labels
+	}
+	out := maps.Clone(labels)
+	delete(out, agentsv1alpha1.LabelUpdateOps)
+	return out
+}

@@ -99,3 +99,39 @@ func TestCountsMayChange(t *testing.T) {
 		})
 	}
 }
+
+func TestTakesBudgetOnly(t *testing.T) {
+	with := func(sb *agentsv1alpha1.Sandbox, change func(*agentsv1alpha1.Sandbox)) *agentsv1alpha1.Sandbox {
+		sb = sb.DeepCopy()
+		change(sb)
+		return sb
+	}
+	running := with(sandbox("", "", ""), func(sb *agentsv1alpha1.Sandbox) { sb.Status.Phase = agentsv1alpha1.SandboxRunning })
+	claimed := with(running, func(sb *agentsv1alpha1.Sandbox) { sb.Labels[agentsv1alpha1.LabelUpdateOps] = "ops" })
+	started := with(sandbox("ops", "u1", "PreUpgrade"), func(sb *agentsv1alpha1.Sandbox) { sb.Status.Phase = agentsv1alpha1.SandboxUpgrading })
+	for _, tc := range []struct {
+		name     string
+		old, cur *agentsv1alpha1.Sandbox
+		want     bool
+	}{
+		{"the ops claims it", running, claimed, true},
+		{"its attempt starts", claimed, started, true},
+		{"a stage moves on", started, with(started, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "UpgradePod" }), true},
+		{"a failed attempt is resumed", with(started, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "UpgradePodFailed" }),
+			with(started, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[0].Message = "u2" }), true},
+		{"the attempt succeeds", started, with(started, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "Succeeded" }), false},
+		{"the attempt fails", started, with(started, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "PreUpgradeFailed" }), false},
+		{"the phase goes back to Running", started, with(started, func(sb *agentsv1alpha1.Sandbox) { sb.Status.Phase = agentsv1alpha1.SandboxRunning }), false},
+		{"the claim is released", claimed, running, false},
+		{"another ops takes the claim", claimed, with(claimed, func(sb *agentsv1alpha1.Sandbox) { sb.Labels[agentsv1alpha1.LabelUpdateOps] = "other" }), false},
+		{"another label changes", running, with(running, func(sb *agentsv1alpha1.Sandbox) { sb.Labels["team"] = "a" }), false},
+		{"claimed while another label changes", running, with(claimed, func(sb *agentsv1alpha1.Sandbox) { sb.Labels["team"] = "a" }), false},
+		{"it is being deleted", started, with(started, func(sb *agentsv1alpha1.Sandbox) { sb.DeletionTimestamp = &metav1.Time{} }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := TakesBudgetOnly(tc.old, tc.cur); got != tc.want {
+				t.Fatalf("TakesBudgetOnly = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -76,9 +76,13 @@ func (s *server) apply(ctx context.Context, ev events.Event) error {
 	s.metrics.observeTransition(s.clock, ev.SandboxKey(), out.tr, ev.Time)
 	s.announce(out.written, out.tr)
 	// An attempt's start or end moves its ops's counters; a stage moving on
-	// does not.
+	// does not. Only a failure, or a success near the ops's end, may change
+	// the ops's phase (recountOpsOf).
 	if tr := out.tr; tr.New || upgrade.Terminal(tr.To) {
-		s.enqueueOpsOf(ev.Data.Sandbox.Namespace, opsRecountDelay)
+		if tr.New && ev.Data.Ops.Name != "" {
+			s.opsTails.started(ev.Data.Sandbox.Namespace + "/" + ev.Data.Ops.Name)
+		}
+		s.recountOpsOf(ev.Data.Sandbox.Namespace, agentsv1alpha1.IsUpgradingFailedReason(tr.To))
 	} else {
 		s.enqueueOpsOf(ev.Data.Sandbox.Namespace, s.quietRecount())
 	}

@@ -3,6 +3,7 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	if apierrors.IsNotFound(err) {
 		s.metrics.forgetOps(ns, name)
 		s.opsWrites.forget(key)
+		s.opsTails.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -68,6 +70,11 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			return err
 		}
 		sel, selErr = upgrade.Select(ops, sandboxes, otherActive)
+	}
+	if selErr == nil {
+		s.opsTails.set(key, sel)
+	} else {
+		s.opsTails.forget(key)
 	}
 	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
 	notes := s.deleted.peek(key)
@@ -158,9 +165,86 @@ func (s *server) enqueueOpsOf(ns string, delay time.Duration) {
 	}
 }
 
+// recountOpsOf enqueues every ops of a namespace for a sandbox change that
+// moves counters: after opsRecountDelay where the change may also change
+// the ops's phase, else after quietRecount, the pace at which counters are
+// written anyway. The phase can change when the change is urgent (a
+// failure, a deletion, a label change: any change but an attempt's start or
+// success), when the ops is not running yet or not known, or when the
+// sandboxes it has yet to start fit in one more round of its budget
+// (opsTails.mayEnd: its last sandbox's success completes it). A success
+// while more sandboxes wait cannot finish the ops, and at 20 namespaces of
+// 500 sandboxes the recounts of every start and success, each reading the
+// whole namespace, were a cost per sandbox that grew with the run's length.
+func (s *server) recountOpsOf(ns string, urgent bool) {
+	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, o := range list {
+		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, s.recountDelay(o, urgent))
+	}
+}
+
+// recountDelay is recountOpsOf's delay for one ops.
+func (s *server) recountDelay(o *agentsv1alpha1.SandboxUpdateOps, urgent bool) time.Duration {
+	if urgent || o.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating || s.opsTails.mayEnd(o.Namespace+"/"+o.Name) {
+		return opsRecountDelay
+	}
+	return s.quietRecount()
+}
+
 // quietRecount is the delay of a recount for a change that cannot move an
 // ops's counters: the ops interval, or opsRecountDelay if that is longer.
 func (s *server) quietRecount() time.Duration { return max(s.opsInterval, opsRecountDelay) }
+
+// opsTails remembers, per ops, how many sandboxes its last recount found
+// not started, less the attempts that started since, and its budget.
+type opsTails struct {
+	mu sync.Mutex
+	m  map[string]opsTail
+}
+
+type opsTail struct{ notStarted, maxUnavailable int }
+
+// mayEnd is true once the sandboxes left to start fit in one more round of
+// the budget: from then on any success may be the ops's last (a round
+// lasts at least one pod's recreation, and a recount comes within the ops
+// interval). An ops not recounted since this process started may end.
+func (t *opsTails) mayEnd(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tail, ok := t.m[key]
+	return !ok || tail.notStarted <= tail.maxUnavailable
+}
+
+// set records a recount of key's ops.
+func (t *opsTails) set(key string, sel upgrade.Selection) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]opsTail{}
+	}
+	t.m[key] = opsTail{notStarted: sel.NotStarted, maxUnavailable: sel.MaxUnavailable}
+}
+
+// started counts an attempt of key's ops that started after its last
+// recount. A resumed sandbox was not among the not started: counting it
+// only brings the tail nearer, which costs a recount, never a late one.
+func (t *opsTails) started(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tail, ok := t.m[key]; ok {
+		tail.notStarted--
+		t.m[key] = tail
+	}
+}
+
+func (t *opsTails) forget(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, key)
+}
 
 // opsWriteTimes remembers when each ops's status was last written.
 type opsWriteTimes struct {
@@ -207,12 +291,26 @@ func (s *server) namespaceHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(oldObj, obj any) {
 			old, ok1 := oldObj.(*agentsv1alpha1.Sandbox)
 			cur, ok2 := obj.(*agentsv1alpha1.Sandbox)
-			if ok1 && ok2 && !upgrade.CountsMayChange(old, cur) {
+			switch {
+			case !ok1 || !ok2:
+				enqueue(obj, opsRecountDelay)
+			case !upgrade.CountsMayChange(old, cur):
 				enqueue(obj, s.quietRecount())
-				return
+			default:
+				s.recountOpsOf(cur.Namespace, !upgrade.TakesBudgetOnly(old, cur) && !succeededOnly(old, cur))
 			}
-			enqueue(obj, opsRecountDelay)
 		},
 		DeleteFunc: func(obj any) { enqueue(obj, opsRecountDelay) },
 	}
+}
+
+// succeededOnly says whether a sandbox's change is its attempt's success and
+// nothing else that counts: same labels, no deletion, the current attempt's
+// reason Succeeded.
+func succeededOnly(old, cur *agentsv1alpha1.Sandbox) bool {
+	if !maps.Equal(old.Labels, cur.Labels) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) {
+		return false
+	}
+	reason, _ := upgrade.ReasonFor(cur, upgrade.CurrentAttempt(cur))
+	return reason == agentsv1alpha1.UpgradingReasonSucceeded
 }

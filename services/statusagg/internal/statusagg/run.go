@@ -45,6 +45,9 @@ type server struct {
 	// opsWrites and opsInterval pace an ops's status writes.
 	opsWrites   opsWriteTimes
 	opsInterval time.Duration
+	// opsTails knows which ops had admitted every candidate at their last
+	// recount: only there can a sandbox's success end the ops.
+	opsTails opsTails
 }
 
 // Run starts statusagg and blocks until ctx is cancelled.
