@@ -168,3 +168,25 @@ func TestFitScreen(t *testing.T) {
 		t.Errorf("fitScreen = %q, want %q", got, want)
 	}
 }
+
+// abort's final counts come from the sandboxes when the ops's counters
+// have not caught up with the last attempts to end.
+func TestFinalCountsFromTheSandboxes(t *testing.T) {
+	ops, sandboxes := fixture()
+	// box-5 and box-6 have since succeeded, box-7 failed; the status still
+	// says 4 updated, 1 failed.
+	for i, reason := range map[int]string{5: agentsv1alpha1.UpgradingReasonSucceeded, 6: agentsv1alpha1.UpgradingReasonSucceeded, 7: agentsv1alpha1.UpgradingReasonUpgradePodFailed} {
+		sandboxes[i].Status.Conditions = []metav1.Condition{
+			{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "u1"},
+			{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+		}
+	}
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	if updated, failed, notStarted := finalCounts(s, sandboxes, ops); updated != 6 || failed != 2 || notStarted != 2 {
+		t.Errorf("finalCounts = %d updated, %d failed, %d not started; want 6, 2, 2", updated, failed, notStarted)
+	}
+	// Updated sandboxes that have left the ops keep the status's count.
+	if updated, _, _ := finalCounts(s, sandboxes[5:], ops); updated != 4 {
+		t.Errorf("finalCounts without box-0 to box-4 = %d updated, want the status's 4", updated)
+	}
+}

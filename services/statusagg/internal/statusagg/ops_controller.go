@@ -170,7 +170,8 @@ func (s *server) enqueueOpsOf(ns string, delay time.Duration) {
 // the ops's phase, else after quietRecount, the pace at which counters are
 // written anyway. The phase can change when the change is urgent (a
 // failure, a deletion, a label change: any change but an attempt's start or
-// success), when the ops is not running yet or not known, or when the
+// success), when the ops is paused (its sandboxes in flight are its last
+// for now), not running yet or not known, or when the
 // sandboxes it has yet to start fit in one more round of its budget
 // (opsTails.mayEnd: its last sandbox's success completes it). A success
 // while more sandboxes wait cannot finish the ops, and at 20 namespaces of
@@ -188,7 +189,7 @@ func (s *server) recountOpsOf(ns string, urgent bool) {
 
 // recountDelay is recountOpsOf's delay for one ops.
 func (s *server) recountDelay(o *agentsv1alpha1.SandboxUpdateOps, urgent bool) time.Duration {
-	if urgent || o.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating || s.opsTails.mayEnd(o.Namespace+"/"+o.Name) {
+	if urgent || o.Spec.Paused || o.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating || s.opsTails.mayEnd(o.Namespace+"/"+o.Name) {
 		return opsRecountDelay
 	}
 	return s.quietRecount()

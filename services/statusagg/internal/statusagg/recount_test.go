@@ -37,6 +37,11 @@ func TestRecountDelay(t *testing.T) {
 		{"the last round, counting starts since the recount", ops("catching-up", agentsv1alpha1.SandboxUpdateOpsUpdating), false, opsRecountDelay},
 		{"not recounted since start", ops("unknown", agentsv1alpha1.SandboxUpdateOpsUpdating), false, opsRecountDelay},
 		{"not running yet", ops("pending", agentsv1alpha1.SandboxUpdateOpsPending), false, opsRecountDelay},
+		{"paused", func() *agentsv1alpha1.SandboxUpdateOps {
+			o := ops("waiting", agentsv1alpha1.SandboxUpdateOpsUpdating)
+			o.Spec.Paused = true
+			return o
+		}(), false, opsRecountDelay},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := s.recountDelay(tc.ops, tc.urgent); got != tc.want {
