@@ -73,7 +73,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	if err != nil {
 		return err
 	}
-	recorder, stopRecorder := newRecorder(ctx, rt.Kube)
+	recorder, stopRecorder := newRecorder(ctx, apiServerEvents(rt.Kube), eventWriters)
 	defer stopRecorder()
 
 	agentInformers := externalversions.NewSharedInformerFactoryWithOptions(agents, 0, externalversions.WithTransform(controller.StripManagedFields))
