@@ -26,7 +26,6 @@ type outcome struct {
 	skip      string
 	cacheSkip bool
 	tr        transition
-	written   *agentsv1alpha1.Sandbox
 }
 
 // handleEvent records one upgrade event on its sandbox:
@@ -38,7 +37,10 @@ type outcome struct {
 //     status write that carries it has succeeded (the message is
 //     acknowledged only then);
 //  3. record: stage duration and failure metrics, and a Kubernetes Event
-//     for an attempt's start, success or failure — only after the write;
+//     for an attempt's start, success or failure — done by the writer once
+//     the write succeeded, in the order the transitions were decided
+//     (recordWritten), since one write may carry several events' transitions
+//     and their handlers wake in any order;
 //  4. enqueue the namespace's ops, whose counters may have moved (soon for
 //     an attempt's start or end, at the ops interval's pace otherwise).
 func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
@@ -66,15 +68,13 @@ func (s *server) apply(ctx context.Context, ev events.Event) error {
 		if w.err != nil {
 			return fmt.Errorf("record event on sandbox %s: %w", ev.SandboxKey(), w.err)
 		}
-		out.skip, out.written = w.skip, w.written
+		out.skip = w.skip
 	}
 	if out.skip != "" {
 		logger.V(2).Info("Skip event", "why", out.skip)
 		return nil
 	}
 	logger.V(2).Info("Recorded upgrade stage", "from", out.tr.From, "to", out.tr.To, "newAttempt", out.tr.New)
-	s.metrics.observeTransition(s.clock, ev.SandboxKey(), out.tr, ev.Time)
-	s.announce(out.written, out.tr)
 	// An attempt's start or end moves its ops's counters; a stage moving on
 	// does not. Only a failure, or a success near the ops's end, may change
 	// the ops's phase (recountOpsOf).
@@ -144,7 +144,7 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	if equality.Semantic.DeepEqual(conds, view.Status.Conditions) {
 		return outcome{skip: "status already records " + tr.To}, nil, nil
 	}
-	w := newWaiter()
+	w := newWaiter(tr, ev.Time)
 	e.addPending(conds, w, upgrade.Terminal(tr.To), tr.New, time.Now())
 	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
 		s.sandboxCtl.EnqueueAfter(key, hold)
@@ -173,6 +173,16 @@ func (s *server) loadSandbox(ctx context.Context, ns, name string, fresh bool) (
 		return nil, fmt.Errorf("get sandbox %s/%s: %w", ns, name, err)
 	}
 	return sb, nil
+}
+
+// recordWritten records the transitions of the waiters just written on sb:
+// the stage each ended (its duration), failures, and the Kubernetes Events,
+// in the order they were decided. Called by the writer with the entry held.
+func (s *server) recordWritten(key string, sb *agentsv1alpha1.Sandbox, waiters []*waiter) {
+	for _, w := range waiters {
+		s.metrics.observeTransition(s.clock, key, w.tr, w.at)
+		s.announce(sb, w.tr)
+	}
 }
 
 // announce records the Kubernetes Event of a written transition: the start

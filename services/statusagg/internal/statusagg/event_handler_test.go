@@ -2,11 +2,16 @@ package statusagg
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/controller"
@@ -90,5 +95,49 @@ func TestStageDecidesAgainstTheStatusAfterTheWriteInFlight(t *testing.T) {
 	}
 	if reason, _ := upgrade.ReasonFor(succeeded, attempt); reason != agentsv1alpha1.UpgradingReasonSucceeded {
 		t.Fatalf("test setup: reason %q", reason)
+	}
+}
+
+// One write may carry several events' transitions (pod-ready and
+// posthook-done arrive together), and their handlers wake in any order. The
+// writer records them in the order they were decided: every stage that ended
+// gets its duration (when the success came first, the clock forgot the
+// sandbox and PostUpgrade and UpgradePod went unobserved: 481 of 1000
+// UpgradePod durations in a 1000-sandbox run), and an attempt's start is
+// announced before its end.
+func TestRecordWrittenKeepsTheDecidedOrder(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record.NewFakeRecorder(10)
+	s := &server{metrics: m, clock: newStageClock(), recorder: rec}
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb", UID: "uid"}}
+	const key, attempt = "ns/sb", "a"
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	r := agentsv1alpha1.UpgradingReasonPreUpgrade
+	s.recordWritten(key, sb, []*waiter{newWaiter(transition{Attempt: attempt, New: true, To: r}, at(0))})
+	s.recordWritten(key, sb, []*waiter{
+		newWaiter(transition{Attempt: attempt, From: r, To: agentsv1alpha1.UpgradingReasonUpgradePod}, at(1)),
+		newWaiter(transition{Attempt: attempt, From: agentsv1alpha1.UpgradingReasonUpgradePod, To: agentsv1alpha1.UpgradingReasonPostUpgrade}, at(4)),
+		newWaiter(transition{Attempt: attempt, From: agentsv1alpha1.UpgradingReasonPostUpgrade, To: agentsv1alpha1.UpgradingReasonSucceeded}, at(6)),
+	})
+	for stage, want := range map[string]float64{"PreUpgrade": 1, "UpgradePod": 3, "PostUpgrade": 2} {
+		h := &dto.Metric{}
+		if err := m.stageDuration.WithLabelValues(stage).(prometheus.Metric).Write(h); err != nil {
+			t.Fatal(err)
+		}
+		if n, sum := h.GetHistogram().GetSampleCount(), h.GetHistogram().GetSampleSum(); n != 1 || sum != want {
+			t.Errorf("stage %s: %d durations summing %vs, want 1 of %vs", stage, n, sum, want)
+		}
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, strings.Fields(e)[1])
+	}
+	if want := []string{EventUpgradeStarted, EventUpgradeSucceeded}; !slices.Equal(got, want) {
+		t.Errorf("Events %v, want %v", got, want)
 	}
 }

@@ -37,7 +37,8 @@ const inProgressStaleness = 2 * time.Minute
 //  2. take the status we know (our last write until the cache shows it) with
 //     the pending transitions, and recompute the rest (desiredSandboxStatus)
 //     from the spec and the pod (named after the sandbox, owned by it);
-//  3. nothing changed → release the waiters; an attempt's success while the
+//  3. nothing changed → record the waiters' transitions (recordWritten) and
+//     release them; an attempt's success while the
 //     pod cache does not show the pod Ready → look again when it does, up to
 //     podCatchUp; pending transitions younger
 //     than the coalescing window (--status-coalesce) and not an attempt's
@@ -48,7 +49,8 @@ const inProgressStaleness = 2 * time.Minute
 //     usually carries them first);
 //  4. write the whole status with one JSON patch (no GET, no
 //     resourceVersion, so no conflict with spec or label writes), remember
-//     what the server returned and release the waiters with it. A failed
+//     what the server returned, record the waiters' transitions
+//     (recordWritten) and release them. A failed
 //     write releases them with the error (their events are retried) and
 //     retries the key with backoff.
 func (s *server) syncSandbox(ctx context.Context, key string) error {
@@ -68,12 +70,12 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	if (sb == nil || sb.UID != e.uid) && len(e.waiters) > 0 {
 		// The events saw a sandbox the cache does not show yet.
 		if sb, err = s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			e.resolve(nil, "", fmt.Errorf("get sandbox %s: %w", key, err))
+			e.resolve("", fmt.Errorf("get sandbox %s: %w", key, err))
 			return fmt.Errorf("get sandbox %s: %w", key, err)
 		}
 	}
 	if sb == nil || apierrors.IsNotFound(err) {
-		e.resolve(nil, "sandbox is gone", nil)
+		e.resolve("sandbox is gone", nil)
 		e.written = nil
 		s.clock.forget(key)
 		s.writes.wrote(key, "", false, time.Time{})
@@ -93,7 +95,8 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	if equality.Semantic.DeepEqual(*known, want) {
 		written := sb.DeepCopy()
 		written.Status = *known
-		e.resolve(written, "", nil)
+		s.recordWritten(key, written, e.waiters)
+		e.resolve("", nil)
 		return nil
 	}
 	if wait := e.awaitPod(&want, time.Now()); wait > 0 {
@@ -117,19 +120,19 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	}
 	body, err := statusPatch(sb.UID, want)
 	if err != nil {
-		e.resolve(nil, "", err)
+		e.resolve("", err)
 		return fmt.Errorf("encode status of sandbox %s: %w", key, err)
 	}
 	written, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}, "status")
 	switch {
 	case apierrors.IsNotFound(err):
-		e.resolve(nil, "sandbox is gone", nil)
+		e.resolve("sandbox is gone", nil)
 		e.written = nil
 		return nil
 	case err != nil:
 		// A failed uid test (the sandbox was created again) lands here too;
 		// the retry reads the new one.
-		e.resolve(nil, "", fmt.Errorf("write status of sandbox %s: %w", key, err))
+		e.resolve("", fmt.Errorf("write status of sandbox %s: %w", key, err))
 		return fmt.Errorf("write status of sandbox %s: %w", key, err)
 	}
 	// Keep a copy of the status only: a pointer into the response would keep
@@ -139,7 +142,8 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	e.written = &st
 	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
 	events := len(e.waiters)
-	e.resolve(written, "", nil)
+	s.recordWritten(key, written, e.waiters)
+	e.resolve("", nil)
 	logger.V(2).Info("Wrote sandbox status", "phase", want.Phase, "stage", upgradingReason(&want), "events", events, "podUID", want.PodInfo.PodUID)
 	return nil
 }

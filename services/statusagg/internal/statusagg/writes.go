@@ -70,15 +70,21 @@ type sandboxEntry struct {
 // waiter is one event's wait for the write that carries its transition.
 type waiter struct {
 	done chan struct{}
-	// Exactly one of: written (the sandbox as written), skip (why the
-	// transition was not written: the sandbox is gone or was replaced) or
-	// err (the write failed; the event is retried).
-	written *agentsv1alpha1.Sandbox
-	skip    string
-	err     error
+	// tr is the event's transition and at the event's time; the writer
+	// records them (stage durations, Kubernetes Events) once written, in the
+	// order the transitions were decided.
+	tr transition
+	at time.Time
+	// At most one of: skip (why the transition was not written: the
+	// sandbox is gone or was replaced) or err (the write failed; the event
+	// is retried). Neither: it was written.
+	skip string
+	err  error
 }
 
-func newWaiter() *waiter { return &waiter{done: make(chan struct{})} }
+func newWaiter(tr transition, at time.Time) *waiter {
+	return &waiter{done: make(chan struct{}), tr: tr, at: at}
+}
 
 // lock returns the entry of key, creating it, with its mu held. An entry
 // forgotten while the caller waited for its mu is not returned: what is
@@ -172,7 +178,7 @@ func (e *sandboxEntry) adopt(uid types.UID) {
 	if e.uid == uid {
 		return
 	}
-	e.resolve(nil, "sandbox was replaced before its status was written", nil)
+	e.resolve("sandbox was replaced before its status was written", nil)
 	e.uid, e.written, e.pending = uid, nil, nil
 }
 
@@ -186,9 +192,9 @@ func (e *sandboxEntry) status(cached *agentsv1alpha1.SandboxStatus) *agentsv1alp
 }
 
 // resolve releases every waiter with one outcome and clears pending.
-func (e *sandboxEntry) resolve(written *agentsv1alpha1.Sandbox, skip string, err error) {
+func (e *sandboxEntry) resolve(skip string, err error) {
 	for _, w := range e.waiters {
-		w.written, w.skip, w.err = written, skip, err
+		w.skip, w.err = skip, err
 		close(w.done)
 	}
 	e.waiters, e.pending, e.urgent, e.starts = nil, nil, false, false

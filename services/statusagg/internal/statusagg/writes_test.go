@@ -65,13 +65,13 @@ func TestAwaitsPod(t *testing.T) {
 		t.Error("awaitsPod of an unknown sandbox = true")
 	}
 	e := w.lock("ns/a")
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), false, false, time.Now())
+	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(transition{}, time.Now()), false, false, time.Now())
 	e.mu.Unlock()
 	if w.awaitsPod("ns/a") {
 		t.Error("awaitsPod with a stage pending = true, want false")
 	}
 	e = w.lock("ns/a")
-	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(), true, false, time.Now())
+	e.addPending([]metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading}}, newWaiter(transition{}, time.Now()), true, false, time.Now())
 	if w.awaitsPod("ns/a") {
 		t.Error("awaitsPod while the writer holds the entry = true, want false")
 	}
