@@ -176,29 +176,54 @@ func CountsMayChange(old, cur *agentsv1alpha1.Sandbox) bool {
 // recounts such a change at its slower pace even while sandboxes wait for
 // budget: it cannot let one start.
 func TakesBudgetOnly(old, cur *agentsv1alpha1.Sandbox) bool {
-	if (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) {
+	if !sameDeletion(old, cur) {
 		return false
 	}
 	if old.Status.Phase != cur.Status.Phase && cur.Status.Phase != agentsv1alpha1.SandboxUpgrading {
 		return false
 	}
-	oldClaim, curClaim := old.Labels[agentsv1alpha1.LabelUpdateOps], cur.Labels[agentsv1alpha1.LabelUpdateOps]
-	if oldClaim != curClaim && oldClaim != "" {
+	if oldClaim := old.Labels[agentsv1alpha1.LabelUpdateOps]; oldClaim != cur.Labels[agentsv1alpha1.LabelUpdateOps] && oldClaim != "" {
 		return false
 	}
-	if !maps.EqualFunc(withoutClaim(old.Labels), withoutClaim(cur.Labels), func(a, b string) bool { return a == b }) {
-		return false
-	}
-	reason, _ := ReasonFor(cur, CurrentAttempt(cur))
-	return !Terminal(reason)
+	return equalButClaim(old.Labels, cur.Labels) && !Terminal(currentReason(cur))
 }
 
-// withoutClaim returns labels without the ops label (a copy only when it has one).
-func withoutClaim(labels map[string]string) map[string]string {
-	if _, ok := labels[agentsv1alpha1.LabelUpdateOps]; !ok {
-		return labels
+// SucceededOnly says whether a change is its attempt's success and nothing
+// else that counts: the same labels, the same deletion state, and the
+// current attempt's reason Succeeded. It frees budget, but cannot add a
+// candidate or fail an ops.
+func SucceededOnly(old, cur *agentsv1alpha1.Sandbox) bool {
+	return sameDeletion(old, cur) && maps.Equal(old.Labels, cur.Labels) &&
+		currentReason(cur) == agentsv1alpha1.UpgradingReasonSucceeded
+}
+
+// sameDeletion says whether old and cur are both deleted or both not.
+func sameDeletion(old, cur *agentsv1alpha1.Sandbox) bool {
+	return (old.DeletionTimestamp == nil) == (cur.DeletionTimestamp == nil)
+}
+
+// currentReason is the reason of sb's current attempt ("" when none).
+func currentReason(sb *agentsv1alpha1.Sandbox) string {
+	reason, _ := ReasonFor(sb, CurrentAttempt(sb))
+	return reason
+}
+
+// equalButClaim says whether a and b hold the same labels, the ops label
+// aside. It allocates nothing: informers call it on every sandbox update.
+func equalButClaim(a, b map[string]string) bool {
+	n := 0
+	for k, v := range a {
+		if k == agentsv1alpha1.LabelUpdateOps {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
 	}
-	out := maps.Clone(labels)
-	delete(out, agentsv1alpha1.LabelUpdateOps)
-	return out
+	m := len(b)
+	if _, ok := b[agentsv1alpha1.LabelUpdateOps]; ok {
+		m--
+	}
+	return n == m
 }

@@ -126,11 +126,46 @@ func TestTakesBudgetOnly(t *testing.T) {
 		{"another ops takes the claim", claimed, with(claimed, func(sb *agentsv1alpha1.Sandbox) { sb.Labels[agentsv1alpha1.LabelUpdateOps] = "other" }), false},
 		{"another label changes", running, with(running, func(sb *agentsv1alpha1.Sandbox) { sb.Labels["team"] = "a" }), false},
 		{"claimed while another label changes", running, with(claimed, func(sb *agentsv1alpha1.Sandbox) { sb.Labels["team"] = "a" }), false},
+		{"a label is removed while claimed", with(claimed, func(sb *agentsv1alpha1.Sandbox) { sb.Labels["team"] = "a" }), claimed, false},
+		{"a label is added while claimed", claimed, with(claimed, func(sb *agentsv1alpha1.Sandbox) { sb.Labels["team"] = "a" }), false},
+		{"claimed where the label was empty", with(running, func(sb *agentsv1alpha1.Sandbox) { sb.Labels[agentsv1alpha1.LabelUpdateOps] = "" }), claimed, true},
 		{"it is being deleted", started, with(started, func(sb *agentsv1alpha1.Sandbox) { sb.DeletionTimestamp = &metav1.Time{} }), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := TakesBudgetOnly(tc.old, tc.cur); got != tc.want {
 				t.Fatalf("TakesBudgetOnly = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSucceededOnly(t *testing.T) {
+	started := sandbox("ops", "u1", "UpgradePod")
+	with := func(change func(*agentsv1alpha1.Sandbox)) *agentsv1alpha1.Sandbox {
+		sb := started.DeepCopy()
+		change(sb)
+		return sb
+	}
+	for _, tc := range []struct {
+		name string
+		cur  *agentsv1alpha1.Sandbox
+		want bool
+	}{
+		{"the attempt succeeds", with(func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "Succeeded" }), true},
+		{"the attempt fails", with(func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "UpgradePodFailed" }), false},
+		{"a stage moves on", with(func(sb *agentsv1alpha1.Sandbox) { sb.Status.Conditions[1].Reason = "PostUpgrade" }), false},
+		{"it succeeds and loses its claim", with(func(sb *agentsv1alpha1.Sandbox) {
+			sb.Status.Conditions[1].Reason = "Succeeded"
+			delete(sb.Labels, agentsv1alpha1.LabelUpdateOps)
+		}), false},
+		{"it succeeds while being deleted", with(func(sb *agentsv1alpha1.Sandbox) {
+			sb.Status.Conditions[1].Reason = "Succeeded"
+			sb.DeletionTimestamp = &metav1.Time{}
+		}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SucceededOnly(started, tc.cur); got != tc.want {
+				t.Fatalf("SucceededOnly = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -84,7 +84,7 @@ func (s *server) apply(ctx context.Context, ev events.Event) error {
 		}
 		s.recountOpsOf(ev.Data.Sandbox.Namespace, agentsv1alpha1.IsUpgradingFailedReason(tr.To))
 	} else {
-		s.enqueueOpsOf(ev.Data.Sandbox.Namespace, s.quietRecount())
+		s.enqueueOpsOf(ev.Data.Sandbox.Namespace, after(s.quietRecount()))
 	}
 	return nil
 }

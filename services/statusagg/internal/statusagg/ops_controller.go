@@ -3,7 +3,6 @@ package statusagg
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -154,15 +153,20 @@ func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
 // counters are written anyway.
 const opsRecountDelay = 200 * time.Millisecond
 
-// enqueueOpsOf enqueues every ops of a namespace after delay.
-func (s *server) enqueueOpsOf(ns string, delay time.Duration) {
+// enqueueOpsOf enqueues every ops of a namespace, each after delay(ops).
+func (s *server) enqueueOpsOf(ns string, delay func(*agentsv1alpha1.SandboxUpdateOps) time.Duration) {
 	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, o := range list {
-		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, delay)
+		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, delay(o))
 	}
+}
+
+// after is a delay of enqueueOpsOf that is d for every ops.
+func after(d time.Duration) func(*agentsv1alpha1.SandboxUpdateOps) time.Duration {
+	return func(*agentsv1alpha1.SandboxUpdateOps) time.Duration { return d }
 }
 
 // recountOpsOf enqueues every ops of a namespace for a sandbox change that
@@ -178,13 +182,7 @@ func (s *server) enqueueOpsOf(ns string, delay time.Duration) {
 // 500 sandboxes the recounts of every start and success, each reading the
 // whole namespace, were a cost per sandbox that grew with the run's length.
 func (s *server) recountOpsOf(ns string, urgent bool) {
-	list, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, o := range list {
-		s.opsCtl.EnqueueAfter(o.Namespace+"/"+o.Name, s.recountDelay(o, urgent))
-	}
+	s.enqueueOpsOf(ns, func(o *agentsv1alpha1.SandboxUpdateOps) time.Duration { return s.recountDelay(o, urgent) })
 }
 
 // recountDelay is recountOpsOf's delay for one ops.
@@ -284,7 +282,7 @@ func (s *server) namespaceHandler() cache.ResourceEventHandler {
 			obj = t.Obj
 		}
 		if m, err := meta.Accessor(obj); err == nil {
-			s.enqueueOpsOf(m.GetNamespace(), delay)
+			s.enqueueOpsOf(m.GetNamespace(), after(delay))
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
@@ -298,20 +296,9 @@ func (s *server) namespaceHandler() cache.ResourceEventHandler {
 			case !upgrade.CountsMayChange(old, cur):
 				enqueue(obj, s.quietRecount())
 			default:
-				s.recountOpsOf(cur.Namespace, !upgrade.TakesBudgetOnly(old, cur) && !succeededOnly(old, cur))
+				s.recountOpsOf(cur.Namespace, !upgrade.TakesBudgetOnly(old, cur) && !upgrade.SucceededOnly(old, cur))
 			}
 		},
 		DeleteFunc: func(obj any) { enqueue(obj, opsRecountDelay) },
 	}
-}
-
-// succeededOnly says whether a sandbox's change is its attempt's success and
-// nothing else that counts: same labels, no deletion, the current attempt's
-// reason Succeeded.
-func succeededOnly(old, cur *agentsv1alpha1.Sandbox) bool {
-	if !maps.Equal(old.Labels, cur.Labels) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) {
-		return false
-	}
-	reason, _ := upgrade.ReasonFor(cur, upgrade.CurrentAttempt(cur))
-	return reason == agentsv1alpha1.UpgradingReasonSucceeded
 }

@@ -54,32 +54,3 @@ func TestRecountDelay(t *testing.T) {
 		t.Fatalf("recountDelay of a forgotten ops = %s, want %s", got, opsRecountDelay)
 	}
 }
-
-func TestSucceededOnly(t *testing.T) {
-	sandbox := func(reason string, labels map[string]string) *agentsv1alpha1.Sandbox {
-		return &agentsv1alpha1.Sandbox{
-			ObjectMeta: metav1.ObjectMeta{Labels: labels},
-			Status: agentsv1alpha1.SandboxStatus{Conditions: []metav1.Condition{
-				{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Admitted", Message: "u1"},
-				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
-			}},
-		}
-	}
-	claimed := map[string]string{agentsv1alpha1.LabelUpdateOps: "ops"}
-	inFlight := sandbox(agentsv1alpha1.UpgradingReasonUpgradePod, claimed)
-	for _, tc := range []struct {
-		name string
-		cur  *agentsv1alpha1.Sandbox
-		want bool
-	}{
-		{"the attempt succeeds", sandbox(agentsv1alpha1.UpgradingReasonSucceeded, claimed), true},
-		{"the attempt fails", sandbox(agentsv1alpha1.UpgradingReasonUpgradePodFailed, claimed), false},
-		{"it succeeds and loses its claim", sandbox(agentsv1alpha1.UpgradingReasonSucceeded, nil), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := succeededOnly(inFlight, tc.cur); got != tc.want {
-				t.Fatalf("succeededOnly = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
