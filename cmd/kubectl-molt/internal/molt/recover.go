@@ -287,13 +287,13 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	}
 	last := ""
 	var s Summary
-	var claimed []agentsv1alpha1.Sandbox
 	err = poll(ctx, o.timeout, func() (bool, error) {
 		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		if claimed, err = claimedSandboxes(ctx, agents, cur); err != nil {
+		claimed, err := claimedSandboxes(ctx, agents, cur)
+		if err != nil {
 			return false, err
 		}
 		s = summarize(cur, claimed, time.Now(), len(claimed))
@@ -319,26 +319,18 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	if err := deleteAndWait(ctx, agents, ops, 2*time.Minute); err != nil {
 		return err
 	}
-	updated, failed, notStarted := finalCounts(s, claimed, ops)
+	updated, failed, notStarted := finalCounts(s)
 	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s: %d updated, %d failed (a new ops resumes them), %d never started (they keep their old template)\n",
 		ns, name, updated, failed, notStarted)
 	return nil
 }
 
 // finalCounts are the counts of an ops with nothing in flight, from its
-// claimed sandboxes as last read: the ops's status counters are written at
-// most every --ops-status-interval, so the last attempts to end may not be
-// in them yet. Updated never goes below the status's (it also counts
-// updated sandboxes that have since left the ops).
-func finalCounts(s Summary, claimed []agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps) (updated, failed, notStarted int) {
-	for i := range claimed {
-		switch upgrade.StateFor(&claimed[i], ops.Name, ops.UID) {
-		case upgrade.Updated:
-			updated++
-		case upgrade.Failed:
-			failed++
-		}
-	}
-	updated = max(updated, s.Updated)
-	return updated, failed, max(0, s.Total-updated-failed)
+// claimed sandboxes as summarize last read them: the ops's status counters
+// are written at most every --ops-status-interval, so the last attempts to
+// end may not be in them yet. Updated never goes below the status's (it
+// also counts updated sandboxes that have since left the ops).
+func finalCounts(s Summary) (updated, failed, notStarted int) {
+	updated = max(s.liveUpdated, s.Updated)
+	return updated, s.liveFailed, max(0, s.Total-updated-s.liveFailed)
 }

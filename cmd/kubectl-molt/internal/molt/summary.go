@@ -49,6 +49,11 @@ type Summary struct {
 	// Conditions are the ops's True conditions' messages (why it waits, why
 	// it failed).
 	Conditions []Condition `json:"conditions,omitempty"`
+
+	// liveUpdated and liveFailed count the claimed sandboxes as read, which
+	// the status's counters (written at most every --ops-status-interval)
+	// may not include yet.
+	liveUpdated, liveFailed int
 }
 
 // StageCount is how many sandboxes are in one stage.
@@ -116,7 +121,10 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 				f.AgeSeconds = now.Sub(a.LastTransitionTime.Time).Round(time.Second).Seconds()
 			}
 			s.InFlight = append(s.InFlight, f)
+		case upgrade.Updated:
+			s.liveUpdated++
 		case upgrade.Failed:
+			s.liveFailed++
 			f := FailedSandbox{Name: sb.Name}
 			if c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading); c != nil {
 				f.Reason, f.Message = c.Reason, c.Message

@@ -182,11 +182,11 @@ func TestFinalCountsFromTheSandboxes(t *testing.T) {
 		}
 	}
 	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
-	if updated, failed, notStarted := finalCounts(s, sandboxes, ops); updated != 6 || failed != 2 || notStarted != 2 {
+	if updated, failed, notStarted := finalCounts(s); updated != 6 || failed != 2 || notStarted != 2 {
 		t.Errorf("finalCounts = %d updated, %d failed, %d not started; want 6, 2, 2", updated, failed, notStarted)
 	}
 	// Updated sandboxes that have left the ops keep the status's count.
-	if updated, _, _ := finalCounts(s, sandboxes[5:], ops); updated != 4 {
+	if updated, _, _ := finalCounts(summarize(ops, sandboxes[5:], t0.Add(3*time.Minute), 5)); updated != 4 {
 		t.Errorf("finalCounts without box-0 to box-4 = %d updated, want the status's 4", updated)
 	}
 }
