@@ -23,8 +23,25 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 }
 
+// Option configures a Controller.
+type Option func(*workqueue.TypedRateLimitingQueueConfig[string])
+
+// WithMetrics has the controller's queue report to m, under the
+// controller's name; nil reports nothing.
+func WithMetrics(m *QueueMetrics) Option {
+	return func(c *workqueue.TypedRateLimitingQueueConfig[string]) {
+		if m != nil {
+			c.MetricsProvider = m
+		}
+	}
+}
+
 // New returns a controller named name (used in logs and the queue's metrics).
-func New(name string, sync SyncFunc) *Controller {
+func New(name string, sync SyncFunc, opts ...Option) *Controller {
+	cfg := workqueue.TypedRateLimitingQueueConfig[string]{Name: name}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	return &Controller{
 		name: name,
 		sync: sync,
@@ -32,7 +49,7 @@ func New(name string, sync SyncFunc) *Controller {
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name},
+			cfg,
 		),
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
@@ -38,6 +39,9 @@ type Runtime struct {
 	NATS      *nats.Conn
 	JetStream jetstream.JetStream
 	Registry  *prometheus.Registry
+	// Queues are the work queues' metrics (workqueue_*), served on Registry:
+	// pass controller.WithMetrics(Queues) to controller.New.
+	Queues *controller.QueueMetrics
 	// Addr is the address the HTTP server actually listens on.
 	Addr string
 
@@ -145,8 +149,13 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	queues, err := controller.NewQueueMetrics(reg)
+	if err != nil {
+		return err
+	}
+
 	rt := &Runtime{
-		Options: opts, RestConfig: restConfig, Kube: kube, Agents: agents, NATS: nc, JetStream: js, Registry: reg,
+		Options: opts, RestConfig: restConfig, Kube: kube, Agents: agents, NATS: nc, JetStream: js, Registry: reg, Queues: queues,
 		checks: map[string]func() error{},
 	}
 	rt.AddReadyCheck("kubernetes", func() error { return pingKube(ctx, kube) })

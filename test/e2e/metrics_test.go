@@ -53,7 +53,8 @@ type servedMetric struct {
 	labels []string
 }
 
-// scrapeMolt returns the molt_ metric families inst serves, by name.
+// scrapeMolt returns the metric families inst serves that the README's
+// table lists (molt_ and the work queues' workqueue_), by name.
 func scrapeMolt(t *testing.T, s *stack, inst string) map[string]servedMetric {
 	t.Helper()
 	resp, err := http.Get(s.MetricsURL(inst))
@@ -68,7 +69,7 @@ func scrapeMolt(t *testing.T, s *stack, inst string) map[string]servedMetric {
 	}
 	out := map[string]servedMetric{}
 	for name, f := range families {
-		if !strings.HasPrefix(name, "molt_") {
+		if !strings.HasPrefix(name, "molt_") && !strings.HasPrefix(name, "workqueue_") {
 			continue
 		}
 		var labels []string
@@ -85,7 +86,8 @@ func scrapeMolt(t *testing.T, s *stack, inst string) map[string]servedMetric {
 	return out
 }
 
-// TestREADMEMetrics: after an upgrade, every molt_ metric a service serves
+// TestREADMEMetrics: after an upgrade, every molt_ and workqueue_ metric a
+// service serves
 // is in the README's table, with its type, its labels and that service; and
 // every row of the table is served by one of the services it names (but for
 // the rows that appear only after a failure or a re-drive).

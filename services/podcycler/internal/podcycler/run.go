@@ -59,7 +59,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		handlerGrace: cfg.UpgradePodGrace,
 		now:          time.Now,
 	}
-	c.ctl = controller.New("podcycler", c.sync)
+	c.ctl = controller.New("podcycler", c.sync, controller.WithMetrics(rt.Queues))
 	if _, err := sandboxInformer.Informer().AddEventHandler(c.ctl.Handler()); err != nil {
 		return fmt.Errorf("watch sandboxes: %w", err)
 	}

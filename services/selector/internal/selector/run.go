@@ -36,14 +36,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		pub := ep.Publisher
-		admit := func(ctx context.Context) error { return runController(ctx, cfg, rt.Agents, rt.Kube, pub) }
+		admit := func(ctx context.Context) error { return runController(ctx, cfg, rt.Agents, rt.Kube, pub, rt.Queues) }
 		return cfg.LeaderElection.Run(ctx, rt.Kube, admit)
 	})
 }
 
 // runController starts the informers (one shared factory) and the ops
 // controller, and blocks until ctx is cancelled.
-func runController(ctx context.Context, cfg Config, client versioned.Interface, kube kubernetes.Interface, pub *events.Publisher) error {
+func runController(ctx context.Context, cfg Config, client versioned.Interface, kube kubernetes.Interface, pub *events.Publisher, queues *controller.QueueMetrics) error {
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(controller.StripManagedFields))
 	opsInformer := factory.Agents().V1alpha1().SandboxUpdateOps()
 	sandboxInformer := factory.Agents().V1alpha1().Sandboxes()
@@ -57,7 +57,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 		republishAfter: cfg.RepublishAfter,
 		inflight:       newInflight(),
 	}
-	ctl := controller.New("selector", s.sync)
+	ctl := controller.New("selector", s.sync, controller.WithMetrics(queues))
 	s.enqueueAfter = ctl.EnqueueAfter
 	handler := s.namespaceHandler(ctl.EnqueueKey)
 	if _, err := opsInformer.Informer().AddEventHandler(handler); err != nil {
@@ -73,7 +73,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	}))
 	podInformer := podFactory.Core().V1().Pods()
 	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub}
-	directCtl := controller.New("selector-direct", d.sync)
+	directCtl := controller.New("selector-direct", d.sync, controller.WithMetrics(queues))
 	if _, err := sandboxInformer.Informer().AddEventHandler(directCtl.Handler()); err != nil {
 		return fmt.Errorf("watch Sandboxes: %w", err)
 	}
@@ -83,7 +83,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	// The SandboxSet warm pools.
 	setInformer := factory.Agents().V1alpha1().SandboxSets()
 	pl := &pool{client: client, sets: setInformer.Lister(), sandboxes: sandboxInformer.Lister(), expect: map[string]*expectation{}}
-	poolCtl := controller.New("selector-pool", pl.sync)
+	poolCtl := controller.New("selector-pool", pl.sync, controller.WithMetrics(queues))
 	pl.enqueueAfter = poolCtl.EnqueueAfter
 	if _, err := setInformer.Informer().AddEventHandler(poolHandler(poolCtl.EnqueueKey)); err != nil {
 		return fmt.Errorf("watch SandboxSets: %w", err)

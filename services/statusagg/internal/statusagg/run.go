@@ -90,9 +90,9 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), sets: setInf.Lister(), pods: podInf.Lister(),
 		metrics: m, clock: newStageClock(), recorder: recorder, coalesce: cfg.Coalesce, opsInterval: cfg.OpsInterval,
 	}
-	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox)
-	s.opsCtl = controller.New("statusagg-ops", s.syncOps)
-	s.setCtl = controller.New("statusagg-sandboxset", s.syncSet)
+	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox, controller.WithMetrics(rt.Queues))
+	s.opsCtl = controller.New("statusagg-ops", s.syncOps, controller.WithMetrics(rt.Queues))
+	s.setCtl = controller.New("statusagg-sandboxset", s.syncSet, controller.WithMetrics(rt.Queues))
 	for _, h := range []struct {
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandler
