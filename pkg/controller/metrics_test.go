@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 // A controller's queue reports its adds, its syncs and its retries under its
@@ -62,11 +61,7 @@ func TestQueueMetrics(t *testing.T) {
 	if n := testutil.CollectAndCount(m.workDuration, "workqueue_work_duration_seconds"); n != 1 {
 		t.Errorf("work duration series = %d, want 1", n)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 // TestMetricsPromlint runs promlint over every metric of the package, with samples so each
@@ -28,7 +27,7 @@ func TestMetricsPromlint(t *testing.T) {
 	if len(mfs) != 4 {
 		t.Fatalf("gathered %d metric families, want 4", len(mfs))
 	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

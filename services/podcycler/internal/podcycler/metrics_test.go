@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 func TestMetricsArePromlintClean(t *testing.T) {
@@ -15,11 +14,7 @@ func TestMetricsArePromlintClean(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.created.WithLabelValues(reasonUpgrade).Inc()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(families).Lint()
+	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -29,11 +28,7 @@ func TestMetricsPassPromlint(t *testing.T) {
 	m.observeTransition(clock, "ns/sb", transition{Attempt: "a", New: true, To: "PreUpgrade"}, t0)
 	m.observeTransition(clock, "ns/sb", transition{Attempt: "a", From: "PreUpgrade", To: "UpgradePodFailed"}, t0.Add(3*time.Second))
 
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
