@@ -63,13 +63,22 @@ const (
 // client-go's per-object aggregation and spam filter work as with one.
 const eventWriters = 8
 
+// eventCacheEntries is how many objects' recent Events client-go's
+// correlator remembers (for aggregation and its spam filter) over all the
+// writers: client-go's default for its one broadcaster. Each writer sees
+// only its share of the objects, so it keeps its share of the entries, and
+// 8 writers hold no more than one did.
+const eventCacheEntries = 4096
+
 // newRecorder starts writers Event broadcasters writing to sink; stop
 // flushes and ends them.
 func newRecorder(ctx context.Context, sink record.EventSink, writers int) (rec record.EventRecorder, stop func()) {
 	r := shardedRecorder{}
 	var broadcasters []record.EventBroadcaster
-	for range max(writers, 1) {
-		b := record.NewBroadcaster(record.WithContext(ctx))
+	writers = max(writers, 1)
+	cache := record.CorrelatorOptions{LRUCacheSize: max(eventCacheEntries/writers, 1)}
+	for range writers {
+		b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(cache))
 		b.StartRecordingToSink(sink)
 		broadcasters = append(broadcasters, b)
 		r = append(r, b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component}))
