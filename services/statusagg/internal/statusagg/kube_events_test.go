@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
@@ -67,17 +68,10 @@ func TestEventsOfABurstAreAllWritten(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("all %d Events of %d sandboxes written (none dropped)", 2*sandboxes, sandboxes), func() (bool, error) {
 		objects, events := sink.written()
-		if objects == sandboxes && events == 2*sandboxes {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60s %d Events of %d sandboxes written, want %d of %d: Events were dropped", events, objects, 2*sandboxes, sandboxes)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return objects == sandboxes && events == 2*sandboxes, fmt.Errorf("%d Events of %d sandboxes written", events, objects)
+	})
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	for key, reasons := range sink.byObj {
