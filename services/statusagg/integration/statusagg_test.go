@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -28,6 +29,7 @@ func TestStatusAggregation(t *testing.T) {
 	t.Run("FailureExhaustsTheBudget", func(t *testing.T) { failureExhaustsTheBudget(t, h.with(t)) })
 	t.Run("SecondOpsWaitsForTheFirst", func(t *testing.T) { secondOpsWaitsForTheFirst(t, h.with(t)) })
 	t.Run("PatchThatChangesNothingCompletes", func(t *testing.T) { patchThatChangesNothingCompletes(t, h.with(t)) })
+	t.Run("LateEventStillTimesItsStage", func(t *testing.T) { lateEventStillTimesItsStage(t, h.with(t)) })
 }
 
 // with returns the harness reporting to a subtest.
@@ -153,6 +155,46 @@ func upgradeProgressesAndOpsCompletes(t *testing.T, h *harness) {
 	for _, stage := range []string{"PreUpgrade", "UpgradePod", "PostUpgrade"} {
 		if _, ok := h.metric(fmt.Sprintf(`molt_stage_duration_seconds_count{stage=%q}`, stage)); !ok {
 			t.Errorf("/metrics has no duration of stage %s", stage)
+		}
+	}
+}
+
+// A sandbox's events of different types are handled concurrently, so
+// posthook-done can be decided before pod-ready: the sandbox goes from
+// UpgradePod to Succeeded, pod-ready is skipped, and still both UpgradePod and
+// PostUpgrade are timed, once each.
+func lateEventStillTimesItsStage(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	sb := h.runningSandbox(ns, "late", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-late"})
+	ops := h.createOps(ns, "ops-late", imageV2, 1)
+	count := func(stage string) int {
+		v, _ := h.metric(fmt.Sprintf(`molt_stage_duration_seconds_count{stage=%q}`, stage))
+		var n int
+		fmt.Sscan(v, &n)
+		return n
+	}
+	h.publish(event(events.TypeRequested, sb, ops))
+	h.publish(event(events.TypePreHookDone, sb, ops))
+	h.waitSandbox(ns, "late", "UpgradePod", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonUpgradePod) })
+	h.drained()
+	before := map[string]int{}
+	for _, stage := range []string{"UpgradePod", "PostUpgrade"} {
+		before[stage] = count(stage)
+	}
+
+	// As in production, pod-ready happened first: posthook-done answers it.
+	podReady, postHookDone := event(events.TypePodReady, sb, ops), event(events.TypePostHookDone, sb, ops)
+	podReady.Time = time.Now().UTC()
+	postHookDone.Time = podReady.Time.Add(50 * time.Millisecond)
+	h.publish(postHookDone)
+	h.waitSandbox(ns, "late", "Succeeded", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonSucceeded) })
+	h.publish(podReady)
+	h.drained()
+	h.redeliver(event(events.TypePodReady, sb, ops))
+	h.drained()
+	for _, stage := range []string{"UpgradePod", "PostUpgrade"} {
+		if got := count(stage) - before[stage]; got != 1 {
+			t.Errorf("%s timed %d times, want 1", stage, got)
 		}
 	}
 }

@@ -137,6 +137,11 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	curReason, _ := upgrade.ReasonFor(view, attempt)
 	tr, skip := decide(attempt, curReason, ev, target)
 	if skip != "" {
+		if ev.Data.Attempt == attempt && upgrade.InProgress(target) {
+			// Perhaps decided after a later stage's event (see stageClock):
+			// its time still tells when its stage began.
+			s.metrics.observeStages(s.clock.late(key, attempt, target, ev.Time))
+		}
 		return outcome{skip: skip}, nil, nil
 	}
 	conds := slices.Clone(view.Status.Conditions)

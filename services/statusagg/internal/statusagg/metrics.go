@@ -2,6 +2,7 @@ package statusagg
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -125,33 +126,133 @@ func (m *metrics) forgetOps(namespace, name string) {
 // the event that began it), to observe the stage's duration when it ends. It
 // lives in memory: after a restart, the stages then in progress are not
 // observed, which loses a sample but never counts one twice.
+//
+// A sandbox's events of different types are handled concurrently, so a later
+// stage's event can be decided before an earlier one's: posthook-done before
+// pod-ready, which arrive within milliseconds. The status then moves from
+// UpgradePod straight to Succeeded and pod-ready is skipped as stale, yet its
+// time is when PostUpgrade began. The clock takes such a late event's time
+// (late) and splits the jump at it, whichever of the two it learns first, so
+// both stages are observed with their own durations.
 type stageClock struct {
 	mu     sync.Mutex
 	starts map[string]stageStart // by sandbox key
 }
 
+// stageStart is where one sandbox's attempt stands: in stage since at.
 type stageStart struct {
 	attempt, stage string
 	at             time.Time
+	// late are stages past stage whose events were decided after a later
+	// stage's, with when they began, waiting for the jump they split.
+	late []stageMark
+	// jumpTo and jumpAt are set when the attempt jumped from stage to jumpTo
+	// at jumpAt over a stage whose event must still come (awaitsLate): stage's
+	// duration is observed when it does.
+	jumpTo string
+	jumpAt time.Time
+}
+
+// stageMark is when an attempt's stage began.
+type stageMark struct {
+	stage string
+	at    time.Time
+}
+
+// stageTime is one ended stage and how long it took.
+type stageTime struct {
+	stage string
+	took  time.Duration
 }
 
 func newStageClock() *stageClock { return &stageClock{starts: map[string]stageStart{}} }
 
+// awaitsLate says whether a jump from one reason to another skipped a stage
+// whose event is certain to come: Succeeded (posthook-done) is always
+// published in answer to pod-ready, which begins PostUpgrade.
+func awaitsLate(from, to string) bool {
+	return to == agentsv1alpha1.UpgradingReasonSucceeded && upgrade.Rank(from) < upgrade.Rank(agentsv1alpha1.UpgradingReasonPostUpgrade)
+}
+
 // advance records that the sandbox key moved to tr.To at `at` and returns the
-// stage that ended and how long it took, if its start is known.
-func (c *stageClock) advance(key string, tr transition, at time.Time) (stage string, took time.Duration, ok bool) {
+// stages that ended and how long they took, those whose start is known. A
+// jump over stages whose events came late is split at their times; one that
+// awaits a late event (awaitsLate) is observed when it comes.
+func (c *stageClock) advance(key string, tr transition, at time.Time) []stageTime {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, known := c.starts[key]
-	if known && !tr.New && prev.attempt == tr.Attempt && prev.stage == tr.From && !at.Before(prev.at) {
-		stage, took, ok = prev.stage, at.Sub(prev.at), true
+	if !known || tr.New || prev.jumpTo != "" || prev.attempt != tr.Attempt || prev.stage != tr.From || at.Before(prev.at) {
+		c.moveTo(key, tr.Attempt, tr.To, at)
+		return nil
 	}
-	if upgrade.InProgress(tr.To) {
-		c.starts[key] = stageStart{attempt: tr.Attempt, stage: tr.To, at: at}
+	var marks []stageMark
+	for _, m := range prev.late {
+		if upgrade.Rank(m.stage) < upgrade.Rank(tr.To) && !m.at.After(at) {
+			marks = append(marks, m)
+		}
+	}
+	if len(prev.late) == 0 && awaitsLate(tr.From, tr.To) {
+		prev.jumpTo, prev.jumpAt = tr.To, at
+		c.starts[key] = prev
+		return nil
+	}
+	return c.chain(key, prev, marks, tr.To, at)
+}
+
+// late records that the event beginning stage of attempt, at `at`, was decided
+// after a later stage's, and returns the stages that ended if it splits a jump
+// already made.
+func (c *stageClock) late(key, attempt, stage string, at time.Time) []stageTime {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, known := c.starts[key]
+	if !known || prev.attempt != attempt || upgrade.Rank(stage) <= upgrade.Rank(prev.stage) || at.Before(prev.at) {
+		return nil // a redelivery, or a stage this clock has already seen end
+	}
+	if prev.jumpTo == "" {
+		for _, m := range prev.late {
+			if m.stage == stage {
+				return nil
+			}
+		}
+		prev.late = append(slices.Clone(prev.late), stageMark{stage: stage, at: at})
+		c.starts[key] = prev
+		return nil
+	}
+	var marks []stageMark
+	if upgrade.Rank(stage) < upgrade.Rank(prev.jumpTo) && !at.After(prev.jumpAt) {
+		marks = []stageMark{{stage: stage, at: at}}
+	}
+	return c.chain(key, prev, marks, prev.jumpTo, prev.jumpAt)
+}
+
+// chain ends prev's stage at the first of marks (ordered here by rank), each
+// mark's at the next one, and the last at `at`, where the attempt moved to
+// `to`; marks out of time order are dropped.
+func (c *stageClock) chain(key string, prev stageStart, marks []stageMark, to string, at time.Time) []stageTime {
+	slices.SortFunc(marks, func(a, b stageMark) int { return upgrade.Rank(a.stage) - upgrade.Rank(b.stage) })
+	var took []stageTime
+	cur := stageMark{stage: prev.stage, at: prev.at}
+	for _, m := range append(marks, stageMark{stage: to, at: at}) {
+		if m.at.Before(cur.at) {
+			continue
+		}
+		took = append(took, stageTime{stage: cur.stage, took: m.at.Sub(cur.at)})
+		cur = m
+	}
+	c.moveTo(key, prev.attempt, to, at)
+	return took
+}
+
+// moveTo records that the attempt is now in reason since at (forgotten once
+// it has ended).
+func (c *stageClock) moveTo(key, attempt, reason string, at time.Time) {
+	if upgrade.InProgress(reason) {
+		c.starts[key] = stageStart{attempt: attempt, stage: reason, at: at}
 	} else {
 		delete(c.starts, key)
 	}
-	return stage, took, ok
 }
 
 // forget drops a deleted sandbox.
@@ -164,10 +265,15 @@ func (c *stageClock) forget(key string) {
 // observeTransition records a written transition: the duration of the stage
 // it ended and, for a failure, one count of its reason.
 func (m *metrics) observeTransition(clock *stageClock, key string, tr transition, at time.Time) {
-	if stage, took, ok := clock.advance(key, tr, at); ok {
-		m.stageDuration.WithLabelValues(stage).Observe(took.Seconds())
-	}
+	m.observeStages(clock.advance(key, tr, at))
 	if agentsv1alpha1.IsUpgradingFailedReason(tr.To) {
 		m.failures.WithLabelValues(tr.To).Inc()
+	}
+}
+
+// observeStages records the durations of ended stages.
+func (m *metrics) observeStages(ended []stageTime) {
+	for _, st := range ended {
+		m.stageDuration.WithLabelValues(st.stage).Observe(st.took.Seconds())
 	}
 }
