@@ -49,7 +49,13 @@ func TestStageDecidesAgainstTheStatusAfterTheWriteInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	lister := readSignal{SandboxLister: agentslisters.NewSandboxLister(indexer), read: make(chan struct{}, 1)}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := &server{
+		metrics:    m,
+		clock:      newStageClock(),
 		sandboxes:  lister,
 		ops:        agentslisters.NewSandboxUpdateOpsLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
 		sandboxCtl: controller.New("test", func(context.Context, string) error { return nil }),
