@@ -186,18 +186,12 @@ func (c *stageClock) advance(key string, tr transition, at time.Time) []stageTim
 		c.moveTo(key, tr.Attempt, tr.To, at)
 		return nil
 	}
-	var marks []stageMark
-	for _, m := range prev.late {
-		if upgrade.Rank(m.stage) < upgrade.Rank(tr.To) && !m.at.After(at) {
-			marks = append(marks, m)
-		}
-	}
 	if len(prev.late) == 0 && awaitsLate(tr.From, tr.To) {
 		prev.jumpTo, prev.jumpAt = tr.To, at
 		c.starts[key] = prev
 		return nil
 	}
-	return c.chain(key, prev, marks, tr.To, at)
+	return c.chain(key, prev, prev.late, tr.To, at)
 }
 
 // late records that the event beginning stage of attempt, at `at`, was decided
@@ -216,21 +210,24 @@ func (c *stageClock) late(key, attempt, stage string, at time.Time) []stageTime 
 				return nil
 			}
 		}
-		prev.late = append(slices.Clone(prev.late), stageMark{stage: stage, at: at})
+		prev.late = append(prev.late, stageMark{stage: stage, at: at})
 		c.starts[key] = prev
 		return nil
 	}
-	var marks []stageMark
-	if upgrade.Rank(stage) < upgrade.Rank(prev.jumpTo) && !at.After(prev.jumpAt) {
-		marks = []stageMark{{stage: stage, at: at}}
-	}
-	return c.chain(key, prev, marks, prev.jumpTo, prev.jumpAt)
+	return c.chain(key, prev, []stageMark{{stage: stage, at: at}}, prev.jumpTo, prev.jumpAt)
 }
 
 // chain ends prev's stage at the first of marks (ordered here by rank), each
 // mark's at the next one, and the last at `at`, where the attempt moved to
-// `to`; marks out of time order are dropped.
-func (c *stageClock) chain(key string, prev stageStart, marks []stageMark, to string, at time.Time) []stageTime {
+// `to`. Marks of `to` or a later stage, marks after `at` and marks out of time
+// order are dropped.
+func (c *stageClock) chain(key string, prev stageStart, late []stageMark, to string, at time.Time) []stageTime {
+	var marks []stageMark
+	for _, m := range late {
+		if upgrade.Rank(m.stage) < upgrade.Rank(to) && !m.at.After(at) {
+			marks = append(marks, m)
+		}
+	}
 	slices.SortFunc(marks, func(a, b stageMark) int { return upgrade.Rank(a.stage) - upgrade.Rank(b.stage) })
 	var took []stageTime
 	cur := stageMark{stage: prev.stage, at: prev.at}
