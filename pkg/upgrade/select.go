@@ -85,7 +85,7 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 	patch := ops.Spec.Patch.Raw
 	digest := sha256.Sum256(patch) // noNeedToUpdate's memo key, once per Select
 	phases := ops.Spec.StateFilter.EligiblePhases()
-	var out Selection
+	out := Selection{Candidates: make([]Candidate, 0, len(sandboxes))}
 	exclude := func(sb *agentsv1alpha1.Sandbox, reason, detail string) {
 		out.Excluded = append(out.Excluded, Exclusion{Sandbox: sb, Reason: reason, Detail: detail})
 	}

@@ -101,9 +101,12 @@ func (f *inflight) forgetAttempt(attempt string) {
 // not show it yet, and it uses budget. sel is not changed.
 func countInflight(sel upgrade.Selection, unseen func(upgrade.Candidate) bool) upgrade.Selection {
 	out := sel
-	out.Candidates = slices.Clone(sel.Candidates)
-	for i, c := range out.Candidates {
+	cloned := false // sel's candidates are left alone; cloned on the first change
+	for i, c := range sel.Candidates {
 		if c.State == upgrade.NotStarted && unseen(c) {
+			if !cloned {
+				out.Candidates, cloned = slices.Clone(sel.Candidates), true
+			}
 			out.Candidates[i].State = upgrade.Updating
 			out.NotStarted--
 			out.Updating++

@@ -124,17 +124,20 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	}
 
 	e.adopt(sb.UID)
-	view := sb.DeepCopy() // a fresh read serves its labels: our last write is never older than it
-	view.Status = *e.status(&sb.Status).DeepCopy()
+	// A fresh read serves its labels: our last write is never older than it.
+	// The view is a shallow copy, only read: the status's conditions are
+	// cloned below before a transition is recorded on them.
+	view := *sb
+	view.Status = *e.status(&sb.Status)
 	if e.pending != nil {
-		view.Status.Conditions = slices.Clone(e.pending)
+		view.Status.Conditions = e.pending
 	}
-	target, err := stageOf(ev, view)
+	target, err := stageOf(ev, &view)
 	if err != nil {
 		return outcome{}, nil, events.Permanent(fmt.Errorf("map event to a stage: %w", err))
 	}
-	attempt := upgrade.CurrentAttempt(view)
-	curReason, _ := upgrade.ReasonFor(view, attempt)
+	attempt := upgrade.CurrentAttempt(&view)
+	curReason, _ := upgrade.ReasonFor(&view, attempt)
 	tr, skip := decide(attempt, curReason, ev, target)
 	if skip != "" {
 		if ev.Data.Attempt == attempt && upgrade.InProgress(target) {

@@ -86,16 +86,18 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		e.written = nil // the cache has caught up with our write
 	}
 	known := e.status(&sb.Status)
-	view := sb.DeepCopy()
-	view.Status = *known.DeepCopy()
+	// Shallow copies, only read: desiredSandboxStatus deep-copies the status
+	// it starts from, and the cache's objects are never changed.
+	view := *sb
+	view.Status = *known
 	if e.pending != nil {
 		view.Status.Conditions = e.pending
 	}
-	want := desiredSandboxStatus(view, s.podOf(sb))
+	want := desiredSandboxStatus(&view, s.podOf(sb))
 	if equality.Semantic.DeepEqual(*known, want) {
-		written := sb.DeepCopy()
+		written := *sb
 		written.Status = *known
-		s.recordWritten(key, written, e.waiters)
+		s.recordWritten(key, &written, e.waiters)
 		e.resolve("", nil)
 		return nil
 	}
