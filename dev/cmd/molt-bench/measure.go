@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 )
 
@@ -53,6 +54,7 @@ type history struct {
 var stages = []struct{ name, from, to string }{
 	{"patch (requested→patched)", events.TypeRequested, events.TypePatched},
 	{"preUpgrade (patched→prehook-done)", events.TypePatched, events.TypePreHookDone},
+	{stageBackupToDelete, events.TypePreHookDone, upgradePodStarted},
 	{"upgradePod (prehook-done→pod-ready)", events.TypePreHookDone, events.TypePodReady},
 	{"postUpgrade (pod-ready→posthook-done)", events.TypePodReady, events.TypePostHookDone},
 	{stagePatchToRunning, events.TypePatched, events.TypePodReady},
@@ -61,6 +63,15 @@ var stages = []struct{ name, from, to string }{
 
 // stagePatchToRunning is the span issue 12 sets a goal for.
 const stagePatchToRunning = "patch → Running (patched→pod-ready)"
+
+// stageBackupToDelete is how old preUpgrade's backup is when podcycler
+// starts UpgradePod and deletes the old pod: what the sandbox writes in it is
+// not restored.
+const stageBackupToDelete = "backup → old pod deleted (prehook-done→UpgradePod started)"
+
+// upgradePodStarted keys the stage-started event of UpgradePod in a
+// sandbox's event times (stage-started is one type for every stage).
+const upgradePodStarted = events.TypeStageStarted + "/" + agentsv1alpha1.UpgradingReasonUpgradePod
 
 // readHistory reads every event of the namespace from the stream.
 func readHistory(ctx context.Context, url, ns string) (history, error) {
@@ -96,8 +107,12 @@ func readHistory(ctx context.Context, url, ns string) (history, error) {
 			if times[key] == nil {
 				times[key] = map[string]time.Time{}
 			}
-			if _, seen := times[key][ev.Type]; !seen {
-				times[key][ev.Type] = ev.Time
+			typ := ev.Type
+			if typ == events.TypeStageStarted {
+				typ += "/" + ev.Data.Stage
+			}
+			if _, seen := times[key][typ]; !seen {
+				times[key][typ] = ev.Time
 			}
 			if ev.Time.After(lastEvent) {
 				lastEvent = ev.Time
