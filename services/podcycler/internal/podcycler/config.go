@@ -20,7 +20,7 @@ const (
 	// is not in the backup the restore uses. With 64 workers that wait was
 	// 25 s (p50) and 41 s (p99) when 1000 sandboxes started at once on the
 	// local stack, and would be minutes on a cluster whose pods take their
-	// 30 s grace period to stop; with 1000 it was 0.9 s and 2.3 s. The
+	// 30 s grace period to stop; with 1000 it was 0.7 s and 1.6 s. The
 	// replacements then wait for the cluster instead, with the old pod gone.
 	DefaultWorkers         = 1000
 	DefaultPodReadyTimeout = 5 * time.Minute
