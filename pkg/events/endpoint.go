@@ -49,23 +49,48 @@ func Open(ctx context.Context, js jetstream.JetStream, reg prometheus.Registerer
 	}
 	stream.Metrics, consumer.Metrics = m, m
 	e := &Endpoint{Metrics: m, js: js, name: name, stream: stream, consumer: consumer}
-	if e.cons, err = e.attach(ctx); err != nil {
-		if errors.Is(err, ErrUnusable) {
-			return nil, err
-		}
-		// JetStream may not answer yet (a cluster electing its leader, NATS
-		// starting): keep trying, as after a deleted stream, rather than exit.
-		logger := klog.FromContext(ctx).WithValues("consumer", name)
-		logger.Error(err, "Cannot attach to the event stream yet; retrying", "pause", reattachPause)
-		var ok bool
-		if e.cons, _, ok = e.reattach(ctx, logger, reattachPause); !ok {
-			return nil, fmt.Errorf("attach to stream %s as %s: %w (stopped retrying: %v)", StreamName, name, err, ctx.Err())
-		}
+	if err := e.connect(ctx); err != nil {
+		return nil, err
 	}
 	if e.Publisher, err = NewPublisher(js, name, m); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// OpenConsumer attaches one more durable consumer of the same service (name is one of the
+// Consumer constants), as Open does, sharing e's Publisher (its events keep e's source) and
+// Metrics. A service reads events of different urgency through separate consumers, so that
+// one kind never queues behind the other (hookrunner: postUpgrade behind preUpgrade).
+func (e *Endpoint) OpenConsumer(ctx context.Context, name string, consumer ConsumerConfig) (*Endpoint, error) {
+	if consumer.PublishOnly {
+		return nil, fmt.Errorf("open consumer %s: %w: PublishOnly opens no consumer", name, ErrUnusable)
+	}
+	consumer.Metrics = e.Metrics
+	o := &Endpoint{Publisher: e.Publisher, Metrics: e.Metrics, js: e.js, name: name, stream: e.stream, consumer: consumer}
+	if err := o.connect(ctx); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// connect attaches, retrying until ctx ends while JetStream does not answer.
+func (e *Endpoint) connect(ctx context.Context) error {
+	var err error
+	if e.cons, err = e.attach(ctx); err != nil {
+		if errors.Is(err, ErrUnusable) {
+			return err
+		}
+		// JetStream may not answer yet (a cluster electing its leader, NATS
+		// starting): keep trying, as after a deleted stream, rather than exit.
+		logger := klog.FromContext(ctx).WithValues("consumer", e.name)
+		logger.Error(err, "Cannot attach to the event stream yet; retrying", "pause", reattachPause)
+		var ok bool
+		if e.cons, _, ok = e.reattach(ctx, logger, reattachPause); !ok {
+			return fmt.Errorf("attach to stream %s as %s: %w (stopped retrying: %v)", StreamName, e.name, err, ctx.Err())
+		}
+	}
+	return nil
 }
 
 // attach ensures the stream, then the consumer, with the config Open was given.

@@ -247,7 +247,8 @@ func TestEnsureStreamSubjects(t *testing.T) {
 }
 
 // TestEnsureConsumerKeepsTuningButSetsFilters: an operator's ack wait survives a restart and
-// is reported; filter subjects are molt's and are set back.
+// is reported; filter subjects are molt's and are set back (also what moves pod-ready off an
+// older release's hookrunner consumer, onto hookrunner-post).
 func TestEnsureConsumerKeepsTuningButSetsFilters(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	js := startJetStream(t)
@@ -263,7 +264,9 @@ func TestEnsureConsumerKeepsTuningButSetsFilters(t *testing.T) {
 
 	operated := c.CachedInfo().Config // as `nats consumer edit` would
 	operated.AckWait, operated.BackOff = time.Minute, nil
-	operated.FilterSubject, operated.FilterSubjects = "", []string{filterFor(TokenPatched)}
+	// The filters of a hookrunner consumer made before postUpgrade had its own (and of an
+	// operator's edit): both hook inputs.
+	operated.FilterSubject, operated.FilterSubjects = "", []string{filterFor(TokenPatched), filterFor(TokenPodReady)}
 	if _, err := js.UpdateConsumer(ctx, StreamName, operated); err != nil {
 		t.Fatal(err)
 	}

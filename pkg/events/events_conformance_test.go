@@ -380,7 +380,7 @@ func TestConsumeStopsOnCancel(t *testing.T) {
 func TestInProgressKeepsSlowHandlerAlive(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const ackWait = time.Second
-	f := newFixture(t, ctx, ConsumerHookRunner, ConsumerConfig{AckWait: ackWait})
+	f := newFixture(t, ctx, ConsumerHookRunnerPost, ConsumerConfig{AckWait: ackWait})
 	// attempt 1 waits behind attempt 0 on the same subject: kept alive while queued, too.
 	f.publish(t, ctx, testEvent(TypePodReady, "team-a", "sbx", 0), testEvent(TypePodReady, "team-a", "sbx", 1))
 

@@ -15,8 +15,11 @@ import (
 const (
 	// ConsumerPatcher: patcher reacts to requested.
 	ConsumerPatcher = "patcher"
-	// ConsumerHookRunner: hookrunner runs preUpgrade on patched and postUpgrade on pod-ready.
+	// ConsumerHookRunner: hookrunner runs preUpgrade on patched.
 	ConsumerHookRunner = "hookrunner"
+	// ConsumerHookRunnerPost: hookrunner runs postUpgrade on pod-ready. A consumer of its
+	// own, so that a new pod's restore never waits behind other sandboxes' backups.
+	ConsumerHookRunnerPost = "hookrunner-post"
 	// ConsumerPodCycler: podcycler recreates the pod on prehook-done.
 	ConsumerPodCycler = "podcycler"
 	// ConsumerStatusAgg: statusagg aggregates every event into status, Events and metrics.
@@ -27,10 +30,11 @@ const (
 func filterFor(token string) string { return SubjectPrefix + ".*.*." + token }
 
 var consumerFilters = map[string][]string{
-	ConsumerPatcher:    {filterFor(TokenRequested)},
-	ConsumerHookRunner: {filterFor(TokenPatched), filterFor(TokenPodReady)},
-	ConsumerPodCycler:  {filterFor(TokenPreHookDone)},
-	ConsumerStatusAgg:  {StreamSubjects},
+	ConsumerPatcher:        {filterFor(TokenRequested)},
+	ConsumerHookRunner:     {filterFor(TokenPatched)},
+	ConsumerHookRunnerPost: {filterFor(TokenPodReady)},
+	ConsumerPodCycler:      {filterFor(TokenPreHookDone)},
+	ConsumerStatusAgg:      {StreamSubjects},
 }
 
 // Consumers returns the name of every durable consumer, sorted.

@@ -57,8 +57,11 @@ func TestConsumerConfig(t *testing.T) {
 				c.AckPolicy == jetstream.AckExplicitPolicy && c.AckWait == 30*s && c.MaxDeliver == 10 &&
 				slices.Equal(c.BackOff, []time.Duration{30 * s, 60 * s, 120 * s, 240 * s})
 		}, ""},
-		{"two filters", ConsumerHookRunner, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
-			return c.FilterSubject == "" && slices.Equal(c.FilterSubjects, []string{"molt.*.*.patched", "molt.*.*.pod-ready"})
+		{"hookrunner: preUpgrade's input only", ConsumerHookRunner, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
+			return c.Durable == "hookrunner" && c.FilterSubject == "molt.*.*.patched" && c.FilterSubjects == nil
+		}, ""},
+		{"hookrunner-post: postUpgrade's input only", ConsumerHookRunnerPost, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
+			return c.Durable == "hookrunner-post" && c.FilterSubject == "molt.*.*.pod-ready" && c.FilterSubjects == nil
 		}, ""},
 		{"ack wait scales default backoff", ConsumerStatusAgg, ConsumerConfig{AckWait: s}, func(c jetstream.ConsumerConfig) bool {
 			return c.AckWait == s && slices.Equal(c.BackOff, []time.Duration{s, 2 * s, 4 * s, 8 * s})

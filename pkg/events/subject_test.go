@@ -112,10 +112,11 @@ func TestTypeTokens(t *testing.T) {
 // that every event type except progress reaches some stage consumer besides statusagg.
 func TestConsumerFilters(t *testing.T) {
 	want := map[string][]string{
-		ConsumerPatcher:    {"molt.*.*.requested"},
-		ConsumerHookRunner: {"molt.*.*.patched", "molt.*.*.pod-ready"},
-		ConsumerPodCycler:  {"molt.*.*.prehook-done"},
-		ConsumerStatusAgg:  {"molt.>"},
+		ConsumerPatcher:        {"molt.*.*.requested"},
+		ConsumerHookRunner:     {"molt.*.*.patched"},
+		ConsumerHookRunnerPost: {"molt.*.*.pod-ready"},
+		ConsumerPodCycler:      {"molt.*.*.prehook-done"},
+		ConsumerStatusAgg:      {"molt.>"},
 	}
 	for name, filters := range want {
 		got := FilterSubjects(name)

@@ -3,6 +3,7 @@ module molt.dev/services/hookrunner
 go 1.26.0
 
 require (
+	golang.org/x/sync v0.24.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

@@ -21,7 +21,8 @@ const (
 // Config is everything hookrunner needs to run.
 type Config struct {
 	service.Options
-	// MaxHooks bounds how many hooks (and event handlers) run at once.
+	// MaxHooks bounds how many preUpgrade hooks, and how many postUpgrade hooks, run at
+	// once (each with its event handlers; they have a consumer each).
 	MaxHooks int
 	// ReachWait is how long an unreachable agent-runtime is retried.
 	ReachWait time.Duration
@@ -30,7 +31,7 @@ type Config struct {
 // RegisterFlags adds hookrunner's flags (with environment fallbacks) to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Options.RegisterFlags(fs, "hookrunner", DefaultHTTPAddr)
-	fs.IntVar(&c.MaxHooks, "max-hooks", c.Env.Int("MOLT_HOOKRUNNER_MAX_HOOKS", DefaultMaxHooks), "how many hooks run at once (env MOLT_HOOKRUNNER_MAX_HOOKS)")
+	fs.IntVar(&c.MaxHooks, "max-hooks", c.Env.Int("MOLT_HOOKRUNNER_MAX_HOOKS", DefaultMaxHooks), "how many preUpgrade hooks run at once, and how many postUpgrade hooks (env MOLT_HOOKRUNNER_MAX_HOOKS)")
 	fs.DurationVar(&c.ReachWait, "runtime-reach-wait", c.Env.Duration("MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT", DefaultReachWait), "how long an agent-runtime that refuses connections is retried before the hook fails (env MOLT_HOOKRUNNER_RUNTIME_REACH_WAIT)")
 }
 

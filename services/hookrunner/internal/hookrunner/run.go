@@ -3,6 +3,8 @@ package hookrunner
 import (
 	"context"
 
+	"golang.org/x/sync/errgroup"
+
 	"molt.dev/pkg/agentruntime"
 	"molt.dev/pkg/events"
 	"molt.dev/pkg/service"
@@ -15,13 +17,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
 		h := &HookRunner{kube: rt.Kube, agents: rt.Agents, exec: agentruntime.Exec, reachWait: cfg.ReachWait}
-		ep, err := rt.OpenEvents(ctx, events.ConsumerHookRunner, events.ConsumerConfig{})
+		pre, err := rt.OpenEvents(ctx, events.ConsumerHookRunner, events.ConsumerConfig{})
 		if err != nil {
 			return err
 		}
-		h.publisher = ep.Publisher
-		handle := events.FailOnLastDelivery(ep.Publisher, hookFailure, h.Handle)
-		return ep.Consume(ctx, handle, events.WithWorkers(cfg.MaxHooks))
+		post, err := pre.OpenConsumer(ctx, events.ConsumerHookRunnerPost, events.ConsumerConfig{})
+		if err != nil {
+			return err
+		}
+		h.publisher = pre.Publisher
+		handle := events.FailOnLastDelivery(pre.Publisher, hookFailure, h.Handle)
+		// preUpgrade and postUpgrade have a consumer and --max-hooks workers each: a new
+		// pod's restore starts as soon as it is Ready, however many backups are queued.
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return pre.Consume(gctx, handle, events.WithWorkers(cfg.MaxHooks)) })
+		g.Go(func() error { return post.Consume(gctx, handle, events.WithWorkers(cfg.MaxHooks)) })
+		return g.Wait()
 	})
 }
 

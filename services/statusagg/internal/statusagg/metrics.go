@@ -36,6 +36,7 @@ type metrics struct {
 	stageDuration *prometheus.HistogramVec
 	failures      *prometheus.CounterVec
 	redrives      *prometheus.CounterVec
+	queued        *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -65,8 +66,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "molt", Name: "stage_redrives_total",
 			Help: "Stalled stages the watchdog re-drove by publishing the stage's input event again, by stage.",
 		}, []string{"stage"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "molt", Name: "stages_queued_past_deadline",
+			Help: "Sandboxes whose stage is past its deadline while its input event still waits at (or is being handled by) the service that handles it, so the watchdog leaves them alone, by stage; set at each watchdog check.",
+		}, []string{"stage"}),
 	}
-	for _, c := range []prometheus.Collector{m.opsSandboxes, m.opsPhase, m.oldestStage, m.stageDuration, m.failures, m.redrives} {
+	for _, c := range []prometheus.Collector{m.opsSandboxes, m.opsPhase, m.oldestStage, m.stageDuration, m.failures, m.redrives, m.queued} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register statusagg metrics: %w", err)
 		}

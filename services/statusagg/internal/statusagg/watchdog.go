@@ -43,6 +43,9 @@ type watchdog struct {
 	cfg Deadlines
 	pub *events.Publisher
 	now func() time.Time
+	// queues, if set, tells a stage whose input still waits at its consumer from a stalled
+	// one (queue.go).
+	queues *queues
 
 	mu sync.Mutex
 	// driven is what this process re-drove, by (sandbox, attempt, stage). It lives only in
@@ -104,9 +107,11 @@ func (w *watchdog) run(ctx context.Context) error {
 //  1. the stage's deadline (deadline) has not passed since the attempt entered it → leave it;
 //  2. nobody drives it any more (its ops is gone or replaced, or it is no longer claimed by
 //     it) → fail it at once;
-//  3. judge: up to Redrives times, a deadline apart, re-publish the stage's input event
+//  3. its input event of this attempt still waits at the consumer that handles it, which
+//     works through its queue (queue.go) → leave it: it is queued, not stalled;
+//  4. judge: up to Redrives times, a deadline apart, re-publish the stage's input event
 //     under re-drive number n (a new message id);
-//  4. a deadline after the last re-drive, fail it with <Stage>Failed and a message saying
+//  5. a deadline after the last re-drive, fail it with <Stage>Failed and a message saying
 //     what did not arrive.
 func (w *watchdog) check(ctx context.Context) {
 	list, err := w.s.sandboxes.List(labels.Everything())
@@ -115,6 +120,18 @@ func (w *watchdog) check(ctx context.Context) {
 		return
 	}
 	now := w.now()
+	var look *queueLook
+	if w.queues != nil {
+		look = w.queues.look()
+		defer look.done()
+	}
+	queued := map[string]int{}
+	queueErrLogged := false
+	defer func() {
+		for _, stage := range []string{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonPostUpgrade} {
+			w.s.metrics.queued.WithLabelValues(stage).Set(float64(queued[stage]))
+		}
+	}()
 	for _, sb := range list {
 		attempt := upgrade.CurrentAttempt(sb)
 		stage, ok := upgrade.ReasonFor(sb, attempt)
@@ -140,6 +157,18 @@ func (w *watchdog) check(ctx context.Context) {
 			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: %s, so nothing drives this attempt any more; the sandbox is left as it is: create a new SandboxUpdateOps to resume it",
 				stage, stalled.Round(time.Second), orphan))
 		default:
+			if look != nil {
+				where, ok, qerr := look.waiting(ctx, sb.Namespace, sb.Name, attempt, stage, deadline)
+				if ok {
+					queued[stage]++
+					logger.V(2).Info("Past its deadline but queued, not stalled", "stalledFor", stalled.Round(time.Second), "input", where)
+					continue
+				}
+				if qerr != nil && !queueErrLogged {
+					queueErrLogged = true
+					logger.Info("Could not tell whether stages' inputs are still queued; judging them as stalled in this check", "err", qerr)
+				}
+			}
 			switch judge(now, entered, deadline, done, w.cfg.Redrives) {
 			case verdictRedrive:
 				err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled)
@@ -297,7 +326,7 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 		}
 		return fmt.Sprintf("the paused sandbox was woken for its upgrade, but the patcher did not report its pod Ready (pod %s: %s); check podcycler's and the patcher's logs; nothing was patched: create a new SandboxUpdateOps to resume", sb.Name, state)
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
-		return "hookrunner did not report the postUpgrade hook; check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`; create a SandboxUpdateOps with only postUpgrade to run it again"
+		return "hookrunner did not report the postUpgrade hook; check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner-post`; create a SandboxUpdateOps with only postUpgrade to run it again"
 	default:
 		return "the patcher and hookrunner did not report the patch and the preUpgrade hook; check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); the old pod is untouched: create a new SandboxUpdateOps to resume"
 	}

@@ -1,0 +1,171 @@
+package statusagg
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/types"
+
+	"molt.dev/dev/devcluster"
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/service"
+)
+
+func TestLocate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	const limit = 10 * time.Second
+	c := consumerState{ackFloor: 10, delivered: 20, pending: 5, ackPending: 3, moved: now.Add(-time.Second)}
+	stuck := c
+	stuck.moved = now.Add(-limit)
+	idle := c
+	idle.pending, idle.ackPending = 0, 0
+	for _, tc := range []struct {
+		name     string
+		seq      uint64
+		c        consumerState
+		inFlight time.Time
+		want     int
+	}{
+		{"acknowledged", 10, c, time.Time{}, inputHandled},
+		{"not delivered, the queue moves", 21, c, time.Time{}, inputQueued},
+		{"not delivered, the queue has not moved for a deadline", 21, stuck, time.Time{}, inputHandled},
+		{"not delivered, but nothing is pending: gone", 21, idle, time.Time{}, inputHandled},
+		{"delivered, first seen in flight", 15, c, time.Time{}, inputInFlight},
+		{"delivered, in flight for less than two deadlines", 15, c, now.Add(-2*limit + time.Second), inputInFlight},
+		{"delivered, in flight for two deadlines: stalled", 15, c, now.Add(-2 * limit), inputHandled},
+		{"delivered, in flight while the queue is stuck", 15, stuck, time.Time{}, inputInFlight},
+		{"delivered, nothing unacknowledged: handled out of order", 15, idle, time.Time{}, inputHandled},
+	} {
+		if got := locate(tc.seq, tc.c, now, tc.inFlight, limit); got != tc.want {
+			t.Errorf("%s: locate = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestQueueLookOnJetStream asks a real JetStream, as the NATS user statusagg (so auth.conf's
+// permissions are proven too), where a stage's input is: queued behind others, in flight,
+// acknowledged, of another attempt, or never published.
+func TestQueueLookOnJetStream(t *testing.T) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := devcluster.LoadNATSPasswords(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range pw.ServerEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv, err := testenv.StartNATS(devcluster.NATSAuthConf(root), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	connect := func(user string) jetstream.JetStream {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, pw.Password(user)), nats.CustomInboxPrefix(service.InboxPrefix(user)))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	ctx := context.Background()
+	admin := connect("admin")
+	if _, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	hookrunner, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(admin, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched := func(name, attempt string) {
+		ev := events.Event{Type: events.TypePatched, Data: events.Data{
+			Sandbox: events.SandboxRef{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Ops:     events.OpsRef{Name: "ops", UID: types.UID(attempt)}, Attempt: attempt, TargetRevision: "r2",
+		}}
+		if err := pub.Publish(ctx, ev); err != nil {
+			t.Fatalf("publish patched for %s: %v", name, err)
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		patched(n, "att")
+	}
+	patched("old", "earlier-attempt")
+
+	now := time.Unix(1000, 0)
+	q := newQueues(connect("statusagg"), func() time.Time { return now })
+	const limit = 30 * time.Second
+	pre := agentsv1alpha1.UpgradingReasonPreUpgrade
+	waiting := func(name, attempt string) bool {
+		t.Helper()
+		l := q.look()
+		defer l.done()
+		where, ok, err := l.waiting(ctx, "ns", name, attempt, pre, limit)
+		if err != nil {
+			t.Fatalf("waiting(%s): %v", name, err)
+		}
+		t.Logf("%s: waiting %v %s", name, ok, where)
+		return ok
+	}
+	if !waiting("c", "att") {
+		t.Error("c's patched, published and not delivered, is not seen queued")
+	}
+	if waiting("old", "att") {
+		t.Error("an earlier attempt's patched counts as this attempt's input")
+	}
+	if waiting("never", "att") {
+		t.Error("a sandbox whose input was never published is seen queued")
+	}
+
+	// Deliver a and b; ack a.
+	batch, err := hookrunner.Fetch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []jetstream.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+	}
+	if len(got) != 2 {
+		t.Fatalf("fetched %d messages, want 2", len(got))
+	}
+	if err := got[0].DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if waiting("a", "att") {
+		t.Error("a's acknowledged patched is seen queued")
+	}
+	if !waiting("b", "att") {
+		t.Error("b's patched, delivered and not acknowledged, is not seen in flight")
+	}
+	now = now.Add(2 * limit)
+	if waiting("b", "att") {
+		t.Error("b's patched, held by a handler for two deadlines, is still seen in flight: a hung handler would hold the stage forever")
+	}
+	// c's queue has not moved for a deadline either (nothing was taken or finished since).
+	if waiting("c", "att") {
+		t.Error("c's patched is seen queued though its consumer has not moved for a deadline")
+	}
+	if err := got[1].DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !waiting("c", "att") {
+		t.Error("c's patched is not seen queued after its consumer moved again")
+	}
+}
