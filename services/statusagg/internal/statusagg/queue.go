@@ -34,6 +34,13 @@ var stageInputs = map[string][]stageInput{
 	agentsv1alpha1.UpgradingReasonPostUpgrade: {{events.TypePodReady, events.ConsumerHookRunnerPost}},
 }
 
+// stageOutputs are, per stage, the events that end it: the next stage's input, or failed.
+var stageOutputs = map[string][]string{
+	agentsv1alpha1.UpgradingReasonPreUpgrade:  {events.TypePreHookDone, events.TypeFailed},
+	agentsv1alpha1.UpgradingReasonUpgradePod:  {events.TypePodReady, events.TypeFailed},
+	agentsv1alpha1.UpgradingReasonPostUpgrade: {events.TypePostHookDone, events.TypeFailed},
+}
+
 // consumerState is what the watchdog needs of a consumer: stream sequences acknowledged (all
 // up to ackFloor) and delivered (up to delivered), how many matching messages are not
 // delivered yet (pending) or delivered and not acknowledged (ackPending), and when the
@@ -118,8 +125,9 @@ func (l *queueLook) done() {
 }
 
 // waiting says whether an input event of stage for sb's attempt is still waiting at the
-// consumer that handles it (see locate), and describes where for the log. An error (NATS
-// unreachable, the stream or consumer gone) leaves the stage to be judged as usual.
+// consumer that handles it (see locate), or the stage's end was just reported (reported),
+// and describes where for the log. An error (NATS unreachable, the stream or consumer
+// gone) leaves the stage to be judged as usual.
 func (l *queueLook) waiting(ctx context.Context, ns, name, attempt, stage string, limit time.Duration) (string, bool, error) {
 	if l.broken != nil {
 		return "", false, l.broken
@@ -134,30 +142,70 @@ func (l *queueLook) waiting(ctx context.Context, ns, name, attempt, stage string
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		where, ok, err := l.reported(ctx, ns, name, attempt, stage, limit)
+		if ok {
+			return where, true, nil
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		l.broken = errors.Join(errs...)
 	}
 	return "", false, l.broken
 }
 
-func (l *queueLook) input(ctx context.Context, ns, name, attempt string, in stageInput, limit time.Duration) (string, bool, error) {
-	tok, _ := events.TokenFor(in.eventType)
+// last returns the last message on sandbox ns/name's subject of eventType if it belongs
+// to attempt; nil if there is none (never published, or lost with the stream) or it is an
+// earlier attempt's.
+func (l *queueLook) last(ctx context.Context, ns, name, eventType, attempt string) (*jetstream.RawStreamMsg, error) {
+	tok, _ := events.TokenFor(eventType)
 	subject := events.SandboxSubject(ns, name, tok)
 	if l.stream == nil && l.streamErr == nil {
 		l.stream, l.streamErr = l.q.js.Stream(ctx, events.StreamName)
 	}
 	if l.streamErr != nil {
-		return "", false, fmt.Errorf("look up stream %s: %w", events.StreamName, l.streamErr)
+		return nil, fmt.Errorf("look up stream %s: %w", events.StreamName, l.streamErr)
 	}
 	msg, err := l.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", false, nil // never published, or lost with the stream: re-drive it
+		return nil, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("get the last message on %s: %w", subject, err)
+		return nil, fmt.Errorf("get the last message on %s: %w", subject, err)
 	}
 	if ev, err := events.Decode(msg.Data); err != nil || ev.Data.Attempt != attempt {
-		return "", false, nil // an earlier attempt's
+		return nil, nil
+	}
+	return msg, nil
+}
+
+// reported says whether the stage already reported its end (stageOutputs) for attempt less
+// than limit ago: its handler acknowledged the input after publishing that, and statusagg
+// has not applied it yet. Without this, the moment between the two would be taken for a
+// stall and re-driven. A report older than limit that statusagg did not act on is not
+// waited for: the stage is judged as usual.
+func (l *queueLook) reported(ctx context.Context, ns, name, attempt, stage string, limit time.Duration) (string, bool, error) {
+	for _, out := range stageOutputs[stage] {
+		msg, err := l.last(ctx, ns, name, out, attempt)
+		if err != nil {
+			return "", false, err
+		}
+		if msg != nil && l.q.now().Sub(msg.Time) < limit {
+			tok, _ := events.TokenFor(out)
+			return fmt.Sprintf("%s (stream sequence %d) was published at %s and is not applied yet", tok, msg.Sequence, msg.Time.UTC().Format(time.RFC3339)), true, nil
+		}
+	}
+	return "", false, nil
+}
+
+func (l *queueLook) input(ctx context.Context, ns, name, attempt string, in stageInput, limit time.Duration) (string, bool, error) {
+	tok, _ := events.TokenFor(in.eventType)
+	msg, err := l.last(ctx, ns, name, in.eventType, attempt)
+	if err != nil || msg == nil {
+		return "", false, err // none of this attempt: re-drive it
 	}
 	c, err := l.consumer(ctx, in.consumer)
 	if err != nil {

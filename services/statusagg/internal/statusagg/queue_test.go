@@ -94,21 +94,22 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patched := func(name, attempt string) {
-		ev := events.Event{Type: events.TypePatched, Data: events.Data{
+	publish := func(typ, name, attempt string) {
+		ev := events.Event{Type: typ, Data: events.Data{
 			Sandbox: events.SandboxRef{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
 			Ops:     events.OpsRef{Name: "ops", UID: types.UID(attempt)}, Attempt: attempt, TargetRevision: "r2",
 		}}
 		if err := pub.Publish(ctx, ev); err != nil {
-			t.Fatalf("publish patched for %s: %v", name, err)
+			t.Fatalf("publish %s for %s: %v", typ, name, err)
 		}
 	}
+	patched := func(name, attempt string) { publish(events.TypePatched, name, attempt) }
 	for _, n := range []string{"a", "b", "c"} {
 		patched(n, "att")
 	}
 	patched("old", "earlier-attempt")
 
-	now := time.Unix(1000, 0)
+	now := time.Now() // the stream's messages carry the server's time
 	q := newQueues(connect("statusagg"), func() time.Time { return now })
 	const limit = 30 * time.Second
 	pre := agentsv1alpha1.UpgradingReasonPreUpgrade
@@ -151,12 +152,23 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	if waiting("a", "att") {
 		t.Error("a's acknowledged patched is seen queued")
 	}
+	// a's hook reported its end (prehook-done) and statusagg has not applied it yet: the
+	// stage is not stalled, for a deadline.
+	publish(events.TypePreHookDone, "a", "att")
+	if !waiting("a", "att") {
+		t.Error("a's PreUpgrade, whose prehook-done was just published, is taken for a stall")
+	}
 	if !waiting("b", "att") {
 		t.Error("b's patched, delivered and not acknowledged, is not seen in flight")
 	}
 	now = now.Add(2 * limit)
 	if waiting("b", "att") {
 		t.Error("b's patched, held by a handler for two deadlines, is still seen in flight: a hung handler would hold the stage forever")
+	}
+	// (Each look is one watchdog check, which forgets what it did not see in flight: a is
+	// asked after b.)
+	if waiting("a", "att") {
+		t.Error("a's prehook-done, published two deadlines ago and not applied, still holds its stage")
 	}
 	// c's queue has not moved for a deadline either (nothing was taken or finished since).
 	if waiting("c", "att") {
