@@ -65,7 +65,7 @@ $(BIN)/nats-server: dev/go.mod dev/go.sum
 	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 ##@ Develop
-.PHONY: generate verify vet test test-rules test-deploy test-tmux test-unit bench
+.PHONY: generate verify vet test test-rules test-deploy test-tmux test-unit bench bench-faults
 generate: ## regenerate deepcopy, clients, informers, listers, CRDs and protobuf code
 	hack/update-codegen.sh
 	hack/update-proto.sh
@@ -94,6 +94,13 @@ bench: up ## time issue 12's shapes on the local stack (BENCH_SHAPES, BENCH_SCAL
 	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids -n $(BENCH_N) --out $(BENCH_OUT) \
 		--shapes=$(BENCH_SHAPES) --scale=$(if $(filter 1,$(BENCH_SCALE)),true,false) \
 		--floor=$(if $(filter 0,$(BENCH_FLOOR)),false,true) --hook-n $(BENCH_HOOK_N)
+
+FAULTS_N    ?= 300
+FAULTS_OUT  ?= faults-results.md
+FAULTS_WIPE ?= 0
+bench-faults: up ## kill -9 molt's services and NATS in turn while FAULTS_N sandboxes upgrade with hooks, then check every invariant (FAULTS_WIPE=1 also removes NATS's store once) into FAULTS_OUT
+	$(BIN)/molt-bench --kubeconfig .molt/kubeconfig --pid-dir .molt/pids --faults --faults-n $(FAULTS_N) --faults-out $(FAULTS_OUT) \
+		--faults-wipe-nats=$(if $(filter 1,$(FAULTS_WIPE)),true,false)
 
 test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit tests (installs Debian's prometheus if needed)
 	@hack/prometheus.sh

@@ -32,6 +32,14 @@ type Target struct {
 	// it returns "" (no token set) every request is refused. Nil turns the
 	// check off: only for tests of the protocol alone, never in Serve.
 	AccessToken func() string
+	// Stale, when set, is asked on every request, before the token: true
+	// says this runtime's pod no longer holds the address it listens on
+	// (it is terminating, or the address went to another pod, which this
+	// process has not seen yet), and the request is answered 503 (code
+	// Unavailable, which a caller retries as unreachable). A call for the
+	// address's new pod must not run in, or be refused by, the old one: a
+	// real pod's runtime goes with its network namespace.
+	Stale func() bool
 	// Keepalive is the keepalive period; zero means DefaultKeepalive.
 	Keepalive time.Duration
 	// Retention is how long a tagged process's events are kept after its
@@ -59,14 +67,20 @@ func NewHandler(target Target) (string, http.Handler) {
 	if target.AccessToken == nil {
 		return path, h
 	}
-	return path, requireToken(target.AccessToken, h)
+	return path, requireToken(target.AccessToken, target.Stale, h)
 }
 
-// requireToken refuses, with HTTP 401 as envd does (code Unauthenticated
-// to a Connect or gRPC client), every request whose X-Access-Token is not
-// token(): a missing or wrong one, and any when token() is "".
-func requireToken(token func() string, next http.Handler) http.Handler {
+// requireToken answers 503 while stale (may be nil) says the address is no
+// longer this pod's, and refuses, with HTTP 401 as envd does (code
+// Unauthenticated to a Connect or gRPC client), every request whose
+// X-Access-Token is not token(): a missing or wrong one, and any when
+// token() is "".
+func requireToken(token func() string, stale func() bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stale != nil && stale() {
+			http.Error(w, "this address no longer belongs to the pod this runtime serves", http.StatusServiceUnavailable)
+			return
+		}
 		want := token()
 		if want == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(headerAccessToken)), []byte(want)) != 1 {
 			http.Error(w, "invalid access token", http.StatusUnauthorized)

@@ -66,3 +66,39 @@ func TestAccessTokenIsAlwaysRequired(t *testing.T) {
 		})
 	}
 }
+
+// A runtime whose pod no longer holds its address answers every call with
+// 503 (unreachable to the caller, who retries), neither running it nor
+// refusing its token: the call was meant for the address's new pod, maybe
+// the same sandbox's, with the same token.
+func TestStaleRuntimeAnswersUnavailable(t *testing.T) {
+	var mu sync.Mutex
+	stale := false
+	url := serve(t, devruntime.Target{
+		AccessToken: func() string { return "s3cret" },
+		Stale:       func() bool { mu.Lock(); defer mu.Unlock(); return stale },
+	})
+	call := func(token string) (agentruntime.Result, error) {
+		return agentruntime.Exec(context.Background(), agentruntime.ExecRequest{
+			BaseURL: url, AccessToken: token, Command: []string{"/bin/bash", "-c", "echo ran"}, Timeout: 10 * time.Second,
+		})
+	}
+	if _, err := call("other"); !errors.Is(err, agentruntime.ErrUnauthenticated) {
+		t.Errorf("wrong token, address held: %v; want %v", err, agentruntime.ErrUnauthenticated)
+	}
+	mu.Lock()
+	stale = true
+	mu.Unlock()
+	if _, err := call("other"); !errors.Is(err, agentruntime.ErrUnreachable) || errors.Is(err, agentruntime.ErrUnauthenticated) {
+		t.Errorf("wrong token, address gone to another pod: %v; want %v", err, agentruntime.ErrUnreachable)
+	}
+	if res, err := call("s3cret"); !errors.Is(err, agentruntime.ErrUnreachable) {
+		t.Errorf("right token, address gone to another pod: %+v, %v; want %v", res, err, agentruntime.ErrUnreachable)
+	}
+	mu.Lock()
+	stale = false
+	mu.Unlock()
+	if res, err := call("s3cret"); err != nil || res.Stdout != "ran\n" {
+		t.Errorf("right token, address held: %+v, %v; want the command run", res, err)
+	}
+}

@@ -193,7 +193,7 @@ func (r *runtimes) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("listen for pod %s on %s: %w", key, addr, err)
 	}
 	stopped := make(chan struct{})
-	srv := NewServer(Target{View: ViewOf(r.cfg.StateDir, pod), AccessToken: r.accessToken(pod), Keepalive: r.cfg.Keepalive, Stopped: stopped})
+	srv := NewServer(Target{View: ViewOf(r.cfg.StateDir, pod), AccessToken: r.accessToken(pod), Stale: r.stale(pod, addr), Keepalive: r.cfg.Keepalive, Stopped: stopped})
 	go func() { _ = srv.Serve(l) }()
 	r.served[key] = &served{uid: pod.UID, addr: addr, srv: srv, stopped: stopped}
 	logger.Info("Serving agent-runtime", "uid", pod.UID, "address", addr)
@@ -252,6 +252,37 @@ func (r *runtimes) accessToken(pod *corev1.Pod) func() string {
 			return ""
 		}
 		return agentruntime.AccessToken(sb.Annotations)
+	}
+}
+
+// stale says whether pod no longer holds addr: it is gone, replaced,
+// terminating or on another address, by the cache or else by the API
+// server. kwok hands a deleted pod's IP to the next pod at once (the next
+// pod may be the same sandbox's, with the same token), and this process may
+// not have seen either change yet: its informers lag behind a burst of pod
+// replacements by seconds. Asked on every request; an error of the question
+// says not stale.
+func (r *runtimes) stale(pod *corev1.Pod, addr string) func() bool {
+	ns, name, uid := pod.Namespace, pod.Name, pod.UID
+	gone := func(cur *corev1.Pod) bool {
+		return cur.UID != uid || cur.DeletionTimestamp != nil || !Serves(cur) ||
+			net.JoinHostPort(cur.Status.PodIP, strconv.Itoa(r.cfg.Port)) != addr
+	}
+	return func() bool {
+		// The cache first: it may already know.
+		if cur, err := r.pods.Pods(ns).Get(name); apierrors.IsNotFound(err) || (err == nil && gone(cur)) {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		cur, err := r.cfg.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true
+		case err != nil:
+			return false
+		}
+		return gone(cur)
 	}
 }
 

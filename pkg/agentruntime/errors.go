@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -20,13 +21,16 @@ var (
 	// ErrTimeout: the call did not end within ExecRequest.Timeout
 	// ("timed out after N seconds").
 	ErrTimeout = errors.New("timed out")
-	// ErrUnreachable: nothing answered at the base URL ("agent-runtime at
-	// <url> is not reachable: <cause>").
+	// ErrUnreachable: nothing answered at the base URL, or what answered
+	// said it is unavailable (HTTP 503, code Unavailable) before the call
+	// started anything ("agent-runtime at <url> is not reachable: <cause>").
 	ErrUnreachable = errors.New("agent-runtime is not reachable")
-	// ErrConnectionLost: the agent-runtime reset the connection before the
-	// end event ("connection to the agent-runtime at <url> was reset:
-	// <cause>"). Whether the command started is unknown; a call with the
-	// same Tag follows that run if it did, so only tagged calls retry it.
+	// ErrConnectionLost: the connection to the agent-runtime was reset,
+	// broken or cut mid-message before the end event ("connection to the
+	// agent-runtime at <url> was reset|lost: <cause>"), as when its pod
+	// goes away during a call. Whether the command started is unknown; a
+	// call with the same Tag follows that run if it did, so only tagged
+	// calls retry it.
 	ErrConnectionLost = errors.New("connection to the agent-runtime was lost")
 	// ErrUnauthenticated: the agent-runtime refused X-Access-Token.
 	ErrUnauthenticated = errors.New("agent-runtime rejected the access token")
@@ -92,8 +96,17 @@ func classify(parent, callCtx context.Context, err error, baseURL string, timeou
 		return &execError{kind: ErrTimeout, msg: "timed out after " + seconds(timeout) + " seconds", cause: err}
 	case errors.As(err, &dial) && dial.Op == "dial":
 		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, dial), cause: err}
+	case connect.CodeOf(err) == connect.CodeUnavailable:
+		// Answered, but not as the runtime: one starting up, or a proxy with
+		// no runtime behind it. A tagged call made again follows a run that
+		// may have started.
+		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, err), cause: err}
 	case errors.Is(err, syscall.ECONNRESET):
 		return &execError{kind: ErrConnectionLost, msg: fmt.Sprintf("connection to the agent-runtime at %s was reset: %v", baseURL, err), cause: err}
+	case errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF):
+		// Written to a connection the runtime had closed, or cut in the
+		// middle of a message: the same loss as a reset.
+		return &execError{kind: ErrConnectionLost, msg: fmt.Sprintf("connection to the agent-runtime at %s was lost: %v", baseURL, err), cause: err}
 	case connect.CodeOf(err) == connect.CodeUnauthenticated:
 		return &execError{kind: ErrUnauthenticated, msg: ErrUnauthenticated.Error(), cause: err}
 	default:

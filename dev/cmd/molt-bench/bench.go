@@ -277,6 +277,15 @@ func (b *bench) waitOps(ctx context.Context, run string, want int) (map[string]o
 
 // setup creates the namespace and N sandboxes (paused ones for the floor).
 func (b *bench) setup(ctx context.Context, ns string, n int, paused bool) error {
+	return b.setupWith(ctx, ns, n, func(sb *agentsv1alpha1.Sandbox) { sb.Spec.Paused = paused })
+}
+
+// sandboxName is the name of a run's i-th sandbox.
+func sandboxName(i int) string { return fmt.Sprintf("sb-%04d", i) }
+
+// setupWith creates the namespace and N sandboxes, each changed by mutate
+// before it is created.
+func (b *bench) setupWith(ctx context.Context, ns string, n int, mutate func(*agentsv1alpha1.Sandbox)) error {
 	_, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("namespace %s exists from an earlier run: delete it (kubectl delete ns %s) and run again", ns, ns)
@@ -285,9 +294,9 @@ func (b *bench) setup(ctx context.Context, ns string, n int, paused bool) error 
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
 	return parallel(ctx, n, 32, func(i int) error {
-		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sb-%04d", i), Namespace: ns, Labels: map[string]string{"bench": ns}}}
-		sb.Spec.Paused = paused
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: sandboxName(i), Namespace: ns, Labels: map[string]string{"bench": ns}}}
 		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "my-registry/sandbox-image:v1"}}}}
+		mutate(sb)
 		_, err := b.agents.AgentsV1alpha1().Sandboxes(ns).Create(ctx, sb, metav1.CreateOptions{})
 		return err
 	})

@@ -6,7 +6,8 @@
 // per-stage latency from the event history and peak RSS. It also measures
 // the floor: how fast this API server accepts the minimal writes one upgrade
 // needs, issued directly with client-go at full concurrency. It is a
-// benchmark: it asserts nothing.
+// benchmark: it asserts nothing. With --faults it runs the faults check
+// instead (faults.go), which does assert.
 package main
 
 import (
@@ -41,6 +42,9 @@ type config struct {
 	timeout          time.Duration
 	hookN            int
 	hookSleep        int
+	// faults runs the faults check (faults.go) instead of the shapes.
+	faults bool
+	fc     faultsConfig
 }
 
 func main() {
@@ -68,6 +72,14 @@ func run() error {
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a run after this long")
 	fs.IntVar(&c.hookN, "hook-n", 50, "sandboxes of the hook shape (0 skips it): a preUpgrade that sleeps, maxUnavailable 100%")
 	fs.IntVar(&c.hookSleep, "hook-seconds", 2, "how long the hook shape's preUpgrade sleeps")
+	fs.BoolVar(&c.faults, "faults", false, "run the faults check instead of the shapes: --faults-n sandboxes with backup/restore hooks upgrade while molt's services and NATS are killed with SIGKILL in turn; exits non-zero if an invariant breaks")
+	fs.IntVar(&c.fc.n, "faults-n", 300, "sandboxes of the faults check")
+	fs.DurationVar(&c.fc.every, "faults-every", 5*time.Second, "time between two kills of the faults check")
+	fs.DurationVar(&c.fc.down, "faults-down", time.Second, "how long a killed process stays down")
+	fs.IntVar(&c.fc.maxKills, "faults-kills", 100, "at most this many kills (the kills stop when the ops ends)")
+	fs.BoolVar(&c.fc.wipeNATS, "faults-wipe-nats", false, "NATS's second kill also removes its store, as a NATS without a persistent volume loses it (recovery then waits for the stages' deadlines)")
+	fs.IntVar(&c.fc.hookSeconds, "faults-hook-seconds", 5, "how long the faults check's backup hook sleeps")
+	fs.StringVar(&c.fc.out, "faults-out", "faults-results.md", "report of the faults check")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -105,6 +117,12 @@ func run() error {
 
 	// Namespaces of earlier runs may still be terminating: each run gets its own.
 	runID := time.Now().Format("150405")
+	if c.faults {
+		if c.fc.n < 1 {
+			return fmt.Errorf("flag --faults-n=%d: must be at least 1", c.fc.n)
+		}
+		return b.faultsRun(ctx, runID, c.fc)
+	}
 	var results []runResult
 	for _, s := range shapes {
 		r, err := b.upgradeRun(ctx, runID, s)

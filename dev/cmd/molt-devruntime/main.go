@@ -163,6 +163,10 @@ func execCommand(ctx context.Context, args []string) error {
 }
 
 func clients(cfg *rest.Config) (kubernetes.Interface, versioned.Interface, error) {
+	// The runtime asks the API server on its rare paths (a token or an
+	// address its cache cannot confirm), but then for many pods at once:
+	// client-go's default of 5 a second would make them time out.
+	cfg.QPS, cfg.Burst = 100, 200
 	kube, err := kubernetes.NewForConfig(service.ProtobufConfig(cfg))
 	if err != nil {
 		return nil, nil, fmt.Errorf("build kubernetes client: %w", err)

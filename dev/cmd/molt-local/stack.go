@@ -25,13 +25,22 @@ type stackConfig struct {
 	cluster  devcluster.Config
 }
 
-// services are molt's five services with their default health addresses.
-var services = []struct{ name, addr string }{
-	{"selector", "127.0.0.1:9101"},
-	{"patcher", "127.0.0.1:9102"},
-	{"hookrunner", "127.0.0.1:9103"},
-	{"podcycler", "127.0.0.1:9104"},
-	{"statusagg", "127.0.0.1:9105"},
+// services are molt's five services with their default health addresses
+// and the flags the local stack gives them beyond the common ones.
+var services = []struct {
+	name, addr string
+	flags      []string
+}{
+	{"selector", "127.0.0.1:9101", nil},
+	{"patcher", "127.0.0.1:9102", nil},
+	// kwok marks a new pod Ready at once, and the development runtime
+	// starts serving it when it sees the pod Running: behind a burst of
+	// hundreds of replacements that is up to half a minute later (a real
+	// pod's agent-runtime runs when the pod is Ready). The restore waits
+	// for it rather than failing the sandbox; 15s is the default.
+	{"hookrunner", "127.0.0.1:9103", []string{"--runtime-reach-wait=60s"}},
+	{"podcycler", "127.0.0.1:9104", nil},
+	{"statusagg", "127.0.0.1:9105", nil},
 }
 
 // stopOrder stops dependents before what they depend on.
@@ -133,7 +142,7 @@ func up(c stackConfig) error {
 	for _, s := range services {
 		if _, err := c.cluster.Launch(s.name, filepath.Join(c.binDir, s.name), append([]string{
 			"--kubeconfig=" + kubeconfig, "--nats-url=" + c.natsURL(), "--http-addr=" + s.addr,
-		}, passwords.ServiceArgs(s.name)...), nil); err != nil {
+		}, append(passwords.ServiceArgs(s.name), s.flags...)...), nil); err != nil {
 			_ = down(c)
 			return err
 		}
