@@ -115,7 +115,9 @@ func (b *bench) faultsRun(ctx context.Context, runID string, fc faultsConfig) er
 		if time.Now().After(deadline) {
 			break
 		}
-		procs.reviveCrashed()
+		if err := procs.reviveCrashed(); err != nil {
+			return err
+		}
 		if len(kills) < fc.maxKills && time.Now().After(next) {
 			victim := faultVictims[len(kills)%len(faultVictims)]
 			wipe := len(kills) == wipeAt
@@ -134,7 +136,9 @@ func (b *bench) faultsRun(ctx context.Context, runID string, fc faultsConfig) er
 		}
 	}
 	wall := time.Since(start)
-	procs.reviveCrashed()
+	if err := procs.reviveCrashed(); err != nil {
+		return err
+	}
 	decreases := sampler.finish()
 	fmt.Printf("faults: ops %s after %s and %d kills; checking every sandbox\n", phaseOf(final), wall.Round(time.Second), len(kills))
 
@@ -456,20 +460,32 @@ func (k *killer) kill9AndRestart(name string, down time.Duration, wipe bool) err
 
 // reviveCrashed starts again every process of faultVictims that is not
 // running, counting it as crashed: only the run's own kills may stop one.
-func (k *killer) reviveCrashed() {
+// Several gone at once, or a pid file gone, is the stack being stopped
+// (make down) rather than a crash: it starts nothing then and says so.
+func (k *killer) reviveCrashed() error {
+	var dead []string
 	for _, name := range faultVictims {
 		pid, _, err := k.pidOf(name)
-		if err != nil || k.alive(name, pid) {
-			continue
+		if err != nil {
+			return fmt.Errorf("the pid file of %s is gone (%v): the local stack is being stopped; the run ends", name, err)
 		}
+		if !k.alive(name, pid) {
+			dead = append(dead, name)
+		}
+	}
+	if len(dead) > 1 {
+		return fmt.Errorf("%s are all gone at once: the local stack is being stopped (make down?); the run ends", strings.Join(dead, ", "))
+	}
+	for _, name := range dead {
 		k.mu.Lock()
 		k.crashed[name]++
 		k.mu.Unlock()
-		fmt.Printf("  %s (pid %d) exited on its own; starting it again\n", name, pid)
+		fmt.Printf("  %s exited on its own; starting it again\n", name)
 		if err := k.start(name); err != nil {
 			fmt.Printf("  %v\n", err)
 		}
 	}
+	return nil
 }
 
 // start starts name as it was started before, detached (in its own session,

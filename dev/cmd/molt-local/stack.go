@@ -35,9 +35,10 @@ var services = []struct {
 	{"patcher", "127.0.0.1:9102", nil},
 	// kwok marks a new pod Ready at once, and the development runtime
 	// starts serving it when it sees the pod Running: behind a burst of
-	// hundreds of replacements that is up to half a minute later (a real
-	// pod's agent-runtime runs when the pod is Ready). The restore waits
-	// for it rather than failing the sandbox; 15s is the default.
+	// hundreds of replacements that is seconds later (up to 7 s seen with
+	// 300 at once; a real pod's agent-runtime runs when the pod is Ready).
+	// The restore waits for it rather than failing the sandbox, with room
+	// to spare on a slower machine; 15s is the default.
 	{"hookrunner", "127.0.0.1:9103", []string{"--runtime-reach-wait=60s"}},
 	{"podcycler", "127.0.0.1:9104", nil},
 	{"statusagg", "127.0.0.1:9105", nil},
