@@ -26,7 +26,10 @@ import (
 // (handlePreHookDone) share it.
 type cycler struct {
 	// gone wakes waitNameFree when an old pod's delete reaches the cache.
-	gone      podGone
+	gone podGone
+	// created holds back a second create of a pod this process just created while
+	// the pod cache does not show it yet (see createMissingPod).
+	created   createdPods
 	kube      kubernetes.Interface
 	agents    agentsclient.Interface
 	sandboxes agentslisters.SandboxLister
@@ -83,6 +86,7 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 	if apierrors.IsNotFound(err) {
 		c.reported.Delete(key)
 		c.gone.forget(key)
+		c.created.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -140,6 +144,9 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 //     good backup, upgrade.ResumeAt);
 //   - otherwise → a plain pod from spec.template.
 //
+// A sandbox whose pod this process created a moment ago, and which the pod cache does
+// not show yet, waits for the cache (createdPods) instead of sending the create again.
+//
 // Before it creates a pod it gives a sandbox without a runtime-access-token annotation a
 // random one (ensureAccessToken): the agent-runtime refuses every call without it.
 func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) error {
@@ -161,6 +168,11 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 			return nil
 		}
 	}
+	if wait := c.created.pending(key, sb.UID, c.now()); wait > 0 {
+		logger.V(4).Info("Skip for now: the pod cache does not show the pod created here yet", "recheckIn", wait)
+		c.ctl.EnqueueAfter(key, wait)
+		return nil
+	}
 	wrote, err := ensureAccessToken(ctx, c.agents, sb)
 	if err != nil {
 		return err
@@ -179,7 +191,13 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	case agentsv1alpha1.IsUpgradingFailedReason(reason):
 		pod = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps])
 	}
+	// Expected before it is sent: the informer may report the pod before Create returns.
+	// A create refused as AlreadyExists keeps the entry, as the pod exists.
+	c.created.expect(key, sb.UID, c.now())
 	created, err := c.createPod(ctx, pod, why)
+	if err != nil {
+		c.created.forget(key)
+	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		logger.V(2).Info("Skip: namespace is being deleted, and the sandbox with it")
 		return nil
@@ -220,6 +238,7 @@ func (c *cycler) enqueueOwner(obj any) {
 		return
 	}
 	if key, ok := ownerSandbox(pod); ok {
+		c.created.forget(key)
 		c.ctl.EnqueueKey(key)
 	}
 }
