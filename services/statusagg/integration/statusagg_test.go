@@ -285,7 +285,8 @@ func patchThatChangesNothingCompletes(t *testing.T, h *harness) {
 		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted
 	})
 	c := meta.FindStatusCondition(done.Status.Conditions, agentsv1alpha1.ConditionProgressing)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != statusagg.ProgressingReasonNothingToUpdate || c.Message != "no sandbox needs this patch" {
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != statusagg.ProgressingReasonNothingToUpdate ||
+		c.Message != "no sandbox needs this patch: of the 1 sandbox in namespace "+ns+", 1 already has the patched template" {
 		t.Errorf("Progressing = %+v, want False/NothingToUpdate", c)
 	}
 	if done.Status.Replicas != 0 {

@@ -28,7 +28,8 @@ const (
 	ProgressingReasonPaused = "Paused"
 	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
 	ProgressingReasonCompleted = "Completed"
-	// ProgressingReasonNothingToUpdate: Progressing=False, no sandbox needs the patch.
+	// ProgressingReasonNothingToUpdate: Progressing=False, no sandbox needs the
+	// patch; the message says which rules left the sandboxes out.
 	ProgressingReasonNothingToUpdate = "NothingToUpdate"
 	// ProgressingReasonFailureBudgetExhausted: Progressing=False, failures
 	// used up maxUnavailable (see the FailureBudgetExhausted condition).
@@ -73,7 +74,8 @@ const maxNamedFailures = 10
 //   - a patch selector found unworkable → Failed, InvalidPatch=True;
 //   - not the active ops → Pending, WaitingForNamespace=True naming it;
 //   - a spec that cannot select → Pending, Progressing=False/InvalidSpec;
-//   - nothing to update → Completed, Progressing=False/NothingToUpdate;
+//   - nothing to update → Completed, Progressing=False/NothingToUpdate, saying
+//     which rules left the namespace's sandboxes out (upgrade.NothingSelected);
 //   - all updated → Completed, Progressing=False/Completed;
 //   - failures, nothing updating, and nothing left to start or no budget to
 //     start it → Failed, FailureBudgetExhausted=True naming the failures;
@@ -113,7 +115,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		progressing.Reason, progressing.Message = ProgressingReasonInvalidSpec, selErr.Error()
 	case sel.Total() == 0:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
-		progressing.Reason, progressing.Message = ProgressingReasonNothingToUpdate, "no sandbox needs this patch"
+		progressing.Reason, progressing.Message = ProgressingReasonNothingToUpdate, upgrade.NothingSelected(ops.Namespace, sel)
 	case sel.Updated == sel.Total():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
 		progressing.Reason, progressing.Message = ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())

@@ -1,0 +1,78 @@
+package upgrade
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// NothingSelected says why a selection of the ops's namespace has no
+// candidate, for the ops's NothingToUpdate condition: how many of the
+// namespace's sandboxes each rule left out, in the order the rules are
+// checked. A selector with a typo and a patch already applied both end with
+// nothing to update; only the message tells them apart. Unless every sandbox
+// left out already has the patched template (an ops applied twice), it says
+// where to see each sandbox with why.
+func NothingSelected(namespace string, s Selection) string {
+	if len(s.Excluded) == 0 {
+		return fmt.Sprintf("no sandbox needs this patch: namespace %s has no sandbox (an ops selects only in its own namespace)", namespace)
+	}
+	count := map[string]int{}
+	phases := map[string]int{}
+	var selector, claimedBy string
+	for _, e := range s.Excluded {
+		count[e.Reason]++
+		switch e.Reason {
+		case ExcludedSelector:
+			selector = e.Detail
+		case ExcludedStateFilter:
+			phases[e.Detail]++
+		case ExcludedOtherOps:
+			claimedBy = e.Detail
+		}
+	}
+	var parts []string
+	// add counts one rule's sandboxes, with the verb in the singular (one) or plural (many).
+	add := func(reason, one, many string) {
+		switch n := count[reason]; {
+		case n == 1:
+			parts = append(parts, "1 "+one)
+		case n > 1:
+			parts = append(parts, fmt.Sprintf("%d %s", n, many))
+		}
+	}
+	match := "match spec.selector (" + selector + ")"
+	add(ExcludedSelector, "does not "+match, "do not "+match)
+	add(ExcludedDeleting, "is being deleted", "are being deleted")
+	add(ExcludedFinished, "has ended (phase Succeeded or Failed)", "have ended (phase Succeeded or Failed)")
+	add(ExcludedPoolMember, "belongs to a SandboxSet, whose own rolling update upgrades it",
+		"belong to a SandboxSet, whose own rolling update upgrades them")
+	add(ExcludedOtherOps, "is claimed by another active ops ("+claimedBy+")", "are claimed by another active ops ("+claimedBy+")")
+	filtered := "in a phase spec.stateFilter leaves out (" + phaseCounts(phases) + ")"
+	add(ExcludedStateFilter, "is "+filtered, "are "+filtered)
+	add(ExcludedNoNeed, "already has the patched template", "already have the patched template")
+
+	of := fmt.Sprintf("of the %d sandboxes in namespace %s", len(s.Excluded), namespace)
+	if len(s.Excluded) == 1 {
+		of = "of the 1 sandbox in namespace " + namespace
+	}
+	msg := "no sandbox needs this patch: " + of + ", " + strings.Join(parts, ", ")
+	if count[ExcludedNoNeed] < len(s.Excluded) {
+		msg += "; `kubectl molt plan -f <ops file>` lists each sandbox with why"
+	}
+	return msg
+}
+
+// phaseCounts renders phase counts as "Paused: 2, Pending: 1", by phase name.
+func phaseCounts(phases map[string]int) string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(phases)) {
+		name := p
+		if name == "" {
+			name = "no phase yet"
+		}
+		out = append(out, fmt.Sprintf("%s: %d", name, phases[p]))
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,75 @@
+package upgrade
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// TestNothingSelectedTellsATypoFromDone: an ops that selects nothing says which
+// rule left the sandboxes out, so a selector typo does not read as "already done".
+func TestNothingSelectedTellsATypoFromDone(t *testing.T) {
+	box := func(name string, labels map[string]string, phase agentsv1alpha1.SandboxPhase, image string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: labels}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
+		sb.Status.Phase = phase
+		return sb
+	}
+	pool := map[string]string{"agents.kruise.io/sandbox-template": "my-sandbox-pool"}
+	ops := func(selector map[string]string) *agentsv1alpha1.SandboxUpdateOps {
+		o := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
+		o.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
+		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+		return o
+	}
+	sandboxes := []*agentsv1alpha1.Sandbox{
+		box("a", pool, agentsv1alpha1.SandboxRunning, "img:v1"),
+		box("b", pool, agentsv1alpha1.SandboxRunning, "img:v2"),
+		box("c", pool, agentsv1alpha1.SandboxPaused, "img:v1"),
+		box("d", pool, agentsv1alpha1.SandboxPaused, "img:v1"),
+	}
+	for _, tc := range []struct {
+		name      string
+		ops       *agentsv1alpha1.SandboxUpdateOps
+		sandboxes []*agentsv1alpha1.Sandbox
+		want      string
+	}{{
+		name:      "selector typo",
+		ops:       ops(map[string]string{"agents.kruise.io/sandbox-templte": "my-sandbox-pool"}),
+		sandboxes: sandboxes,
+		want: "no sandbox needs this patch: of the 4 sandboxes in namespace ns, 4 do not match spec.selector " +
+			"(agents.kruise.io/sandbox-templte=my-sandbox-pool); `kubectl molt plan -f <ops file>` lists each sandbox with why",
+	}, {
+		name:      "state filter and done",
+		ops:       ops(pool),
+		sandboxes: sandboxes[1:],
+		want: "no sandbox needs this patch: of the 3 sandboxes in namespace ns, 2 are in a phase spec.stateFilter leaves out (Paused: 2), " +
+			"1 already has the patched template; `kubectl molt plan -f <ops file>` lists each sandbox with why",
+	}, {
+		name:      "applied twice",
+		ops:       ops(pool),
+		sandboxes: sandboxes[1:2],
+		want:      "no sandbox needs this patch: of the 1 sandbox in namespace ns, 1 already has the patched template",
+	}, {
+		name: "empty namespace",
+		ops:  ops(pool),
+		want: "no sandbox needs this patch: namespace ns has no sandbox (an ops selects only in its own namespace)",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := Select(tc.ops, tc.sandboxes, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sel.Total() != 0 {
+				t.Fatalf("candidates = %d, want none", sel.Total())
+			}
+			if got := NothingSelected("ns", sel); got != tc.want {
+				t.Errorf("NothingSelected =\n  %s\nwant\n  %s", got, tc.want)
+			}
+		})
+	}
+}
