@@ -142,6 +142,10 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 		{name: "maxUnavailable integer", path: "spec.updateStrategy.maxUnavailable", value: int64(0)},
 		{name: "maxUnavailable percent", path: "spec.updateStrategy.maxUnavailable", value: "10%"},
 		{name: "maxUnavailable 0%", path: "spec.updateStrategy.maxUnavailable", value: "0%"},
+		{name: "maxUnavailable 100%", path: "spec.updateStrategy.maxUnavailable", value: "100%"},
+		// 150% is most likely a typo of 15%; as a Deployment's, it is refused rather than read as all at once.
+		{name: "maxUnavailable over 100%", path: "spec.updateStrategy.maxUnavailable", value: "150%",
+			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: "150%": maxUnavailable must be an integer or a percentage like "10%" (0% to 100%)`},
 		{name: "maxUnavailable negative", path: "spec.updateStrategy.maxUnavailable", value: int64(-1),
 			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: -1: maxUnavailable must be an integer or a percentage like "10%"`},
 		{name: "maxUnavailable word", path: "spec.updateStrategy.maxUnavailable", value: "two",
@@ -373,6 +377,10 @@ spec:
 	}{
 		{name: "update percent", path: "spec.updateStrategy.maxUnavailable", value: "20%"},
 		{name: "scale integer", path: "spec.scaleStrategy.maxUnavailable", value: int64(5)},
+		{name: "update over 100%", path: "spec.updateStrategy.maxUnavailable", value: "101%",
+			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: "101%": maxUnavailable must be an integer or a percentage like "10%" (0% to 100%)`},
+		{name: "scale over 100%", path: "spec.scaleStrategy.maxUnavailable", value: "200%",
+			wantErr: `spec.scaleStrategy.maxUnavailable: Invalid value: "200%": maxUnavailable must be an integer or a percentage`},
 		{name: "update word", path: "spec.updateStrategy.maxUnavailable", value: "all",
 			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: "all": maxUnavailable must be an integer or a percentage`},
 		{name: "scale negative", path: "spec.scaleStrategy.maxUnavailable", value: int64(-2),
