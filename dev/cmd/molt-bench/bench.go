@@ -38,6 +38,10 @@ type runResult struct {
 	// writes are the API server's write requests during the run, the bench's
 	// own ops creates taken out.
 	writes map[requestKey]float64
+	// setupWrites are the API writes from the first namespace's create to
+	// every sandbox Running, before the ops: creating sandboxes costs molt
+	// writes too (podcycler's pods and tokens, statusagg's first statuses).
+	setupWrites map[requestKey]float64
 	// cpu is the CPU time every process of the stack spent during the run.
 	cpu    map[string]time.Duration
 	events uint64
@@ -62,6 +66,15 @@ type floorResult struct {
 // created and just after the last one finished.
 func (b *bench) upgradeRun(ctx context.Context, runID string, s shape) (runResult, error) {
 	r := runResult{shape: s, n: s.sandboxes()}
+	// Earlier runs' namespaces that still terminate would add their deletes
+	// to this run's writes and CPU: setup starts once they are gone.
+	if err := b.waitNamespacesGone(ctx, nil); err != nil {
+		return r, err
+	}
+	setupBefore, err := apiserverWrites(ctx, b.kube)
+	if err != nil {
+		return r, err
+	}
 	var namespaces []string
 	for i := range s.namespaces {
 		ns := fmt.Sprintf("bench-%s-%s-%d", runID, s.key, i)
@@ -76,11 +89,14 @@ func (b *bench) upgradeRun(ctx context.Context, runID string, s shape) (runResul
 			return r, err
 		}
 	}
-	// Namespaces of earlier runs that still terminate would add their
-	// deletes to this run's writes and CPU.
-	if err := b.waitNamespacesGone(ctx, namespaces); err != nil {
+	setupAfter, err := apiserverWrites(ctx, b.kube)
+	if err != nil {
 		return r, err
 	}
+	r.setupWrites = deltaWrites(setupBefore, setupAfter)
+	// The bench's own writes: the namespaces and the sandboxes.
+	r.setupWrites[requestKey{verb: "POST", resource: "namespaces", code: "201"}] -= float64(len(namespaces))
+	r.setupWrites[requestKey{verb: "POST", group: agentsGroup, resource: "sandboxes", code: "201"}] -= float64(r.n)
 	procs, err := stackProcesses(b.cfg.pidDir)
 	if err != nil {
 		return r, err

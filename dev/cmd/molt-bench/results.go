@@ -194,12 +194,23 @@ func writeRuns(b *strings.Builder, runs []runResult, floor, serial *floorResult)
 	fmt.Fprintf(b, "\nCompleted lag: from the namespace's last posthook-done event to the bench seeing the ops Completed (it watches the ops).\n")
 }
 
-// writeWriteKinds is every kind of write, per sandbox, one column per run.
+// writeWriteKinds is every kind of write of the runs' upgrades, per sandbox,
+// one column per run, then molt's writes while the runs' sandboxes were
+// created.
 func writeWriteKinds(b *strings.Builder, runs []runResult) {
+	b.WriteString("\n## API writes per sandbox, by verb, resource and code\n\nFrom kube-apiserver's `apiserver_request_total`, the delta from ops create to ops finished; the bench's own ops creates are taken out.\n\n")
+	writeKindsTable(b, runs, func(r runResult) map[requestKey]float64 { return r.writes }, nil)
+	b.WriteString("\n## Creating the sandboxes: molt's API writes per sandbox\n\nThe same delta from the run's first namespace create to every sandbox Running, before the ops (earlier runs' namespaces gone first); the bench's own namespace and sandbox creates are taken out. Molt's services give each new sandbox its pod (podcycler: the runtime access token on the sandbox, then the pod) and its status (statusagg). A create refused as AlreadyExists (POST pods 409) is a second create of a pod whose first the pod cache did not show yet.\n\n")
+	writeKindsTable(b, runs, func(r runResult) map[requestKey]float64 { return r.setupWrites }, []string{classMolt})
+}
+
+// writeKindsTable writes one row per kind of write in the runs' get (only of
+// classes, if given), one column per run, per sandbox.
+func writeKindsTable(b *strings.Builder, runs []runResult, get func(runResult) map[requestKey]float64, classes []string) {
 	kinds := map[requestKey]bool{}
 	for _, r := range runs {
-		for k, v := range r.writes {
-			if v != 0 {
+		for k, v := range get(r) {
+			if v != 0 && (classes == nil || slices.Contains(classes, classify(k))) {
 				kinds[k] = true
 			}
 		}
@@ -215,7 +226,7 @@ func writeWriteKinds(b *strings.Builder, runs []runResult) {
 		}
 		return keys[i].String() < keys[j].String()
 	})
-	b.WriteString("\n## API writes per sandbox, by verb, resource and code\n\nFrom kube-apiserver's `apiserver_request_total`, the delta from ops create to ops finished; the bench's own ops creates are taken out.\n\n| whose | write |")
+	b.WriteString("| whose | write |")
 	for _, r := range runs {
 		b.WriteString(" " + r.shape.key + " |")
 	}
@@ -223,7 +234,7 @@ func writeWriteKinds(b *strings.Builder, runs []runResult) {
 	for _, k := range keys {
 		fmt.Fprintf(b, "| %s | %s |", classify(k), k)
 		for _, r := range runs {
-			fmt.Fprintf(b, " %.3f |", r.writes[k]/float64(r.n))
+			fmt.Fprintf(b, " %.3f |", get(r)[k]/float64(r.n))
 		}
 		b.WriteString("\n")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -83,5 +84,20 @@ func TestAttributeKubeletDeletes(t *testing.T) {
 				t.Errorf("molt's writes %v, want %v", ok, tc.wantMolt)
 			}
 		})
+	}
+}
+
+// TestWriteKindsTableKeepsOnlyTheClassesAsked: the creation table lists molt's
+// writes per sandbox, refused ones included, and leaves out the rest of the stack.
+func TestWriteKindsTableKeepsOnlyTheClassesAsked(t *testing.T) {
+	refused := requestKey{verb: "POST", resource: "pods", code: "409"}
+	created := requestKey{verb: "POST", resource: "pods", code: "201"}
+	binding := requestKey{verb: "POST", resource: "pods", subresource: "binding", code: "201"}
+	runs := []runResult{{shape: shape{key: "a"}, n: 200, setupWrites: map[requestKey]float64{refused: 1, created: 200, binding: 200}}}
+	var b strings.Builder
+	writeKindsTable(&b, runs, func(r runResult) map[requestKey]float64 { return r.setupWrites }, []string{classMolt})
+	want := "| whose | write | a |\n| --- | --- | --- |\n| molt | POST pods 201 | 1.000 |\n| molt | POST pods 409 | 0.005 |\n"
+	if got := b.String(); got != want {
+		t.Errorf("table =\n%s\nwant\n%s", got, want)
 	}
 }
