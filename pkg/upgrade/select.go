@@ -93,7 +93,12 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		if sb.Namespace != ops.Namespace {
 			continue
 		}
-		if !sel.Matches(labels.Set(sb.Labels)) {
+		// A sandbox this ops claimed stays counted whatever its labels say
+		// now: the claim itself removes upgrade-failed (a selector on it
+		// would otherwise let every claimed sandbox out of the budget), and
+		// a user may relabel a sandbox mid-upgrade.
+		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
+		if claimedBy != ops.Name && !sel.Matches(labels.Set(sb.Labels)) {
 			exclude(sb, ExcludedSelector, sel.String())
 			continue
 		}
@@ -109,7 +114,6 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			exclude(sb, ExcludedPoolMember, pool)
 			continue
 		}
-		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 		if claimedBy == ops.Name {
 			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: StateFor(sb, ops.Name, ops.UID)})
 			continue
@@ -268,17 +272,31 @@ func computeNoNeed(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
 	return equality.Semantic.DeepEqual(cur, patched)
 }
 
-// ActiveOps returns the active ops of one namespace's ops: the oldest one
-// (by creation time, then name) that is neither being deleted nor finished
-// (Completed or Failed). Others wait in Pending until it ends.
+// ActiveOps returns the active ops of one namespace's ops: of those neither
+// being deleted nor finished (Completed or Failed), one that has started
+// (its patch check passed, so it may have claimed sandboxes) before one
+// that has not, then the oldest, then by name. Creation times have whole
+// seconds: without the first rule, an ops created in the same second as a
+// running one, with a name that sorts first, would take over and a second
+// batch would start in the namespace. Others wait in Pending until it ends.
 func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxUpdateOps {
+	started := func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Annotations[AnnotationPatchCheck] == PatchCheckOK
+	}
 	var active *agentsv1alpha1.SandboxUpdateOps
 	for _, o := range list {
 		if o.DeletionTimestamp != nil || IsFinished(o) {
 			continue
 		}
-		if active == nil || o.CreationTimestamp.Before(&active.CreationTimestamp) ||
-			(o.CreationTimestamp.Equal(&active.CreationTimestamp) && o.Name < active.Name) {
+		switch {
+		case active == nil:
+			active = o
+		case started(o) != started(active):
+			if started(o) {
+				active = o
+			}
+		case o.CreationTimestamp.Before(&active.CreationTimestamp) ||
+			(o.CreationTimestamp.Equal(&active.CreationTimestamp) && o.Name < active.Name):
 			active = o
 		}
 	}

@@ -2,10 +2,12 @@ package upgrade
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -53,5 +55,72 @@ func TestSelectSaysWhyASandboxIsExcluded(t *testing.T) {
 		if want[e.Sandbox.Name] != e.Reason {
 			t.Errorf("%s excluded as %s, want %s", e.Sandbox.Name, e.Reason, want[e.Sandbox.Name])
 		}
+	}
+}
+
+// TestSelectKeepsWhatTheOpsClaimed: a sandbox the ops claimed stays a
+// candidate when its labels stop matching the selector (the claim removes
+// upgrade-failed, which a user may select on), so it keeps using the
+// budget and no more sandboxes are admitted than maxUnavailable allows.
+func TestSelectKeepsWhatTheOpsClaimed(t *testing.T) {
+	failed := func(name string, claimed bool) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{}}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		if claimed {
+			sb.Labels[agentsv1alpha1.LabelUpdateOps] = "retry" // the claim patch dropped upgrade-failed
+		} else {
+			sb.Labels[agentsv1alpha1.LabelUpgradeFailed] = "true"
+		}
+		return sb
+	}
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "retry", Namespace: "ns"}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{agentsv1alpha1.LabelUpgradeFailed: "true"}}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	one := intstr.FromInt32(1)
+	ops.Spec.UpdateStrategy.MaxUnavailable = &one
+	sel, err := Select(ops, []*agentsv1alpha1.Sandbox{failed("x1", true), failed("x2", false), failed("x3", false)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Total() != 3 || len(sel.Excluded) != 0 {
+		t.Fatalf("total %d, excluded %+v: want all 3 counted, the claimed x1 included", sel.Total(), sel.Excluded)
+	}
+	if sel.Candidates[0].Sandbox.Name != "x1" || sel.Candidates[0].State == NotStarted {
+		t.Fatalf("x1 is %v, want counted as started", sel.Candidates[0].State)
+	}
+	if admit := sel.ToAdmit(); len(admit) != 0 {
+		t.Fatalf("admits %d more with x1 upgrading at maxUnavailable 1, want none", len(admit))
+	}
+}
+
+// TestActiveOpsKeepsTheOneThatStarted: creation times have whole seconds,
+// so an ops created in the same second as a running one must not take over
+// because its name sorts first.
+func TestActiveOpsKeepsTheOneThatStarted(t *testing.T) {
+	now := metav1.Now()
+	ops := func(name string, started bool, created metav1.Time) *agentsv1alpha1.SandboxUpdateOps {
+		o := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created}}
+		if started {
+			o.Annotations = map[string]string{AnnotationPatchCheck: PatchCheckOK}
+		}
+		return o
+	}
+	earlier := metav1.NewTime(now.Add(-time.Minute))
+	for _, tc := range []struct {
+		name string
+		list []*agentsv1alpha1.SandboxUpdateOps
+		want string
+	}{
+		{"same second, the running one sorts last", []*agentsv1alpha1.SandboxUpdateOps{ops("b", true, now), ops("a", false, now)}, "b"},
+		{"same second, neither started", []*agentsv1alpha1.SandboxUpdateOps{ops("b", false, now), ops("a", false, now)}, "a"},
+		{"the oldest when neither started", []*agentsv1alpha1.SandboxUpdateOps{ops("a", false, now), ops("b", false, earlier)}, "b"},
+		{"the oldest when both started", []*agentsv1alpha1.SandboxUpdateOps{ops("a", true, now), ops("b", true, earlier)}, "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ActiveOps(tc.list); got == nil || got.Name != tc.want {
+				t.Fatalf("ActiveOps = %v, want %s", got, tc.want)
+			}
+		})
 	}
 }
