@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
@@ -190,6 +191,10 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 			wantErr: `spec.patch: Invalid value: "string": spec.patch in body must be of type object`},
 		{name: "unknown spec field", path: "spec.maxUnavailable", value: int64(1),
 			wantErr: `spec.maxUnavailable: Unsupported value`},
+		// The name is the update-ops label's value on every claimed sandbox.
+		{name: "name of 63 characters", path: "metadata.name", value: strings.Repeat("a", 63)},
+		{name: "name of 64 characters", path: "metadata.name", value: strings.Repeat("a", 64),
+			wantErr: `<nil>: Invalid value: metadata.name must be at most 63 characters: molt writes it as the value of the agents.kruise.io/update-ops label`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -389,6 +394,8 @@ spec:
 			wantErr: `spec.replicas: Invalid value: -1`},
 		{name: "template not an object", path: "spec.template", value: "pod",
 			wantErr: `spec.template: Invalid value: "string": spec.template in body must be of type object`},
+		{name: "name of 64 characters", path: "metadata.name", value: strings.Repeat("p", 64),
+			wantErr: `<nil>: Invalid value: metadata.name must be at most 63 characters: it is the value of the agents.kruise.io/sandbox-pool`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

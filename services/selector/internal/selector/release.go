@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -51,10 +52,17 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 		logger.V(4).Info("Skip: ops is being deleted and already released")
 		return nil
 	}
-	claimed := labels.Set{agentsv1alpha1.LabelUpdateOps: ops.Name}.String()
-	list, err := s.client.AgentsV1alpha1().Sandboxes(ops.Namespace).List(ctx, metav1.ListOptions{LabelSelector: claimed})
-	if err != nil {
-		return fmt.Errorf("list sandboxes claimed by ops %s/%s: %w", ops.Namespace, ops.Name, err)
+	list := &agentsv1alpha1.SandboxList{}
+	// A name longer than a label value (refused at create by the CRD since;
+	// an ops created before could exist) never labelled a sandbox: the
+	// claim patch was Invalid. Listing by it would be refused forever and
+	// the ops would stay Terminating.
+	if errs := validation.IsValidLabelValue(ops.Name); len(errs) == 0 {
+		claimed := labels.Set{agentsv1alpha1.LabelUpdateOps: ops.Name}.String()
+		var err error
+		if list, err = s.client.AgentsV1alpha1().Sandboxes(ops.Namespace).List(ctx, metav1.ListOptions{LabelSelector: claimed}); err != nil {
+			return fmt.Errorf("list sandboxes claimed by ops %s/%s: %w", ops.Namespace, ops.Name, err)
+		}
 	}
 	finishing := 0
 	for i := range list.Items {
