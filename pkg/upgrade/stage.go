@@ -1,6 +1,8 @@
 package upgrade
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,24 +116,25 @@ func ResumeStage(reason string) string {
 }
 
 // ResumeAt is the stage a new attempt continues from, for a sandbox whose
-// attempt failedAttempt ended in failedReason and whose pod is now pod (nil
-// when it has none). It starts at the first stage whose work is not durably
-// done:
+// last attempt ended in failedReason and whose pod is now pod (nil when it
+// has none); failed are that attempt and the failed ones it continued
+// (ResumedChain), since the last success. It starts at the first stage
+// whose work is not durably done:
 //
-//   - the pod is not one built during the failed attempt (the original pod
+//   - the pod is not one built during the failed attempts (the original pod
 //     is still there, its workspace may have moved on): PreUpgrade, so the
 //     backup is taken again from it;
-//   - there is no pod, or it was built during the failed attempt (its
+//   - there is no pod, or it was built during a failed attempt (its
 //     workspace is new and empty, a backup of it would overwrite the good
 //     one): never PreUpgrade; the table's stage, at least UpgradePod;
 //   - PostUpgrade only when that pod already runs targetRevision and is
 //     Ready, else UpgradePod (the pod is rebuilt, the backup restored).
-func ResumeAt(failedReason, failedAttempt string, pod *corev1.Pod, targetRevision string) string {
+func ResumeAt(failedReason string, failed []string, pod *corev1.Pod, targetRevision string) string {
 	at := ResumeStage(failedReason)
 	if at == "" {
 		return ""
 	}
-	if pod != nil && !BuiltBy(pod, failedAttempt) {
+	if pod != nil && !slices.ContainsFunc(failed, func(a string) bool { return BuiltBy(pod, a) }) {
 		return agentsv1alpha1.UpgradingReasonPreUpgrade
 	}
 	if Rank(at) < Rank(agentsv1alpha1.UpgradingReasonUpgradePod) {

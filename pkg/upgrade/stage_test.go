@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -154,9 +155,32 @@ func TestResumeAt(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ResumeAt(tc.reason, "A", tc.pod, "target"); got != tc.want {
+			if got := ResumeAt(tc.reason, []string{"A"}, tc.pod, "target"); got != tc.want {
 				t.Fatalf("ResumeAt(%s) = %q, want %q", tc.reason, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestResumeAtAfterAResumeFailedAgain: A failed in PostUpgrade on the pod it
+// built, B resumed it there and failed too (building nothing), and C now
+// resumes B. A's pod holds no workspace: C must not back it up.
+func TestResumeAtAfterAResumeFailedAgain(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{}
+	sb.Annotations = map[string]string{AnnotationResumes: ResumesValue("B", "A", "PostUpgradeFailed")}
+	// What the selector records when it admits C: B and the chain B continued.
+	sb.Annotations[AnnotationResumes] = ResumesValue("C", "B", "PostUpgradeFailed", ResumedChain(sb, "B")...)
+	if got := ResumedChain(sb, "C"); !slices.Equal(got, []string{"B", "A"}) {
+		t.Fatalf("ResumedChain(C) = %v, want [B A]", got)
+	}
+	builtByA := pod("A", "target", true)
+	if got := ResumeAt("PostUpgradeFailed", ResumedChain(sb, "C"), builtByA, "target"); got != "PostUpgrade" {
+		t.Fatalf("ResumeAt = %q, want PostUpgrade (never PreUpgrade on A's pod)", got)
+	}
+	if !BuiltByResumed(builtByA, sb, "C", "B") || BuiltByResumed(pod("", "old", true), sb, "C", "B") {
+		t.Fatal("BuiltByResumed must name A's pod and only it")
+	}
+	if got := ResumeAt("PostUpgradeFailed", []string{"B"}, builtByA, "target"); got != "PreUpgrade" {
+		t.Fatalf("with B alone, ResumeAt = %q; the test no longer shows the chain matters", got)
 	}
 }

@@ -2,8 +2,10 @@ package upgrade
 
 import (
 	"maps"
+	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -125,25 +127,56 @@ func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
 
 // AnnotationResumes is the Sandbox annotation selector writes, in the same
 // patch that admits the sandbox, when the new attempt continues a failed
-// one: "<attempt> <failed attempt> <failed reason>". It is the durable
-// record of what the attempt resumes, so a stage re-driven long after
-// `requested` (the watchdog) still knows which pod the failed attempt built
-// and never backs that pod up. Written by selector; read by statusagg.
+// one: "<attempt> <failed attempt> <failed reason> [<earlier failed
+// attempt>...]". It is the durable record of what the attempt resumes, so a
+// stage re-driven long after `requested` (the watchdog) still knows which
+// pod the failed attempt built and never backs that pod up. The earlier
+// attempts are the ones the failed attempt itself resumed: after a resume
+// fails again, the pod may still be the one an attempt before it built
+// (a PostUpgrade resume builds none), and that pod holds no workspace
+// either. Written by selector; read by patcher, hookrunner and statusagg.
 const AnnotationResumes = "molt.dev/resumes"
 
-// ResumesValue encodes AnnotationResumes.
-func ResumesValue(attempt, failedAttempt, failedReason string) string {
-	return attempt + " " + failedAttempt + " " + failedReason
+// maxResumedChain bounds how many failed attempts one record names: a
+// longer chain of failures since the last success is not expected, and the
+// annotation stays small.
+const maxResumedChain = 16
+
+// ResumesValue encodes AnnotationResumes for attempt, which continues
+// failedAttempt (that failed with failedReason); earlier are the attempts
+// failedAttempt itself continued (its ResumedChain), newest first.
+func ResumesValue(attempt, failedAttempt, failedReason string, earlier ...string) string {
+	f := append([]string{attempt, failedAttempt, failedReason}, earlier...)
+	return strings.Join(f[:min(len(f), 2+maxResumedChain)], " ")
 }
 
 // Resumes returns the failed attempt and reason that attempt continues, from
 // sb's AnnotationResumes (ok false when it continues none).
 func Resumes(sb *agentsv1alpha1.Sandbox, attempt string) (failedAttempt, failedReason string, ok bool) {
 	f := strings.Fields(sb.Annotations[AnnotationResumes])
-	if len(f) != 3 || f[0] != attempt {
+	if len(f) < 3 || f[0] != attempt {
 		return "", "", false
 	}
 	return f[1], f[2], true
+}
+
+// ResumedChain returns every failed attempt that attempt continues: the
+// one it resumes, then those that one continued, newest first (nil when it
+// resumes nothing). They are the attempts since the sandbox's last
+// success; the pods they built hold no workspace to back up.
+func ResumedChain(sb *agentsv1alpha1.Sandbox, attempt string) []string {
+	f := strings.Fields(sb.Annotations[AnnotationResumes])
+	if len(f) < 3 || f[0] != attempt {
+		return nil
+	}
+	return append([]string{f[1]}, f[3:]...)
+}
+
+// BuiltByResumed reports whether pod was built by a failed attempt that
+// attempt continues (ResumedChain), or by resumed, the failed attempt an
+// event names (for a record written before the chain was kept).
+func BuiltByResumed(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, attempt, resumed string) bool {
+	return BuiltBy(pod, resumed) || slices.ContainsFunc(ResumedChain(sb, attempt), func(a string) bool { return BuiltBy(pod, a) })
 }
 
 // DirectAttemptPrefix starts the attempt id of an upgrade without an ops:

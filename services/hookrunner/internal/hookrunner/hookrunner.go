@@ -36,11 +36,12 @@ type HookRunner struct {
 // step is one of the two hook points.
 type step struct {
 	stage, failReason, next string
+	hook                    string // the lifecycle field, as the user wrote it
 }
 
 var (
-	preStep  = step{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonPreUpgradeFailed, events.TypePreHookDone}
-	postStep = step{agentsv1alpha1.UpgradingReasonPostUpgrade, agentsv1alpha1.UpgradingReasonPostUpgradeFailed, events.TypePostHookDone}
+	preStep  = step{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonPreUpgradeFailed, events.TypePreHookDone, "preUpgrade"}
+	postStep = step{agentsv1alpha1.UpgradingReasonPostUpgrade, agentsv1alpha1.UpgradingReasonPostUpgradeFailed, events.TypePostHookDone, "postUpgrade"}
 )
 
 // Handle reacts to `patched` (preUpgrade) and `pod-ready` (postUpgrade):
@@ -102,7 +103,10 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		return h.publish(ctx, next)
 	}
 
-	pod, reason := h.hookPod(ctx, sb, st, d)
+	pod, reason, err := h.hookPod(ctx, sb, st, d)
+	if err != nil {
+		return err // the API server did not answer: redelivered, and failed on the last delivery
+	}
 	if pod == nil {
 		switch reason {
 		case "":
@@ -166,37 +170,38 @@ func (h *HookRunner) markDone(ctx context.Context, pod *corev1.Pod, st step, att
 }
 
 // hookPod returns the pod the hook may run on. A nil pod with an empty
-// reason means there is nothing to run on (preUpgrade without a pod).
-func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st step, d events.Data) (*corev1.Pod, string) {
+// reason means there is nothing to run on (preUpgrade without a pod); an
+// error, that the API server did not answer (the message is retried).
+func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st step, d events.Data) (*corev1.Pod, string, error) {
 	pod, err := h.kube.CoreV1().Pods(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if st == preStep && d.OldPodUID == "" {
-			return nil, ""
+			return nil, "", nil
 		}
-		return nil, fmt.Sprintf("pod %s/%s is gone", sb.Namespace, sb.Name)
+		return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, so %s was not run: a new SandboxUpdateOps resumes the sandbox", sb.Namespace, sb.Name, st.hook), nil
 	}
 	if err != nil {
-		return nil, fmt.Sprintf("get pod %s/%s: %v", sb.Namespace, sb.Name, err)
+		return nil, "", fmt.Errorf("get pod %s/%s to run %s: %w", sb.Namespace, sb.Name, st.hook, err)
 	}
 	if st == preStep {
 		if upgrade.BuiltBy(pod, d.Attempt) {
-			return nil, skipReplaced
+			return nil, skipReplaced, nil
 		}
-		if upgrade.BuiltBy(pod, d.ResumedAttempt) {
-			return nil, fmt.Sprintf("pod %s (uid %s) was built by the failed attempt %s and holds no workspace to back up; preUpgrade was not run, so the backup that attempt made is kept", pod.Name, pod.UID, d.ResumedAttempt)
+		if upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
+			return nil, fmt.Sprintf("pod %s (uid %s) was built by the failed attempt %s and holds no workspace to back up; preUpgrade was not run, so the backup that attempt made is kept", pod.Name, pod.UID, d.ResumedAttempt), nil
 		}
 		if d.OldPodUID == "" || pod.UID != d.OldPodUID {
-			return nil, fmt.Sprintf("preUpgrade must run on the pod that existed when the upgrade began (uid %s), but pod %s now has uid %s; it was not run", d.OldPodUID, pod.Name, pod.UID)
+			return nil, fmt.Sprintf("preUpgrade must run on the pod that existed when the upgrade began (uid %s), but pod %s now has uid %s; it was not run", d.OldPodUID, pod.Name, pod.UID), nil
 		}
-		return pod, ""
+		return pod, "", nil
 	}
-	if !upgrade.BuiltBy(pod, d.Attempt) && !upgrade.BuiltBy(pod, d.ResumedAttempt) {
-		return nil, fmt.Sprintf("postUpgrade runs only on the pod this upgrade built, but pod %s (uid %s) was not built by attempt %s; it was not run", pod.Name, pod.UID, d.Attempt)
+	if !upgrade.BuiltBy(pod, d.Attempt) && !upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
+		return nil, fmt.Sprintf("postUpgrade runs only on the pod this upgrade built, but pod %s (uid %s) was not built by attempt %s; it was not run", pod.Name, pod.UID, d.Attempt), nil
 	}
 	if d.NewPodUID != "" && pod.UID != d.NewPodUID {
-		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s", d.NewPodUID, pod.Name, pod.UID)
+		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s", d.NewPodUID, pod.Name, pod.UID), nil
 	}
-	return pod, ""
+	return pod, "", nil
 }
 
 // hookTag names one run of a hook on the agent-runtime: a hookrunner that

@@ -136,7 +136,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	stage := ""
 	if d.ResumedReason != "" {
-		stage = upgrade.ResumeAt(d.ResumedReason, d.ResumedAttempt, pod, revision)
+		failed := upgrade.ResumedChain(sb, d.Attempt)
+		if len(failed) == 0 {
+			failed = []string{d.ResumedAttempt} // recorded before the chain was kept
+		}
+		stage = upgrade.ResumeAt(d.ResumedReason, failed, pod, revision)
 		logger.Info("resuming a failed attempt", "failedAttempt", d.ResumedAttempt, "failedReason", d.ResumedReason, "from", stage)
 	}
 	if stage == agentsv1alpha1.UpgradingReasonPostUpgrade {

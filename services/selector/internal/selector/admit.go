@@ -72,7 +72,9 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
 	}
 	if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
-		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason))
+		// The chain failed itself continued goes on: its pod may be one an
+		// attempt before it built (upgrade.ResumedChain).
+		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason, upgrade.ResumedChain(sb, failed)...))
 	}
 	written, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {

@@ -114,7 +114,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 			patch.Metadata.Labels = map[string]*string{agentsv1alpha1.LabelUpdateOps: nil}
 		}
 		if resumes {
-			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason))}
+			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason, upgrade.ResumedChain(sb, failed)...))}
 		}
 		written, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		if err != nil {

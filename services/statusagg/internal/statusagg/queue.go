@@ -29,16 +29,18 @@ type stageInput struct {
 // stageInputs are, per stage, the events the watchdog looks for in the consumers' queues.
 // PreUpgrade is driven by requested (patcher) and then patched (hookrunner).
 var stageInputs = map[string][]stageInput{
-	agentsv1alpha1.UpgradingReasonPreUpgrade:  {{events.TypePatched, events.ConsumerHookRunner}, {events.TypeRequested, events.ConsumerPatcher}},
-	agentsv1alpha1.UpgradingReasonUpgradePod:  {{events.TypePreHookDone, events.ConsumerPodCycler}},
-	agentsv1alpha1.UpgradingReasonPostUpgrade: {{events.TypePodReady, events.ConsumerHookRunnerPost}},
+	agentsv1alpha1.UpgradingReasonPreUpgrade:    {{events.TypePatched, events.ConsumerHookRunner}, {events.TypeRequested, events.ConsumerPatcher}},
+	agentsv1alpha1.UpgradingReasonCheckpointing: {{events.TypePreHookDone, events.ConsumerPodCycler}},
+	agentsv1alpha1.UpgradingReasonUpgradePod:    {{events.TypePreHookDone, events.ConsumerPodCycler}},
+	agentsv1alpha1.UpgradingReasonPostUpgrade:   {{events.TypePodReady, events.ConsumerHookRunnerPost}},
 }
 
 // stageOutputs are, per stage, the events that end it: the next stage's input, or failed.
 var stageOutputs = map[string][]string{
-	agentsv1alpha1.UpgradingReasonPreUpgrade:  {events.TypePreHookDone, events.TypeFailed},
-	agentsv1alpha1.UpgradingReasonUpgradePod:  {events.TypePodReady, events.TypeFailed},
-	agentsv1alpha1.UpgradingReasonPostUpgrade: {events.TypePostHookDone, events.TypeFailed},
+	agentsv1alpha1.UpgradingReasonPreUpgrade:    {events.TypePreHookDone, events.TypeFailed},
+	agentsv1alpha1.UpgradingReasonCheckpointing: {events.TypePodReady, events.TypeFailed},
+	agentsv1alpha1.UpgradingReasonUpgradePod:    {events.TypePodReady, events.TypeFailed},
+	agentsv1alpha1.UpgradingReasonPostUpgrade:   {events.TypePostHookDone, events.TypeFailed},
 }
 
 // consumerState is what the watchdog needs of a consumer: stream sequences acknowledged (all

@@ -258,17 +258,17 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 	pod := w.s.podOf(sb)
 	var ev events.Event
 	switch stage {
-	case agentsv1alpha1.UpgradingReasonUpgradePod:
+	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing:
+		// podcycler takes the checkpoint before it replaces the pod, and finds
+		// the attempt's Checkpoint again by its name.
 		d.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
 		ev = events.Event{Type: events.TypePreHookDone, Data: d}
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
-		if pod == nil || (!upgrade.BuiltBy(pod, attempt) && !upgrade.BuiltBy(pod, d.ResumedAttempt)) {
+		if pod == nil || (!upgrade.BuiltBy(pod, attempt) && !upgrade.BuiltByResumed(pod, sb, attempt, d.ResumedAttempt)) {
 			return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and the pod this upgrade built is gone, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second)))
 		}
 		d.Stage, d.NewPodUID = agentsv1alpha1.UpgradingReasonUpgradePod, pod.UID
 		ev = events.Event{Type: events.TypePodReady, Data: d}
-	case agentsv1alpha1.UpgradingReasonCheckpointing:
-		return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: this molt build does not checkpoint; use updateStrategy.type Recreate", stage, stalled.Round(time.Second)))
 	default:
 		ev = events.Event{Type: events.TypeRequested, Data: d}
 	}
@@ -319,6 +319,9 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 			state = podNotReadyMessage(pod)
 		}
 		return fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; the backup made by preUpgrade is kept: create a new SandboxUpdateOps to resume from UpgradePod", sb.Name, state)
+	case agentsv1alpha1.UpgradingReasonCheckpointing:
+		name := upgrade.CheckpointName(sb.Name, upgrade.CurrentAttempt(sb))
+		return fmt.Sprintf("podcycler did not report checkpoint %s taken or failed; check the checkpointer (kubectl get cp %s -n %s -o yaml), podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; create a new SandboxUpdateOps to resume (it checkpoints again if the old pod is still there)", name, name, sb.Namespace)
 	case agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed:
 		state := "missing"
 		if pod := w.s.podOf(sb); pod != nil {

@@ -1,0 +1,44 @@
+package hookrunner
+
+import (
+	"context"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+)
+
+// A pod read the API server does not answer is retried (an error), not
+// filed as the hook's failure; a pod that is gone is a failure that says
+// what to do next.
+func TestHookPodRetriesWhatTheAPIServerDidNotAnswer(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns"}}
+	d := events.Data{Attempt: "a1", OldPodUID: "old"}
+
+	kube := fake.NewClientset()
+	kube.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServerTimeout(schema.GroupResource{Resource: "pods"}, "get", 1)
+	})
+	h := &HookRunner{kube: kube}
+	for _, st := range []step{preStep, postStep} {
+		pod, reason, err := h.hookPod(context.Background(), sb, st, d)
+		if err == nil || pod != nil || reason != "" {
+			t.Errorf("%s, API server timeout: pod %v, reason %q, err %v; want an error to retry", st.hook, pod, reason, err)
+		}
+	}
+
+	h = &HookRunner{kube: fake.NewClientset()} // no pod at all
+	for _, st := range []step{preStep, postStep} {
+		pod, reason, err := h.hookPod(context.Background(), sb, st, d)
+		if err != nil || pod != nil || reason == "" {
+			t.Errorf("%s, pod gone: pod %v, reason %q, err %v; want a failure reason", st.hook, pod, reason, err)
+		}
+	}
+}
