@@ -163,7 +163,7 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	spec, postOnly := retrySpec(ops, failedReasons, s.NotStarted)
 	newName := o.name
 	if newName == "" {
-		if newName, err = freeName(ctx, agents, ns, name+"-retry"); err != nil {
+		if newName, err = freeName(ctx, agents, ns, name, "-retry"); err != nil {
 			return err
 		}
 	}
@@ -213,8 +213,22 @@ func phaseOf(ops *agentsv1alpha1.SandboxUpdateOps) string {
 	return string(ops.Status.Phase)
 }
 
-// freeName is base, or base-2, base-3, ... : the first name no ops has.
-func freeName(ctx context.Context, agents versioned.Interface, ns, base string) (string, error) {
+// maxOpsName is the longest name the CRD accepts: an ops name is a label
+// value on the sandboxes it claims.
+const maxOpsName = 63
+
+// fitName is name+suffix, with name shortened so that the whole fits in
+// maxOpsName.
+func fitName(name, suffix string) string {
+	if over := len(name) + len(suffix) - maxOpsName; over > 0 {
+		name = strings.TrimRight(name[:len(name)-over], "-.")
+	}
+	return name + suffix
+}
+
+// freeName is name+suffix, or name+suffix-2, -3, ...: the first name no ops
+// has, name shortened where the whole would be longer than maxOpsName.
+func freeName(ctx context.Context, agents versioned.Interface, ns, name, suffix string) (string, error) {
 	list, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", fmt.Errorf("list the SandboxUpdateOps of namespace %s: %w", ns, err)
@@ -223,11 +237,11 @@ func freeName(ctx context.Context, agents versioned.Interface, ns, base string) 
 	for _, o := range list.Items {
 		names = append(names, o.Name)
 	}
-	name := base
-	for i := 2; slices.Contains(names, name); i++ {
-		name = fmt.Sprintf("%s-%d", base, i)
+	free := fitName(name, suffix)
+	for i := 2; slices.Contains(names, free); i++ {
+		free = fitName(name, fmt.Sprintf("%s-%d", suffix, i))
 	}
-	return name, nil
+	return free, nil
 }
 
 // deleteAndWait deletes ops (by UID) and waits until it is gone: molt's
