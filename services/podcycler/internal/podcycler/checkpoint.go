@@ -2,7 +2,9 @@ package podcycler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,11 +23,17 @@ import (
 const checkpointPoll = 500 * time.Millisecond
 
 // checkpoint is the Checkpointing stage of a CheckpointRestore attempt, run
-// by replacePod before the old pod is touched:
+// by replacePod before the old pod is touched. It returns the id of the
+// checkpoint the new pod restores:
 //
-//  1. the attempt's Checkpoint (upgrade.CheckpointName: one per attempt, so
-//     a failed one is never reused) exists and Succeeded → its id;
-//  2. otherwise, with no pod left to checkpoint → fail (nothing to restore);
+//  1. read the attempt's own Checkpoint (upgrade.CheckpointName: one per
+//     attempt, so a failed one is never reused); one controlled by an
+//     earlier sandbox of the same name → retry (the garbage collector
+//     deletes it);
+//  2. decide where the workspace is (planRestore): a Succeeded checkpoint
+//     to restore (the attempt's own, or one kept by the failed attempts it
+//     continues) → its id, taking no new checkpoint; nothing to restore →
+//     fail; the old pod holds the workspace → 3;
 //  3. report Checkpointing, create the Checkpoint of the old pod (owned by
 //     the sandbox, persistentContents [filesystem]) unless it exists, and
 //     wait, keeping the message alive, until a checkpointer marks it
@@ -37,25 +45,38 @@ const checkpointPoll = 500 * time.Millisecond
 func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old *corev1.Pod, d events.Data) (id, problem string, err error) {
 	name := upgrade.CheckpointName(sb.Name, d.Attempt)
 	cps := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace)
-	cp, err := cps.Get(ctx, name, metav1.GetOptions{})
+	own, err := cps.Get(ctx, name, metav1.GetOptions{})
 	switch {
-	case err == nil && cp.Status.Phase == agentsv1alpha1.CheckpointSucceeded && cp.Status.CheckpointID != "":
-		return cp.Status.CheckpointID, "", nil
-	case err != nil && !apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err):
+		own, err = nil, nil
+	case err != nil:
 		return "", "", fmt.Errorf("get checkpoint %s/%s: %w", sb.Namespace, name, err)
-	case old == nil || old.DeletionTimestamp != nil:
-		return "", fmt.Sprintf("sandbox %s/%s has no running pod to checkpoint and no checkpoint of this attempt succeeded; its files are gone with its pod: upgrade it with updateStrategy.type Recreate", sb.Namespace, sb.Name), nil
+	case !metav1.IsControlledBy(own, sb):
+		return "", "", fmt.Errorf("checkpoint %s/%s is not controlled by sandbox %s/%s (uid %s): it belongs to an earlier sandbox of that name and waits for the garbage collector", sb.Namespace, name, sb.Namespace, sb.Name, sb.UID)
 	}
+	plan, err := planRestore(sb, old, d.Attempt, resumedAttempt(sb, d.Attempt, d.ResumedAttempt), own, func() ([]agentsv1alpha1.Checkpoint, error) {
+		return c.listCheckpoints(ctx, sb)
+	})
+	switch {
+	case err != nil:
+		return "", "", err
+	case plan.from != nil:
+		klog.FromContext(ctx).Info("Restoring from a checkpoint taken before", "checkpoint", klog.KObj(plan.from), "id", plan.from.Status.CheckpointID, "why", plan.why)
+		return plan.from.Status.CheckpointID, "", nil
+	case plan.problem != "":
+		return "", plan.problem, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Checkpointing the pod", "pod", klog.KObj(old), "uid", old.UID, "why", plan.why)
 	started := events.Event{Type: events.TypeStageStarted, Data: stageData(d)}
 	started.Data.Stage = agentsv1alpha1.UpgradingReasonCheckpointing
 	if err := c.publisher.Publish(ctx, started); err != nil {
 		return "", "", fmt.Errorf("report stage Checkpointing of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
-	if apierrors.IsNotFound(err) {
+	if own == nil {
 		want := &agentsv1alpha1.Checkpoint{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: sb.Namespace,
-				Labels:          map[string]string{upgrade.LabelCheckpointSandbox: sb.Name, upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(d.Attempt)},
+				Labels:          map[string]string{upgrade.LabelCheckpointSandbox: checkpointSandboxLabel(sb.Name), upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(d.Attempt)},
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))},
 			},
 			Spec: agentsv1alpha1.CheckpointSpec{SandboxName: sb.Name, PodName: old.Name, PersistentContents: []string{"filesystem"}},
@@ -97,27 +118,60 @@ func (c *cycler) failCheckpoint(ctx context.Context, in events.Data, message str
 	return c.fail(ctx, in, agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointFailed, message)
 }
 
-// cleanCheckpoints deletes the checkpoints of a CheckpointRestore attempt
-// that ended (Succeeded or failed), then the attempt's strategy mark: a
-// checkpoint is for one attempt, and a failed one is never reused.
+// cleanCheckpoints deletes the checkpoints of a sandbox whose CheckpointRestore
+// attempt Succeeded, then the attempt's strategy mark, which says there is
+// something to clean. After a failure they are kept: they hold the workspace
+// that the attempt continuing it restores (planRestore).
+//
+// The mark is removed only if it still names the attempt (a JSON patch test):
+// a newer attempt's mark, written since the cache was read, is never lost.
 func (c *cycler) cleanCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbox) error {
-	v, ok := sb.Annotations[upgrade.AnnotationUpgradeStrategy]
+	mark, ok := checkpointsDone(sb)
 	if !ok {
 		return nil
 	}
-	attempt := upgrade.CurrentAttempt(sb)
-	if reason, ok := upgrade.ReasonFor(sb, attempt); !ok || !upgrade.Terminal(reason) || v != upgrade.StrategyValue(attempt) {
-		return nil
-	}
 	cps := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace)
-	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: sb.Name}).String()
+	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: checkpointSandboxLabel(sb.Name)}).String()
 	if err := cps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete checkpoints of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
-	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, upgrade.AnnotationUpgradeStrategy))
-	if _, err := c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(upgrade.AnnotationUpgradeStrategy)
+	patch, err := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": mark}, {"op": "remove", "path": path}})
+	if err != nil {
+		return fmt.Errorf("encode the removal of the upgrade strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	_, err = c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsInvalid(err):
+		klog.FromContext(ctx).Info("Left the upgrade strategy mark: it no longer holds the value read (a newer attempt wrote its own, or it is gone)", "mark", mark, "err", err)
+	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("remove the upgrade strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
-	klog.FromContext(ctx).Info("Deleted the checkpoints of an ended CheckpointRestore attempt", "attempt", attempt)
+	klog.FromContext(ctx).Info("Deleted the checkpoints of a succeeded CheckpointRestore attempt", "attempt", upgrade.CurrentAttempt(sb))
 	return nil
+}
+
+// checkpointsDone returns sb's strategy mark when the CheckpointRestore
+// attempt it names is the current one and Succeeded: its checkpoints are no
+// longer needed.
+func checkpointsDone(sb *agentsv1alpha1.Sandbox) (mark string, ok bool) {
+	mark, ok = sb.Annotations[upgrade.AnnotationUpgradeStrategy]
+	if !ok {
+		return "", false
+	}
+	attempt := upgrade.CurrentAttempt(sb)
+	reason, ok := upgrade.ReasonFor(sb, attempt)
+	return mark, ok && reason == agentsv1alpha1.UpgradingReasonSucceeded && mark == upgrade.StrategyValue(attempt)
+}
+
+// listCheckpoints returns the checkpoints labelled with sb's name (which may
+// include some of an earlier sandbox of that name: planRestore checks the
+// owner).
+func (c *cycler) listCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbox) ([]agentsv1alpha1.Checkpoint, error) {
+	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: checkpointSandboxLabel(sb.Name)}).String()
+	list, err := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	return list.Items, nil
 }

@@ -15,7 +15,12 @@
 //     carrying molt.dev/attempt and molt.dev/ops, publish stage-started UpgradePod, ack. The
 //     wait for Ready is finished from the Pod informer (watchUpgradedPod): Ready publishes
 //     pod-ready, a failed container or --pod-ready-timeout publishes failed
-//     (UpgradePodFailed). No worker blocks while a pod starts.
+//     (UpgradePodFailed), only for the attempt the sandbox's status describes. No worker
+//     blocks while a pod starts.
+//   - CheckpointRestore (checkpoint, restore.go): before the old pod is deleted, the new
+//     pod's workspace is settled: a checkpoint of the old pod, or one kept from the failed
+//     attempt being continued; the new pod restores it (molt.dev/restore-from). A
+//     sandbox's checkpoints are deleted when its attempt Succeeded, never after a failure.
 //
 // One upgrade creates one pod: while the handler replaces a pod, the lifecycle path leaves a
 // missing pod alone (inFlight in this process; the PreUpgrade, Checkpointing and PostUpgrade

@@ -66,7 +66,8 @@ var upgradeStagesOwningPod = map[string]bool{
 //  1. load the sandbox; gone or being deleted → nothing (the garbage collector removes
 //     the pod through its owner reference);
 //  2. no spec.template (a templateRef) → nothing: pods are built from inline templates;
-//     a CheckpointRestore attempt that ended → delete its checkpoints (cleanCheckpoints);
+//     a CheckpointRestore attempt that Succeeded → delete its checkpoints (cleanCheckpoints;
+//     a failed attempt's are kept, they may hold the only copy of the workspace);
 //  3. spec.paused → delete the pod, with a UID precondition, unless an ops woke the
 //     sandbox for its upgrade and that attempt has not ended (upgrade.KeepAwake): then
 //     it is treated as running, and paused again when the attempt ends;
@@ -144,6 +145,13 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 //     good backup, upgrade.ResumeAt);
 //   - otherwise → a plain pod from spec.template.
 //
+// Under CheckpointRestore, the pod of the attempt (in UpgradePod, or failed) restores
+// the checkpoint the stage's handler would use (restoreWithoutPod): a pod without it
+// would be taken for restored, with an empty workspace. In UpgradePod with no checkpoint
+// to restore, no pod is created: the handler, redelivered or re-driven by the watchdog,
+// fails the stage saying so. A failed attempt with none gets its pod all the same, as
+// without CheckpointRestore.
+//
 // A sandbox whose pod this process created a moment ago, and which the pod cache does
 // not show yet, waits for the cache (createdPods) instead of sending the create again.
 //
@@ -191,6 +199,19 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	case agentsv1alpha1.IsUpgradingFailedReason(reason):
 		pod = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps])
 	}
+	if upgrade.BuiltBy(pod, attempt) && upgrade.ChecksPoint(sb, attempt) {
+		id, err := c.restoreWithoutPod(ctx, sb, attempt)
+		if err != nil {
+			return err
+		}
+		switch {
+		case id != "":
+			pod.Annotations[upgrade.AnnotationRestoreFrom] = id
+		case why == reasonUpgrade:
+			logger.Info("Skip: no checkpoint to restore the pod of this CheckpointRestore attempt from; left to the UpgradePod handler, which fails the stage", "attempt", attempt)
+			return nil
+		}
+	}
 	// Expected before it is sent: the informer may report the pod before Create returns.
 	// A create refused as AlreadyExists keeps the entry, as the pod exists.
 	c.created.expect(key, sb.UID, c.now())
@@ -209,6 +230,29 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why)
 	}
 	return nil
+}
+
+// restoreWithoutPod returns the id of the checkpoint that the pod of sb's
+// CheckpointRestore attempt restores when the sandbox has no pod: the attempt's own
+// Succeeded checkpoint, else, if it continues a failed attempt, the newest Succeeded
+// checkpoint of the sandbox (planRestore with no pod; "" when there is none).
+func (c *cycler) restoreWithoutPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string) (string, error) {
+	all, err := c.listCheckpoints(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	var own *agentsv1alpha1.Checkpoint
+	name := upgrade.CheckpointName(sb.Name, attempt)
+	for i := range all {
+		if all[i].Name == name {
+			own = &all[i]
+		}
+	}
+	plan, err := planRestore(sb, nil, attempt, resumedAttempt(sb, attempt, ""), own, func() ([]agentsv1alpha1.Checkpoint, error) { return all, nil })
+	if err != nil || plan.from == nil {
+		return "", err
+	}
+	return plan.from.Status.CheckpointID, nil
 }
 
 // leaveToHandler returns how much longer a pod missing under UpgradePod is left to the

@@ -57,9 +57,9 @@ func upgradePodFailure(ev events.Event) (events.StageFailure, bool) {
 //  1. load the sandbox; gone, replaced by another of the same name, or no longer labelled
 //     by the event's ops → skip (stale);
 //  2. the attempt already past UpgradePod in status → skip;
-//  3. the pod of this attempt already exists (target revision, and this attempt's
-//     annotation or not the old pod) → skip to the wait, adopting it if another writer
-//     created it;
+//  3. the pod of this attempt already exists (target revision, this attempt's
+//     annotation or not the old pod, and under CheckpointRestore a checkpoint to
+//     restore) → skip to the wait, adopting it if another writer created it;
 //  4. a pod of that name that the sandbox does not control is not molt's: fail
 //     (UpgradePodFailed), touching nothing;
 //  5. validate before destroying: the new pod must pass a server-side dry-run create; a
@@ -236,8 +236,19 @@ func stageData(in events.Data) events.Data {
 // isAttemptPod reports whether pod is the one this attempt wants: controlled by sb, not
 // being deleted, built from the target revision, and either created by this attempt or
 // not the pod that existed when the template was patched.
+//
+// Under CheckpointRestore it must also restore a checkpoint (restore-from): a pod
+// without it (built by an older podcycler, or by another writer) would be reported Ready
+// with an empty workspace. It is not adopted but replaced like an old pod: deleted by
+// UID after the checkpoint to restore is known (planRestore: the attempt's own, one kept
+// by the failed attempt it continues, or else a new one of this very pod, so whatever
+// it holds is kept). Replacing finishes the attempt with the workspace restored; failing
+// it would lose nothing either (checkpoints outlive failures) but would need a new ops.
 func isAttemptPod(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d events.Data) bool {
 	if pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != target {
+		return false
+	}
+	if upgrade.ChecksPoint(sb, d.Attempt) && pod.Annotations[upgrade.AnnotationRestoreFrom] == "" {
 		return false
 	}
 	return pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt || pod.UID != d.OldPodUID

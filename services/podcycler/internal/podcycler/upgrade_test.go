@@ -23,7 +23,8 @@ const (
 )
 
 // upgradeRun is one sandbox taken through the upgrade up to prehook-done, as the selector,
-// patcher and hookrunner would: a running pod, the ops label, the patched template.
+// patcher, hookrunner and statusagg would: a running pod, the ops label, the patched
+// template, a status that describes the attempt.
 type upgradeRun struct {
 	ns, name string
 	sandbox  *agentsv1alpha1.Sandbox
@@ -34,8 +35,8 @@ type upgradeRun struct {
 	pods     *podCreations
 }
 
-// startUpgrade creates a running sandbox, labels it with the ops and patches its template
-// with mutate; it does not publish prehook-done yet.
+// startUpgrade creates a running sandbox, labels it with the ops, patches its template
+// with mutate and writes a status in UpgradePod; it does not publish prehook-done yet.
 func startUpgrade(t *testing.T, name string, mutate func(*corev1.PodSpec)) *upgradeRun {
 	t.Helper()
 	env := testenv.Get(t)
@@ -51,6 +52,7 @@ func startUpgrade(t *testing.T, name string, mutate func(*corev1.PodSpec)) *upgr
 		s.Labels[agentsv1alpha1.LabelUpdateOps] = testOps
 		mutate(&s.Spec.Template.Spec)
 	})
+	setUpgradeStatus(t, r.ns, name, testAttempt, agentsv1alpha1.UpgradingReasonUpgradePod)
 	var err error
 	if r.target, err = upgrade.Revision(r.sandbox.Spec.Template); err != nil {
 		t.Fatal(err)
@@ -177,16 +179,7 @@ func assertUpgradePodFailed(t *testing.T, ev events.Event, prefixes ...string) {
 func TestMissingPodUnderUpgradePodWaitsForTheHandlerThenIsCreated(t *testing.T) {
 	startPodcycler(t)
 	r := startUpgrade(t, "sbx-orphan", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
-	client := agents(t).AgentsV1alpha1().Sandboxes(r.ns)
-	sb := r.sandbox.DeepCopy()
-	now := metav1.Now()
-	sb.Status.Conditions = []metav1.Condition{
-		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonUpgradePod, Message: "upgrading", LastTransitionTime: now},
-		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: testAttempt, LastTransitionTime: now},
-	}
-	if _, err := client.UpdateStatus(context.Background(), sb, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("write UpgradePod status: %v", err)
-	}
+	setUpgradeStatus(t, r.ns, r.name, testAttempt, agentsv1alpha1.UpgradingReasonUpgradePod)
 
 	deleted := time.Now()
 	if err := testenv.Get(t).Kube.CoreV1().Pods(r.ns).Delete(context.Background(), r.name, metav1.DeleteOptions{}); err != nil {

@@ -16,11 +16,11 @@ import (
 // watchUpgradedPod finishes the UpgradePod stage from the Pod informer, so no worker blocks
 // while a pod starts:
 //
-//  1. skip a pod being deleted, controlled by another sandbox, or not created by an
-//     upgrade (no molt.dev/attempt);
-//  2. skip if the sandbox no longer belongs to the pod's ops (a later ops, or none, took it);
-//  3. skip if the status already shows the attempt past UpgradePod;
-//  4. judge the pod: Ready → publish pod-ready; a failed container or the deadline passed
+//  1. skip unless the pod is the current attempt's to report on (reportSkip): not
+//     being deleted, controlled by the sandbox, created by the attempt the sandbox's
+//     status describes, the sandbox still labelled by the pod's ops, the attempt not
+//     past UpgradePod, and under CheckpointRestore restoring a checkpoint;
+//  2. judge the pod: Ready → publish pod-ready; a failed container or the deadline passed
 //     → publish failed (UpgradePodFailed); still starting → look again at the deadline.
 //
 // An outcome already published for this pod is not published again by this process;
@@ -28,19 +28,14 @@ import (
 // or ignored by its consumers, which check the world.
 func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) error {
 	attempt := pod.Annotations[upgrade.AnnotationPodAttempt]
-	if pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) || attempt == "" {
-		return nil
-	}
 	opsName := pod.Annotations[upgrade.AnnotationPodOps]
+	if skip := reportSkip(sb, pod); skip != "" {
+		if logger := klog.FromContext(ctx).V(4); attempt != "" && logger.Enabled() {
+			logger.Info("Skip: "+skip, "ops", opsName, "attempt", attempt, "currentAttempt", upgrade.CurrentAttempt(sb), "currentOps", sb.Labels[agentsv1alpha1.LabelUpdateOps])
+		}
+		return nil
+	}
 	logger := klog.FromContext(ctx).WithValues("ops", opsName, "attempt", attempt, "stage", agentsv1alpha1.UpgradingReasonUpgradePod)
-	if current := sb.Labels[agentsv1alpha1.LabelUpdateOps]; current != opsName {
-		logger.V(4).Info("Skip: sandbox no longer belongs to the ops that created its pod", "currentOps", current)
-		return nil
-	}
-	if reason, ok := upgrade.ReasonFor(sb, attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonUpgradePod) {
-		logger.V(4).Info("Skip: attempt already past UpgradePod", "reason", reason)
-		return nil
-	}
 
 	v := judge(pod, c.now(), c.readyTimeout)
 	data := events.Data{
@@ -85,4 +80,38 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 		logger.Info("Pod failed", "pod", klog.KObj(pod), "uid", pod.UID, "message", data.Message)
 	}
 	return nil
+}
+
+// reportSkip says why watchUpgradedPod does not report on pod now ("" when it does):
+//
+//   - the pod is being deleted, is not controlled by sb, or was not created by an
+//     upgrade (no molt.dev/attempt);
+//   - it was created by another attempt than the one sb's status describes
+//     (upgrade.CurrentAttempt): an older attempt's pod, whose ops may have been deleted
+//     and created again under the same name, must not report over the current attempt.
+//     A new attempt that continues on that pod at PostUpgrade gets its pod-ready from
+//     the patcher (upgrade.ResumeAt), and again from the watchdog if it stalls; an
+//     attempt's own pod that is Ready before the status names the attempt is reported
+//     when it does (the status update syncs the sandbox again);
+//   - sb is no longer labelled by the pod's ops (a later ops, or none, took it);
+//   - the status already shows the attempt past UpgradePod;
+//   - under CheckpointRestore the pod restores no checkpoint: Ready, it would pass for
+//     restored with an empty workspace; the stage's handler replaces it (isAttemptPod).
+func reportSkip(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) string {
+	attempt := pod.Annotations[upgrade.AnnotationPodAttempt]
+	switch {
+	case pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) || attempt == "":
+		return "not a live pod of an upgrade of this sandbox"
+	case upgrade.CurrentAttempt(sb) != attempt:
+		return "the pod was built by another attempt than the one the sandbox's status describes"
+	case sb.Labels[agentsv1alpha1.LabelUpdateOps] != pod.Annotations[upgrade.AnnotationPodOps]:
+		return "the sandbox no longer belongs to the ops that created its pod"
+	}
+	if reason, ok := upgrade.ReasonFor(sb, attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonUpgradePod) {
+		return "the attempt is already past UpgradePod"
+	}
+	if upgrade.ChecksPoint(sb, attempt) && pod.Annotations[upgrade.AnnotationRestoreFrom] == "" {
+		return "the pod of a CheckpointRestore attempt restores no checkpoint; the UpgradePod handler replaces it"
+	}
+	return ""
 }
