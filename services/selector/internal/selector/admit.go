@@ -32,11 +32,15 @@ const admitWorkers = 32
 // the labelled sandboxes before it are published.
 func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, toAdmit []upgrade.Candidate) error {
 	labelled := make([]string, len(toAdmit)) // the written resourceVersion; "" if not labelled
-	g, gctx := errgroup.WithContext(ctx)
+	// Not errgroup.WithContext: one failed patch must not cancel the others
+	// mid-flight, since the API server may apply a cancelled patch all the
+	// same, and a claim this process does not know of would be neither
+	// published nor counted until the cache shows it.
+	var g errgroup.Group
 	g.SetLimit(admitWorkers)
 	for i, c := range toAdmit {
 		g.Go(func() error {
-			version, err := s.label(gctx, ops, c)
+			version, err := s.label(ctx, ops, c)
 			labelled[i] = version
 			return err
 		})
