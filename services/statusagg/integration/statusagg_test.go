@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -30,6 +31,40 @@ func TestStatusAggregation(t *testing.T) {
 	t.Run("SecondOpsWaitsForTheFirst", func(t *testing.T) { secondOpsWaitsForTheFirst(t, h.with(t)) })
 	t.Run("PatchThatChangesNothingCompletes", func(t *testing.T) { patchThatChangesNothingCompletes(t, h.with(t)) })
 	t.Run("LateEventStillTimesItsStage", func(t *testing.T) { lateEventStillTimesItsStage(t, h.with(t)) })
+	t.Run("DeletionSaysWhatItWaitsFor", func(t *testing.T) { deletionSaysWhatItWaitsFor(t, h.with(t)) })
+}
+
+// An ops being deleted while a sandbox is in a stage (the selector's finalizer
+// keeps it until the attempt ends) says so on its status and in an Event,
+// naming that sandbox, so `kubectl delete` does not seem to hang for nothing.
+func deletionSaysWhatItWaitsFor(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	claimed := map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-d"}
+	d1 := h.runningSandbox(ns, "d1", claimed)
+	h.runningSandbox(ns, "d2", claimed) // claimed, not started: nothing to wait for
+	ops := h.createOps(ns, "ops-d", imageV2, 1)
+	client := h.agents.AgentsV1alpha1().SandboxUpdateOps(ns)
+	hold := []byte(`{"metadata":{"finalizers":["molt.dev/test-hold"]}}`) // the selector's finalizer, played here
+	if _, err := client.Patch(context.Background(), ops.Name, types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = client.Patch(context.Background(), ops.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	h.publish(event(events.TypeRequested, d1, ops))
+	h.waitSandbox(ns, "d1", "Upgrading/PreUpgrade", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgrade) })
+
+	if err := client.Delete(context.Background(), ops.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.waitOps(ns, "ops-d", "Deleting condition", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return meta.FindStatusCondition(o.Status.Conditions, statusagg.ConditionDeleting) != nil
+	})
+	c := meta.FindStatusCondition(got.Status.Conditions, statusagg.ConditionDeleting)
+	if c.Status != metav1.ConditionTrue || c.Reason != statusagg.DeletingReasonWaitingForSandboxes || !strings.Contains(c.Message, "waiting for 1 sandbox to end") || !strings.Contains(c.Message, "(d1)") {
+		t.Fatalf("Deleting = %+v, want True/WaitingForSandboxes naming d1 alone", c)
+	}
+	h.waitEvent(ns, "ops-d", statusagg.DeletingReasonWaitingForSandboxes, "(d1)")
 }
 
 // with returns the harness reporting to a subtest.

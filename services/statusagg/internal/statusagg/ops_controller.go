@@ -3,9 +3,12 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +25,8 @@ import (
 //  1. load the ops (gone → drop its metrics);
 //  2. skip a finished ops (Completed or Failed: its counters are frozen,
 //     its sandboxes move on) and one being deleted, keeping their gauges;
+//     one being deleted says which sandboxes its deletion waits for
+//     (sayWhyDeletionWaits);
 //  3. select the namespace's sandboxes (upgrade.Select) and find the active
 //     ops; an empty selection is confirmed against the API server before the
 //     ops completes with nothing to update (the cache may not hold sandboxes
@@ -50,6 +55,9 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.metrics.setOps(ops, ops.Status)
 		sandboxes, _ := s.sandboxes.Sandboxes(ns).List(labels.Everything()) // a deleted ops's attempts finish
 		s.metrics.setOldestStage(ops, sandboxes)
+		if ops.DeletionTimestamp != nil {
+			return s.sayWhyDeletionWaits(ctx, ops, sandboxes)
+		}
 		return nil
 	}
 
@@ -301,4 +309,66 @@ func (s *server) namespaceHandler() cache.ResourceEventHandler {
 		},
 		DeleteFunc: func(obj any) { enqueue(obj, opsRecountDelay) },
 	}
+}
+
+// sayWhyDeletionWaits writes, on an ops being deleted, the Deleting condition naming
+// the sandboxes it claimed whose attempt is still in a stage (selector keeps the ops,
+// through its finalizer, until they end), with an Event when it first appears. Only a
+// change is written; none once nothing is left to wait for (the ops is about to go).
+func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) error {
+	finishing := deletionWaitsFor(ops, sandboxes)
+	if len(finishing) == 0 {
+		return nil
+	}
+	want := ops.Status.DeepCopy()
+	setCondition(&want.Conditions, metav1.Condition{Type: ConditionDeleting, Status: metav1.ConditionTrue,
+		Reason: DeletingReasonWaitingForSandboxes, Message: deletionWaitMessage(finishing), ObservedGeneration: ops.Generation})
+	if equality.Semantic.DeepEqual(&ops.Status, want) {
+		return nil
+	}
+	first := meta.FindStatusCondition(ops.Status.Conditions, ConditionDeleting) == nil
+	upd := ops.DeepCopy()
+	upd.Status = *want
+	written, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return nil // changed or gone meanwhile: the informer brings it back
+	case err != nil:
+		return fmt.Errorf("update status of ops %s/%s being deleted: %w", ops.Namespace, ops.Name, err)
+	}
+	if first {
+		s.recorder.Event(written, corev1.EventTypeNormal, DeletingReasonWaitingForSandboxes, deletionWaitMessage(finishing))
+	}
+	return nil
+}
+
+// deletionWaitsFor returns, in name order, the sandboxes claimed by ops whose attempt
+// of ops is in a stage: those selector's release waits for.
+func deletionWaitsFor(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) []string {
+	var out []string
+	for _, sb := range sandboxes {
+		if sb.Namespace != ops.Namespace || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+			continue
+		}
+		if reason, ok := upgrade.ReasonFor(sb, string(ops.UID)); ok && upgrade.InProgress(reason) {
+			out = append(out, sb.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// deletionWaitMessage is the Deleting condition's message for the sandboxes named.
+func deletionWaitMessage(finishing []string) string {
+	named := finishing
+	more := ""
+	if len(named) > maxNamedFailures {
+		named, more = named[:maxNamedFailures], fmt.Sprintf(" and %d more", len(finishing)-maxNamedFailures)
+	}
+	count := "1 sandbox"
+	if len(finishing) != 1 {
+		count = fmt.Sprintf("%d sandboxes", len(finishing))
+	}
+	return fmt.Sprintf("being deleted: waiting for %s to end the attempt they are in (%s%s); each ends by its stage's deadline, Succeeded or in a failed reason a new ops resumes; then the ops label and the finalizer are removed. Sandboxes not started are not touched",
+		count, strings.Join(named, ", "), more)
 }

@@ -58,6 +58,13 @@ const (
 	ConditionSandboxesDeleted = "SandboxesDeleted"
 	// DeletedReasonDuringUpgrade: SandboxesDeleted=True.
 	DeletedReasonDuringUpgrade = "DeletedDuringUpgrade"
+
+	// ConditionDeleting is True while an ops being deleted waits for the
+	// sandboxes it claimed to end their attempt; the message names them.
+	// Without it `kubectl delete` would seem to hang with no reason.
+	ConditionDeleting = "Deleting"
+	// DeletingReasonWaitingForSandboxes: Deleting=True.
+	DeletingReasonWaitingForSandboxes = "WaitingForSandboxes"
 )
 
 // maxNamedFailures is how many failed sandboxes a condition message names.
