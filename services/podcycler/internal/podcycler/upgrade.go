@@ -136,6 +136,15 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 			return c.failCheckpoint(ctx, d, problem)
 		}
 		pod.Annotations[upgrade.AnnotationRestoreFrom] = id
+		// The checkpoint may have taken up to --pod-ready-timeout: look again
+		// before destroying anything, as the watchdog may have failed the
+		// attempt meanwhile, or the ops or the sandbox may be gone.
+		if stale, err := c.stillToReplace(ctx, sb, d); err != nil || stale != "" {
+			if stale != "" {
+				logger.Info("Skip: " + stale + "; the old pod was not deleted")
+			}
+			return err
+		}
 	}
 
 	started := events.Event{Type: events.TypeStageStarted, Data: stageData(d)}
@@ -324,4 +333,25 @@ func (c *cycler) waitNameFree(ctx context.Context, ns, name string, oldUID types
 		}
 		stop()
 	}
+}
+
+// stillToReplace reads sb again from the API server and says why its pod must no longer
+// be replaced by attempt d ("" when it must): the sandbox is gone, replaced or being
+// deleted, no longer claimed by d's ops, or d's attempt already ended.
+func (c *cycler) stillToReplace(ctx context.Context, sb *agentsv1alpha1.Sandbox, d events.Data) (string, error) {
+	fresh, err := c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "the sandbox is gone", nil
+	case err != nil:
+		return "", fmt.Errorf("read sandbox %s/%s again after its checkpoint: %w", sb.Namespace, sb.Name, err)
+	case fresh.UID != sb.UID || fresh.DeletionTimestamp != nil:
+		return "the sandbox was deleted or replaced", nil
+	case fresh.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name:
+		return "the sandbox is no longer claimed by ops " + d.Ops.Name, nil
+	}
+	if reason, ok := upgrade.ReasonFor(fresh, d.Attempt); ok && upgrade.Terminal(reason) {
+		return "the attempt already ended in " + reason, nil
+	}
+	return "", nil
 }
