@@ -93,10 +93,11 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		if sb.Namespace != ops.Namespace {
 			continue
 		}
-		// A sandbox this ops claimed stays counted whatever its labels say
-		// now: the claim itself removes upgrade-failed (a selector on it
-		// would otherwise let every claimed sandbox out of the budget), and
-		// a user may relabel a sandbox mid-upgrade.
+		// A sandbox this ops claimed stays counted whatever its labels or
+		// phase say now, until it is deleted (rule 13): the claim itself
+		// removes upgrade-failed (a selector on it would otherwise let every
+		// claimed sandbox out of the budget), and a user may relabel a
+		// sandbox mid-upgrade.
 		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 		if claimedBy != ops.Name && !sel.Matches(labels.Set(sb.Labels)) {
 			exclude(sb, ExcludedSelector, sel.String())
@@ -106,16 +107,16 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			exclude(sb, ExcludedDeleting, "")
 			continue
 		}
+		if claimedBy == ops.Name { // counted until it is deleted, whatever else changed
+			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: StateFor(sb, ops.Name, ops.UID)})
+			continue
+		}
 		if sb.Status.Phase == agentsv1alpha1.SandboxSucceeded || sb.Status.Phase == agentsv1alpha1.SandboxFailed {
 			exclude(sb, ExcludedFinished, string(sb.Status.Phase))
 			continue
 		}
 		if pool := poolOf(sb); pool != "" {
 			exclude(sb, ExcludedPoolMember, pool)
-			continue
-		}
-		if claimedBy == ops.Name {
-			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: StateFor(sb, ops.Name, ops.UID)})
 			continue
 		}
 		if claimedBy != "" && otherActive != nil && otherActive(claimedBy) {

@@ -73,16 +73,22 @@ func (s *server) deletedHandler() cache.ResourceEventHandler {
 			return
 		}
 		stage, recorded := upgrade.ReasonFor(sb, string(ops.UID))
-		if recorded && upgrade.Terminal(stage) {
+		key := ops.Namespace + "/" + ops.Name
+		switch {
+		case recorded && stage == agentsv1alpha1.UpgradingReasonSucceeded:
+			// Updated, then deleted: it stays counted as updated, for good
+			// (updatedDeparted), so a later success still moves the count.
+			s.deleted.add(key, fmt.Sprintf("%s (%s)", sb.Name, stage))
+			s.opsCtl.EnqueueKey(key)
 			return
-		}
-		if !recorded {
+		case recorded && upgrade.Terminal(stage):
+			return
+		case !recorded:
 			stage = "admitted"
 		}
 		note := fmt.Sprintf("%s (%s)", sb.Name, stage)
 		s.recorder.Eventf(ops, corev1.EventTypeWarning, EventSandboxDeletedDuringUpgrade,
 			"sandbox %s was deleted during its upgrade (at %s); it is no longer counted", sb.Name, stage)
-		key := ops.Namespace + "/" + ops.Name
 		s.deleted.add(key, note)
 		s.opsCtl.EnqueueKey(key)
 	}}
@@ -107,3 +113,19 @@ func withDeletedNotes(st *agentsv1alpha1.SandboxUpdateOpsStatus, notes []string,
 }
 
 const deletedPrefix = "deleted during their upgrade: "
+
+// updatedDeparted counts the sandboxes st's SandboxesDeleted condition names as deleted
+// after their upgrade succeeded: they stay counted as updated.
+func updatedDeparted(st agentsv1alpha1.SandboxUpdateOpsStatus) int {
+	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, note := range strings.Split(strings.TrimPrefix(c.Message, deletedPrefix), ", ") {
+		if strings.HasSuffix(note, " ("+agentsv1alpha1.UpgradingReasonSucceeded+")") {
+			n++
+		}
+	}
+	return n
+}

@@ -91,7 +91,10 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	st := *ops.Status.DeepCopy()
 	gen := ops.Generation
 	st.ObservedGeneration = gen
-	departed := max(int(ops.Status.UpdatedReplicas)-sel.Updated, 0)
+	// Updated sandboxes deleted since: those the SandboxesDeleted condition names,
+	// and at least as many as keep updated from going down (a delete statusagg did
+	// not see, as it was not running).
+	departed := max(updatedDeparted(ops.Status), int(ops.Status.UpdatedReplicas)-sel.Updated, 0)
 	st.Replicas, st.UpdatedReplicas = int32(sel.Total()+departed), int32(sel.Updated+departed)
 	st.UpdatingReplicas, st.FailedReplicas = int32(sel.Updating), int32(sel.Failed)
 

@@ -113,3 +113,27 @@ func TestDeletedNotes(t *testing.T) {
 		t.Fatalf("SandboxesDeleted = %+v", c)
 	}
 }
+
+// An updated sandbox deleted later stays counted as updated for good: the next
+// success moves the count on instead of silently taking its place (rule 13).
+func TestUpdatedAndDeletedStaysCounted(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "ops"}}
+	u, n, d := upgrade.Updating, upgrade.NotStarted, upgrade.Updated
+	// Five sandboxes: s1..s4 updated, s5 updated and then deleted, s6 upgrading.
+	ops.Status.UpdatedReplicas, ops.Status.Replicas = 5, 7
+	withDeletedNotes(&ops.Status, []string{"s5 (Succeeded)"}, 1)
+	st := desiredOpsStatus(ops, ops, selection(2, d, d, d, d, u, n), nil)
+	if st.UpdatedReplicas != 5 || st.Replicas != 7 {
+		t.Fatalf("before s6 ends: updated %d of %d, want 5 of 7", st.UpdatedReplicas, st.Replicas)
+	}
+	ops.Status = st
+	st = desiredOpsStatus(ops, ops, selection(2, d, d, d, d, d, n), nil)
+	if st.UpdatedReplicas != 6 || st.Replicas != 7 {
+		t.Fatalf("after s6 succeeded: updated %d of %d, want 6 of 7 (s5 still counted)", st.UpdatedReplicas, st.Replicas)
+	}
+	// A delete statusagg did not see still never takes updated down.
+	ops.Status = agentsv1alpha1.SandboxUpdateOpsStatus{UpdatedReplicas: 3, Replicas: 4}
+	if st := desiredOpsStatus(ops, ops, selection(1, d, d, n), nil); st.UpdatedReplicas != 3 || st.Replicas != 4 {
+		t.Fatalf("unseen delete: updated %d of %d, want 3 of 4", st.UpdatedReplicas, st.Replicas)
+	}
+}
