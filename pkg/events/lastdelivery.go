@@ -37,7 +37,7 @@ func FailOnLastDelivery(pub *Publisher, failureOf func(Event) (StageFailure, boo
 		}
 		out := Event{Type: TypeFailed, Data: msg.Event.Data}
 		out.Data.Stage, out.Data.Reason = f.Stage, f.Reason
-		out.Data.Message = fmt.Sprintf("%s gave up on %s after %d deliveries: %v; the sandbox was left as it was: fix the cause, then create a new SandboxUpdateOps to resume it",
+		out.Data.Message = fmt.Sprintf("%s gave up on %s after %d deliveries: %v; nothing more was done after that error, and what this stage did before it stays (a backup already made is kept): fix the cause, then create a new SandboxUpdateOps to resume it",
 			pub.source, msg.Event.Type, msg.NumDelivered, err)
 		if perr := pub.Publish(ctx, out); perr != nil {
 			return errors.Join(err, fmt.Errorf("report the failure of %s: %w", msg.Event.SandboxKey(), perr))
