@@ -19,20 +19,32 @@ import (
 //
 //  1. the patch applies to an empty pod template (strategic merge, no unknown field): if
 //     not, it cannot work on any sandbox;
-//  2. for the first candidate, the patched template must make a pod the API server accepts
+//  2. for a candidate, the patched template must make a pod the API server accepts
 //     (server-side dry run) whenever the unpatched one does: if the patch alone turns an
 //     acceptable pod into a refused one, it is the patch's fault.
 //
 // A problem that depends on one sandbox's own template (the patch does not apply to it, or
 // its pod is refused with or without the patch) is left to that sandbox's upgrade, which
-// fails it alone before its pod is touched.
-func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, first *agentsv1alpha1.Sandbox) (string, error) {
+// fails it alone before its pod is touched; the check then tries the next candidate, up to
+// patchCheckTries of them, so that one unusual sandbox sorting first does not let a patch
+// through unchecked.
+func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, candidates []*agentsv1alpha1.Sandbox) (string, error) {
 	if _, ok := ops.Annotations[upgrade.AnnotationPatchCheck]; ok {
 		return upgrade.PatchProblem(ops), nil
 	}
-	problem, err := s.patchProblem(ctx, ops, first)
-	if err != nil {
-		return "", err
+	problem := ""
+	for i, sb := range candidates {
+		if i == patchCheckTries {
+			break
+		}
+		var decided bool
+		var err error
+		if problem, decided, err = s.patchProblem(ctx, ops, sb); err != nil {
+			return "", err
+		}
+		if decided {
+			break
+		}
 	}
 	value := upgrade.PatchCheckOK
 	if problem != "" {
@@ -48,25 +60,32 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 	return problem, nil
 }
 
-func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, first *agentsv1alpha1.Sandbox) (string, error) {
+// patchCheckTries is how many candidates the patch check tries before it lets the patch
+// pass without a verdict (each one costs up to two dry runs).
+const patchCheckTries = 3
+
+// patchProblem checks the patch on one candidate, sb. decided is false when sb's own
+// template leaves the question open (no template, the patch does not apply to it, or its
+// pod is refused even without the patch): the next candidate is tried.
+func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) (problem string, decided bool, err error) {
 	raw := ops.Spec.Patch.Raw
 	if _, err := upgrade.ApplyPatch(&corev1.PodTemplateSpec{}, raw); err != nil {
-		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", err), nil
+		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", err), true, nil
 	}
-	if first == nil || first.Spec.Template == nil {
-		return "", nil
+	if sb == nil || sb.Spec.Template == nil {
+		return "", false, nil
 	}
-	patched, err := upgrade.ApplyPatch(first.Spec.Template, raw)
+	patched, err := upgrade.ApplyPatch(sb.Spec.Template, raw)
 	if err != nil {
-		return "", nil // this sandbox's own template: its upgrade fails it alone
+		return "", false, nil // this sandbox's own template: its upgrade fails it alone
 	}
-	refusedPatched, err := upgrade.DryRunCreatePod(ctx, s.kube, upgrade.PodFrom(first.Namespace, first.Name, patched))
+	refusedPatched, err := upgrade.DryRunCreatePod(ctx, s.kube, upgrade.PodFrom(sb.Namespace, sb.Name, patched))
 	if err != nil || refusedPatched == "" {
-		return "", err
+		return "", err == nil, err
 	}
-	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, s.kube, upgrade.PodFrom(first.Namespace, first.Name, first.Spec.Template))
+	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, s.kube, upgrade.PodFrom(sb.Namespace, sb.Name, sb.Spec.Template))
 	if err != nil || refusedOriginal != "" {
-		return "", err // refused without the patch too: the sandbox's own problem
+		return "", false, err // refused without the patch too: the sandbox's own problem
 	}
-	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", first.Name, refusedPatched), nil
+	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", sb.Name, refusedPatched), true, nil
 }

@@ -204,7 +204,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 	if len(toAdmit) == 0 {
 		return nil
 	}
-	if problem, err := s.checkPatch(ctx, ops, toAdmit[0].Sandbox); err != nil || problem != "" {
+	if problem, err := s.checkPatch(ctx, ops, notStarted(sel)); err != nil || problem != "" {
 		return err
 	}
 	return s.admit(ctx, ops, toAdmit)
@@ -215,4 +215,15 @@ func activeName(o *agentsv1alpha1.SandboxUpdateOps) string {
 		return ""
 	}
 	return o.Name
+}
+
+// notStarted returns the sandboxes of sel not started yet, in the order they start.
+func notStarted(sel upgrade.Selection) []*agentsv1alpha1.Sandbox {
+	var out []*agentsv1alpha1.Sandbox
+	for _, c := range sel.Candidates {
+		if c.State == upgrade.NotStarted {
+			out = append(out, c.Sandbox)
+		}
+	}
+	return out
 }

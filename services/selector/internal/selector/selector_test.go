@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -201,5 +205,38 @@ func TestRepublishesRequestedAfterRestart(t *testing.T) {
 	})
 	for _, ev := range f.events.all() {
 		f.checkClaimedAt(ev) // the republished sbx-0's version comes from the cache
+	}
+}
+
+// The patch check does not stop at a first candidate whose own pod is refused even
+// without the patch (it says nothing about the patch): it checks the next one, and a
+// patch the API server refuses for it fails the ops before any sandbox is claimed.
+func TestPatchCheckLooksPastAnUnusualFirstSandbox(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("a-odd", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	// a-odd's own template mounts a volume it does not define: its pod is refused as it is.
+	updated, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Get(context.Background(), "a-odd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	updated.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "missing", MountPath: "/m"}}
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Update(context.Background(), updated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.sandbox("b-good", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	f.ops("bad-mount", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"main","volumeMounts":[{"name":"nope","mountPath":"/x"}]}]}}`)}
+	})
+	testenv.Eventually(t, 30*time.Second, "the patch check refuses the patch", func() (bool, error) {
+		ops, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "bad-mount", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, ok := ops.Annotations[upgrade.AnnotationPatchCheck]
+		return ok && strings.Contains(v, "checked on sandbox b-good"), fmt.Errorf("patch check %q (recorded %v)", v, ok)
+	})
+	if got, err := f.claimed("bad-mount"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v), want none", got, err)
 	}
 }
