@@ -267,6 +267,20 @@ func (h *harness) drained() {
 	})
 }
 
+// deliveredCount is how many deliveries statusagg's consumer has made so far.
+func (h *harness) deliveredCount() uint64 {
+	h.t.Helper()
+	cons, err := h.js.Consumer(context.Background(), events.StreamName, events.ConsumerStatusAgg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.Delivered.Consumer
+}
+
 // waitEvent waits for a Kubernetes Event with reason on the object named name.
 func (h *harness) waitEvent(ns, name, reason, messagePart string) corev1.Event {
 	h.t.Helper()

@@ -32,6 +32,31 @@ func TestStatusAggregation(t *testing.T) {
 	t.Run("PatchThatChangesNothingCompletes", func(t *testing.T) { patchThatChangesNothingCompletes(t, h.with(t)) })
 	t.Run("LateEventStillTimesItsStage", func(t *testing.T) { lateEventStillTimesItsStage(t, h.with(t)) })
 	t.Run("DeletionSaysWhatItWaitsFor", func(t *testing.T) { deletionSaysWhatItWaitsFor(t, h.with(t)) })
+	t.Run("DirectEventBeforeItsRequestedWaits", func(t *testing.T) { directEventBeforeItsRequestedWaits(t, h.with(t)) })
+}
+
+// A direct upgrade's posthook-done handled before its requested (a backlog after a
+// failover) is not dropped: it waits for the requested, and the attempt ends Succeeded
+// instead of sitting in PreUpgrade until the watchdog fails it.
+func directEventBeforeItsRequestedWaits(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	sb := h.runningSandbox(ns, "direct1", nil)
+	ev := func(typ string) events.Event {
+		return events.Event{Type: typ, Data: events.Data{
+			Sandbox: events.SandboxRef{Namespace: ns, Name: sb.Name, UID: sb.UID},
+			Attempt: fmt.Sprintf("%sr2-%d", upgrade.DirectAttemptPrefix, sb.Generation),
+		}}
+	}
+	delivered := h.deliveredCount()
+	h.publish(ev(events.TypePostHookDone))
+	testenv.Eventually(t, timeout, "posthook-done handed to statusagg before requested exists", func() (bool, error) {
+		n := h.deliveredCount()
+		return n > delivered, fmt.Errorf("delivered %d, before %d", n, delivered)
+	})
+	h.publish(ev(events.TypeRequested))
+	h.waitSandbox(ns, sb.Name, "Succeeded", func(got *agentsv1alpha1.Sandbox) bool {
+		return upgrading(got, agentsv1alpha1.UpgradingReasonSucceeded)
+	})
 }
 
 // An ops being deleted while a sandbox is in a stage (the selector's finalizer

@@ -139,6 +139,15 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	attempt := upgrade.CurrentAttempt(&view)
 	curReason, _ := upgrade.ReasonFor(&view, attempt)
 	tr, skip := decide(attempt, curReason, ev, target)
+	if skip != "" && directAhead(ev, attempt) {
+		// A later event of a newer direct attempt than the status records: its
+		// requested is not recorded yet (a backlog, a failover). Skipped, the
+		// attempt would wait at its first stage for the watchdog.
+		if !fresh {
+			return outcome{skip: skip, cacheSkip: true}, nil, nil
+		}
+		return outcome{}, nil, events.Retry(fmt.Errorf("%s of direct attempt %s came before the attempt's requested was recorded (status records %q)", ev.Type, ev.Data.Attempt, attempt), directAheadRetry)
+	}
 	if skip != "" {
 		if ev.Data.Attempt == attempt && upgrade.InProgress(target) {
 			// Perhaps decided after a later stage's event (see stageClock):

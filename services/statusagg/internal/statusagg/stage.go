@@ -2,6 +2,9 @@ package statusagg
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
@@ -93,4 +96,34 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 		return transition{}, fmt.Sprintf("attempt already at %s, event reports %s", curReason, target)
 	}
 	return tr, ""
+}
+
+// directAheadRetry is how soon an event of a direct attempt that came before its
+// requested (directAhead) is handled again.
+const directAheadRetry = time.Second
+
+// directAhead reports whether ev, an event of a direct upgrade other than requested,
+// belongs to a newer direct attempt than cur, the attempt the status records: its
+// requested has not been recorded yet. A direct attempt's id ends with the sandbox's
+// generation it was started at ("direct-<revision>-<generation>"), so an older
+// attempt's late event is told apart and still skipped.
+func directAhead(ev events.Event, cur string) bool {
+	if ev.Type == events.TypeRequested || ev.Data.Ops.Name != "" || ev.Data.Attempt == cur {
+		return false
+	}
+	gen, ok := directGeneration(ev.Data.Attempt)
+	if !ok {
+		return false
+	}
+	curGen, curDirect := directGeneration(cur)
+	return !curDirect || gen > curGen
+}
+
+// directGeneration returns the sandbox generation a direct attempt id ends with.
+func directGeneration(attempt string) (int64, bool) {
+	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
+		return 0, false
+	}
+	gen, err := strconv.ParseInt(attempt[strings.LastIndex(attempt, "-")+1:], 10, 64)
+	return gen, err == nil
 }

@@ -101,3 +101,29 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// A later event of a newer direct attempt than the status records waits for its
+// requested; an older direct attempt's late event, or an ops's, does not.
+func TestDirectAhead(t *testing.T) {
+	direct := func(typ, attempt string) events.Event {
+		return events.Event{Type: typ, Data: events.Data{Attempt: attempt}}
+	}
+	for _, tc := range []struct {
+		name string
+		ev   events.Event
+		cur  string
+		want bool
+	}{
+		{"newer generation before its requested", direct(events.TypePostHookDone, "direct-abc-5"), "direct-old-3", true},
+		{"no attempt recorded yet", direct(events.TypePreHookDone, "direct-abc-5"), "", true},
+		{"after an ops's attempt", direct(events.TypePatched, "direct-abc-5"), "0b7c-uid", true},
+		{"an older attempt's late event", direct(events.TypePostHookDone, "direct-old-3"), "direct-abc-5", false},
+		{"the current attempt", direct(events.TypePostHookDone, "direct-abc-5"), "direct-abc-5", false},
+		{"requested itself", direct(events.TypeRequested, "direct-abc-5"), "direct-old-3", false},
+		{"an ops's event", events.Event{Type: events.TypePatched, Data: events.Data{Ops: events.OpsRef{Name: "up"}, Attempt: "uid-2"}}, "uid-1", false},
+	} {
+		if got := directAhead(tc.ev, tc.cur); got != tc.want {
+			t.Errorf("%s: directAhead = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
