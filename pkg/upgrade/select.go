@@ -261,6 +261,10 @@ type noNeedEntry struct {
 	noNeed bool
 }
 
+// TemplatePatched reports whether sb's template already equals itself with patch
+// applied (what Select calls NoNeedToUpdate, uncached).
+func TemplatePatched(sb *agentsv1alpha1.Sandbox, patch []byte) bool { return computeNoNeed(sb, patch) }
+
 func computeNoNeed(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
 	cur := sb.Spec.Template
 	if cur == nil {

@@ -40,7 +40,9 @@ func (s *Selector) ensureFinalizer(ctx context.Context, ops *agentsv1alpha1.Sand
 //     label written just before the delete is not missed;
 //  2. a sandbox whose attempt is in a stage keeps its label, so every stage
 //     goes on driving it to Succeeded or a failed reason (the watchdog bounds
-//     how long); the ops is looked at again shortly;
+//     how long); so does one whose template the patcher already patched
+//     before statusagg recorded the attempt; the ops is looked at again
+//     shortly;
 //  3. every other one loses the ops label and the resume-trigger annotation,
 //     each patch carrying the listed resourceVersion, so a sandbox whose
 //     status moved meanwhile (or that another ops claimed) is not stripped
@@ -67,8 +69,24 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 	finishing := 0
 	for i := range list.Items {
 		sb := &list.Items[i]
-		if reason, ok := upgrade.ReasonFor(sb, string(ops.UID)); ok && upgrade.InProgress(reason) {
+		reason, recorded := upgrade.ReasonFor(sb, string(ops.UID))
+		if recorded && upgrade.InProgress(reason) {
 			finishing++
+			continue
+		}
+		if !recorded && !upgrade.IsResumable(sb) && upgrade.TemplatePatched(sb, ops.Spec.Patch.Raw) {
+			// Claimed when its template needed the patch, and it has it now: the
+			// patcher wrote it, and statusagg has not recorded the attempt yet.
+			// Released, it would keep the new template on its old pod with no
+			// record of an upgrade, and a new ops would find nothing to do. It
+			// finishes its attempt instead (the watchdog bounds it once
+			// recorded); requested is sent again in case it was lost.
+			finishing++
+			if last, ok := s.inflight.lastPublished(sb.UID, string(ops.UID)); !ok || time.Since(last) >= s.republishAfter {
+				if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		patch := metaPatch{Metadata: metaFields{

@@ -240,3 +240,38 @@ func TestPatchCheckLooksPastAnUnusualFirstSandbox(t *testing.T) {
 		t.Fatalf("claimed %v (err %v), want none", got, err)
 	}
 }
+
+// Deleting an ops after the patcher wrote a sandbox's template but before statusagg
+// recorded the attempt does not strand the sandbox with the new template on its old
+// pod: it keeps its claim (and the ops its finalizer) until the attempt ends.
+func TestDeletingOpsKeepsASandboxItAlreadyPatched(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	ops := f.ops("upgrade", 2, newImage, nil)
+	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
+	// The patcher's write on sbx-0; statusagg records nothing yet.
+	sb := f.getSandbox("sbx-0")
+	sb.Spec.Template.Spec.Containers[0].Image = newImage
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Update(context.Background(), sb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Delete(context.Background(), "upgrade", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete ops: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, "sbx-1, never patched, released", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && slices.Equal(got, []string{"sbx-0"}), fmt.Errorf("claimed %v, err %v", got, err)
+	})
+	testenv.Consistently(t, quiet, "sbx-0 keeps its claim while its attempt is not recorded", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && slices.Equal(got, []string{"sbx-0"}), fmt.Errorf("claimed %v, err %v", got, err)
+	})
+	// statusagg records the attempt and it ends: the ops goes.
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.waitOpsGone("upgrade")
+	if v, ok := f.getSandbox("sbx-0").Labels[agentsv1alpha1.LabelUpdateOps]; ok {
+		t.Errorf("sbx-0 still labelled %s=%s", agentsv1alpha1.LabelUpdateOps, v)
+	}
+}
