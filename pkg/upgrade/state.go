@@ -3,6 +3,7 @@ package upgrade
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +184,22 @@ func BuiltByResumed(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, attempt, resume
 // "direct-<target revision>-<sandbox generation>". Written by selector; read
 // by selector and statusagg (a direct attempt has no ops to drive it).
 const DirectAttemptPrefix = "direct-"
+
+// DirectAttempt is the attempt id of a direct upgrade to revision, started at the
+// sandbox's generation.
+func DirectAttempt(revision string, generation int64) string {
+	return DirectAttemptPrefix + revision + "-" + strconv.FormatInt(generation, 10)
+}
+
+// DirectAttemptGeneration returns the sandbox generation a direct attempt id was
+// started at (ok false for any other attempt id).
+func DirectAttemptGeneration(attempt string) (int64, bool) {
+	if !strings.HasPrefix(attempt, DirectAttemptPrefix) {
+		return 0, false
+	}
+	gen, err := strconv.ParseInt(attempt[strings.LastIndex(attempt, "-")+1:], 10, 64)
+	return gen, err == nil
+}
 
 // CountsMayChange says whether a sandbox's change may change how an ops
 // counts it, and so what the ops may admit next: its labels (the claim,

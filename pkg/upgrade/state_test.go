@@ -170,3 +170,13 @@ func TestSucceededOnly(t *testing.T) {
 		})
 	}
 }
+
+// A direct attempt id gives back the generation it was made with; other ids do not.
+func TestDirectAttemptGeneration(t *testing.T) {
+	if gen, ok := DirectAttemptGeneration(DirectAttempt("5d8f9c7b", 12)); !ok || gen != 12 {
+		t.Fatalf("DirectAttemptGeneration = %d, %v; want 12, true", gen, ok)
+	}
+	if _, ok := DirectAttemptGeneration("0b7c7c2e-uid"); ok {
+		t.Fatal("an ops attempt id parsed as a direct one")
+	}
+}

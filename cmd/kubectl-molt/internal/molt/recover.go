@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -215,7 +216,7 @@ func phaseOf(ops *agentsv1alpha1.SandboxUpdateOps) string {
 
 // maxOpsName is the longest name the CRD accepts: an ops name is a label
 // value on the sandboxes it claims.
-const maxOpsName = 63
+const maxOpsName = content.LabelValueMaxLength
 
 // fitName is name+suffix, with name shortened so that the whole fits in
 // maxOpsName.

@@ -13,8 +13,8 @@ import (
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
-	agentsclient "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/events"
+	agentsclient "molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/upgrade"
 )
 

@@ -101,7 +101,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision {
 		return nil
 	}
-	next := fmt.Sprintf("%s%s-%d", DirectAttemptPrefix, revision, sb.Generation)
+	next := upgrade.DirectAttempt(revision, sb.Generation)
 	if attempt == next {
 		return nil // this revision already ran (and failed, or is finishing)
 	}

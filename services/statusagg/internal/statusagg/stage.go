@@ -2,8 +2,6 @@ package statusagg
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -111,19 +109,10 @@ func directAhead(ev events.Event, cur string) bool {
 	if ev.Type == events.TypeRequested || ev.Data.Ops.Name != "" || ev.Data.Attempt == cur {
 		return false
 	}
-	gen, ok := directGeneration(ev.Data.Attempt)
+	gen, ok := upgrade.DirectAttemptGeneration(ev.Data.Attempt)
 	if !ok {
 		return false
 	}
-	curGen, curDirect := directGeneration(cur)
+	curGen, curDirect := upgrade.DirectAttemptGeneration(cur)
 	return !curDirect || gen > curGen
-}
-
-// directGeneration returns the sandbox generation a direct attempt id ends with.
-func directGeneration(attempt string) (int64, bool) {
-	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
-		return 0, false
-	}
-	gen, err := strconv.ParseInt(attempt[strings.LastIndex(attempt, "-")+1:], 10, 64)
-	return gen, err == nil
 }
