@@ -20,15 +20,24 @@ func WokenForUpgrade(sb *agentsv1alpha1.Sandbox) bool {
 		sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] == "true"
 }
 
-// KeepAwake reports whether a paused sandbox must have a pod now: it is
-// woken for an upgrade and the attempt its status shows has not ended (none
-// shown yet counts as not ended). podcycler creates and keeps its pod
-// while this holds, and stops it, as for any pause, once the attempt
-// succeeded or failed.
+// KeepAwake reports whether a paused sandbox must have a pod now, because
+// an upgrade attempt on it has not ended:
+//   - it is woken for an upgrade and the attempt its status shows has not
+//     ended (none shown yet counts as not ended);
+//   - or its user paused it while its attempt is in a stage. Stopping the pod
+//     then would fail the stage for nothing (a hook with no pod to run in, a
+//     new pod deleted as each re-drive creates it), so the pause waits for the
+//     attempt, whose stages all have deadlines.
+//
+// podcycler creates and keeps the pod while this holds, and stops it, as for
+// any pause, once the attempt succeeded or failed.
 func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
-	if !WokenForUpgrade(sb) {
+	if !sb.Spec.Paused {
 		return false
 	}
 	reason, ok := ReasonFor(sb, CurrentAttempt(sb))
-	return !ok || !Terminal(reason)
+	if WokenForUpgrade(sb) {
+		return !ok || !Terminal(reason)
+	}
+	return ok && InProgress(reason)
 }

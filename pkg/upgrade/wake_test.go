@@ -37,9 +37,16 @@ func TestWokenForUpgradeAndKeepAwake(t *testing.T) {
 		{"paused, admitted, succeeded", sandbox(true, true, true, agentsv1alpha1.UpgradingReasonSucceeded), true, false},
 		{"paused, admitted, failed", sandbox(true, true, true, agentsv1alpha1.UpgradingReasonPreUpgradeFailed), true, false},
 		{"unpaused meanwhile", sandbox(false, true, true, agentsv1alpha1.UpgradingReasonPreUpgrade), false, false},
-		{"paused, ops deleted (no label)", sandbox(true, false, true, agentsv1alpha1.UpgradingReasonPreUpgrade), false, false},
+		{"unpaused meanwhile, in UpgradePod", sandbox(false, true, false, agentsv1alpha1.UpgradingReasonUpgradePod), false, false},
+		{"paused, ops deleted (no label), in PreUpgrade", sandbox(true, false, true, agentsv1alpha1.UpgradingReasonPreUpgrade), false, true},
+		{"paused, ops deleted (no label), failed", sandbox(true, false, true, agentsv1alpha1.UpgradingReasonPreUpgradeFailed), false, false},
 		{"paused, never admitted", sandbox(true, false, false, ""), false, false},
-		{"paused, admitted without trigger", sandbox(true, true, false, agentsv1alpha1.UpgradingReasonPreUpgrade), false, false},
+		{"paused by its user in PreUpgrade", sandbox(true, true, false, agentsv1alpha1.UpgradingReasonPreUpgrade), false, true},
+		{"paused by its user in UpgradePod", sandbox(true, true, false, agentsv1alpha1.UpgradingReasonUpgradePod), false, true},
+		{"paused by its user in PostUpgrade of a direct attempt (no ops label)", sandbox(true, false, false, agentsv1alpha1.UpgradingReasonPostUpgrade), false, true},
+		{"paused by its user, claimed, attempt not recorded yet", sandbox(true, true, false, ""), false, false},
+		{"paused by its user, succeeded", sandbox(true, true, false, agentsv1alpha1.UpgradingReasonSucceeded), false, false},
+		{"paused by its user, failed in UpgradePod", sandbox(true, true, false, agentsv1alpha1.UpgradingReasonUpgradePodFailed), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := WokenForUpgrade(tc.sb); got != tc.woken {

@@ -68,9 +68,10 @@ var upgradeStagesOwningPod = map[string]bool{
 //  2. no spec.template (a templateRef) → nothing: pods are built from inline templates;
 //     a CheckpointRestore attempt that Succeeded → delete its checkpoints (cleanCheckpoints;
 //     a failed attempt's are kept, they may hold the only copy of the workspace);
-//  3. spec.paused → delete the pod, with a UID precondition, unless an ops woke the
-//     sandbox for its upgrade and that attempt has not ended (upgrade.KeepAwake): then
-//     it is treated as running, and paused again when the attempt ends;
+//  3. spec.paused → delete the pod, with a UID precondition, unless an upgrade attempt
+//     on it has not ended (upgrade.KeepAwake: an ops woke the sandbox for it, or its
+//     user paused it mid-stage): then it is treated as running, and paused when the
+//     attempt ends;
 //  4. no pod → create it from spec.template, unless an upgrade owns the pod now
 //     (createMissingPod);
 //  5. a pod created by an upgrade attempt → watch it until Ready, failed or past its

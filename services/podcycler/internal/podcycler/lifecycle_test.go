@@ -1,7 +1,9 @@
 package podcycler_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -54,4 +56,28 @@ func TestSandboxGetsPodAndPauseResume(t *testing.T) {
 	if resumed.UID == pod.UID {
 		t.Fatalf("resumed pod has the old UID %s", pod.UID)
 	}
+}
+
+// A sandbox its user pauses while its upgrade attempt is in a stage keeps its pod until the
+// attempt ends, then stops like any paused sandbox: stopping it mid-stage would fail the
+// stage for nothing (a hook with no pod, a new pod deleted as each re-drive creates it).
+func TestPauseWaitsForTheAttemptInAStage(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+
+	sb := createSandbox(t, ns, "sbx-pause-mid", "registry.example/sandbox:v1")
+	pod := waitPodReady(t, ns, sb.Name, "")
+	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonPreUpgrade)
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = true })
+	testenv.Consistently(t, 3*time.Second, "pod "+ns+"/"+sb.Name+" kept while the attempt is in PreUpgrade", func() (bool, error) {
+		p, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.UID == pod.UID && p.DeletionTimestamp == nil, nil
+	})
+
+	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonSucceeded)
+	waitPodGone(t, ns, sb.Name)
 }
