@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,7 @@ func TestStatusAggregation(t *testing.T) {
 	t.Run("LateEventStillTimesItsStage", func(t *testing.T) { lateEventStillTimesItsStage(t, h.with(t)) })
 	t.Run("DeletionSaysWhatItWaitsFor", func(t *testing.T) { deletionSaysWhatItWaitsFor(t, h.with(t)) })
 	t.Run("DirectEventBeforeItsRequestedWaits", func(t *testing.T) { directEventBeforeItsRequestedWaits(t, h.with(t)) })
+	t.Run("FailureOfAReplacedOpsAttemptEndsIt", func(t *testing.T) { failureOfAReplacedOpsAttemptEndsIt(t, h.with(t)) })
 }
 
 // A direct upgrade's posthook-done handled before its requested (a backlog after a
@@ -90,6 +92,55 @@ func deletionSaysWhatItWaitsFor(t *testing.T, h *harness) {
 		t.Fatalf("Deleting = %+v, want True/WaitingForSandboxes naming d1 alone", c)
 	}
 	h.waitEvent(ns, "ops-d", statusagg.DeletingReasonWaitingForSandboxes, "(d1)")
+}
+
+// An ops deleted (its finalizer removed by hand) and created again under the same name
+// leaves the sandbox in a stage of the old ops's attempt, which nothing drives any more.
+// The watchdog's failure of that attempt (it names the old ops) ends it, so the new ops
+// can resume the sandbox; any other event of the old ops is still stale, and so is its
+// failure once the sandbox is in the new ops's attempt.
+func failureOfAReplacedOpsAttemptEndsIt(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	sb := h.runningSandbox(ns, "r1", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-r"})
+	old := h.createOps(ns, "ops-r", imageV2, 1)
+	h.publish(event(events.TypeRequested, sb, old))
+	h.waitSandbox(ns, sb.Name, "Upgrading/PreUpgrade", func(sb *agentsv1alpha1.Sandbox) bool { return upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgrade) })
+
+	client := h.agents.AgentsV1alpha1().SandboxUpdateOps(ns)
+	if err := client.Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, timeout, "ops "+old.Name+" gone", func() (bool, error) {
+		_, err := client.Get(context.Background(), old.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+	renewed := h.createOps(ns, "ops-r", imageV2, 1)
+
+	h.publish(event(events.TypePatched, sb, old)) // stale: still PreUpgrade
+	failed := event(events.TypeFailed, sb, old)
+	failed.Data.Stage, failed.Data.Reason = agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+	failed.Data.Message = "no progress in PreUpgrade: SandboxUpdateOps ops-r was replaced by a new one of the same name"
+	h.publish(failed)
+	got := h.waitSandbox(ns, sb.Name, "PreUpgradeFailed", func(sb *agentsv1alpha1.Sandbox) bool {
+		return upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	})
+	if a := upgrade.CurrentAttempt(got); a != string(old.UID) {
+		t.Fatalf("attempt = %q, want the old ops's %s", a, old.UID)
+	}
+
+	h.publish(event(events.TypeRequested, sb, renewed))
+	h.waitSandbox(ns, sb.Name, "the new ops's attempt in PreUpgrade", func(sb *agentsv1alpha1.Sandbox) bool {
+		return upgrade.CurrentAttempt(sb) == string(renewed.UID) && upgrading(sb, agentsv1alpha1.UpgradingReasonPreUpgrade)
+	})
+	h.redeliver(failed)
+	h.drained()
+	got, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upgrade.CurrentAttempt(got) != string(renewed.UID) || !upgrading(got, agentsv1alpha1.UpgradingReasonPreUpgrade) {
+		t.Fatalf("the old ops's failure, redelivered, moved the new ops's attempt: %s", statusJSON(got.Status))
+	}
 }
 
 // with returns the harness reporting to a subtest.

@@ -118,9 +118,6 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name {
 			return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name), cacheSkip: !fresh}, nil, nil
 		}
-		if ops, err := s.ops.SandboxUpdateOps(sb.Namespace).Get(d.Ops.Name); err == nil && ops.UID != d.Ops.UID {
-			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID), cacheSkip: !fresh}, nil, nil
-		}
 	}
 
 	e.adopt(sb.UID)
@@ -131,6 +128,16 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	view.Status = *e.status(&sb.Status)
 	if e.pending != nil {
 		view.Status.Conditions = e.pending
+	}
+	if d.Ops.Name != "" {
+		// An event of an ops deleted and created again under the same name is stale,
+		// except the failure of the attempt the sandbox is in: nothing drives that
+		// attempt any more (the watchdog fails it so), and dropped, the sandbox would
+		// stay in its stage and the new ops would wait for it for ever.
+		ending := ev.Type == events.TypeFailed && d.Attempt == upgrade.CurrentAttempt(&view)
+		if ops, err := s.ops.SandboxUpdateOps(sb.Namespace).Get(d.Ops.Name); err == nil && ops.UID != d.Ops.UID && !ending {
+			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID), cacheSkip: !fresh}, nil, nil
+		}
 	}
 	target, err := stageOf(ev, &view)
 	if err != nil {
