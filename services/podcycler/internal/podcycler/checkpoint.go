@@ -73,6 +73,9 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 		return "", "", fmt.Errorf("report stage Checkpointing of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	if own == nil {
+		if err := c.markDirectCheckpointRestore(ctx, sb, d.Attempt); err != nil {
+			return "", "", err
+		}
 		want := &agentsv1alpha1.Checkpoint{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: sb.Namespace,
@@ -148,6 +151,27 @@ func (c *cycler) cleanCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbo
 		return fmt.Errorf("remove the upgrade strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	klog.FromContext(ctx).Info("Deleted the checkpoints of a succeeded CheckpointRestore attempt", "attempt", upgrade.CurrentAttempt(sb))
+	return nil
+}
+
+// markDirectCheckpointRestore writes the strategy mark (upgrade.StrategyValue) of a
+// direct CheckpointRestore attempt, before its first Checkpoint is created. The patcher
+// writes it for an ops's attempt; a direct one (the sandbox's own upgradePolicy) has
+// nobody else to write it, and without it cleanCheckpoints would never delete the
+// attempt's checkpoints after it succeeded. A merge patch of one annotation: it cannot
+// conflict with any other write.
+func (c *cycler) markDirectCheckpointRestore(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string) error {
+	value := upgrade.StrategyValue(attempt)
+	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == value {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{upgrade.AnnotationUpgradeStrategy: value}}})
+	if err != nil {
+		return fmt.Errorf("encode the upgrade strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	if _, err := c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("write the upgrade strategy mark %q of sandbox %s/%s before its checkpoint: %w", value, sb.Namespace, sb.Name, err)
+	}
 	return nil
 }
 

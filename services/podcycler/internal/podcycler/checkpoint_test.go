@@ -351,3 +351,46 @@ func TestCheckpointRestoreOfALongSandboxName(t *testing.T) {
 		return true, nil
 	})
 }
+
+// A direct CheckpointRestore attempt (the sandbox's own upgradePolicy, no ops, so no
+// patcher to write the strategy mark) has its mark written before its checkpoint, so the
+// checkpoint is deleted once the attempt succeeded, as an ops's is.
+func TestDirectCheckpointRestoreCleansUpAfterSuccess(t *testing.T) {
+	startPodcycler(t)
+	ns := testenv.Get(t).Namespace(t)
+	bus := connectBus(t)
+	sb := createSandbox(t, ns, "sbx-ckpt-direct", "registry.example/sandbox:v1")
+	old := waitPodReady(t, ns, sb.Name, "")
+	sb = updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
+		s.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeCheckpointRestore}
+		s.Spec.Template.Spec.Containers[0].Image = "registry.example/sandbox:v2"
+	})
+	target, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := upgrade.DirectAttempt(target, sb.Generation)
+	setUpgradeStatus(t, ns, sb.Name, attempt, agentsv1alpha1.UpgradingReasonCheckpointing)
+	ready := bus.subscribe(t, ns, sb.Name, events.TokenPodReady)
+	if err := bus.publisher.Publish(context.Background(), events.Event{Type: events.TypePreHookDone, Data: events.Data{
+		Sandbox: events.SandboxRef{Namespace: ns, Name: sb.Name, UID: sb.UID}, Attempt: attempt, TargetRevision: target, OldPodUID: old.UID,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ready, "pod-ready", 60*time.Second)
+	cp := waitCheckpoint(t, ns, upgrade.CheckpointName(sb.Name, attempt))
+	if mark := strategyMark(t, ns, sb.Name); mark != upgrade.StrategyValue(attempt) {
+		t.Fatalf("strategy mark = %q, want %q", mark, upgrade.StrategyValue(attempt))
+	}
+
+	setUpgradeStatus(t, ns, sb.Name, attempt, agentsv1alpha1.UpgradingReasonSucceeded)
+	testenv.Eventually(t, 30*time.Second, "the direct attempt's checkpoint and strategy mark deleted", func() (bool, error) {
+		if checkpointExists(t, ns, cp.Name) {
+			return false, fmt.Errorf("checkpoint %s still there", cp.Name)
+		}
+		if mark := strategyMark(t, ns, sb.Name); mark != "" {
+			return false, fmt.Errorf("strategy mark still %q", mark)
+		}
+		return true, nil
+	})
+}
