@@ -3,10 +3,12 @@ package upgrade
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	kjson "sigs.k8s.io/json"
 )
 
 // ApplyPatch applies an ops patch (raw JSON bytes, a Strategic Merge Patch on
@@ -34,13 +36,34 @@ func ApplyPatch(tpl *corev1.PodTemplateSpec, patch []byte) (*corev1.PodTemplateS
 	if err != nil {
 		return nil, fmt.Errorf("apply strategic merge patch: %w", err)
 	}
+	// Decoded as the API server decodes: field names are case-sensitive, and an
+	// unknown or repeated one is an error. (encoding/json would take `Image` for
+	// `image`, and the template's own `image`, sorted after it, would win: the patch
+	// would change nothing, silently.)
 	out := &corev1.PodTemplateSpec{}
-	dec := json.NewDecoder(bytes.NewReader(merged))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
+	strict, err := kjson.UnmarshalStrict(merged, out)
+	if err == nil && len(strict) > 0 {
+		err = errors.Join(strict...)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("patched template is not a valid pod template: %w", err)
 	}
 	return out, nil
+}
+
+// PatchAloneProblem says what is wrong with an ops patch before it is tried on any
+// sandbox's template: it does not apply to a pod template, or it sets an image the
+// kubelet cannot parse (which the API server's dry run lets through, ImageProblem).
+// "" when neither. The selector's patch check and `kubectl molt plan` start with it.
+func PatchAloneProblem(raw []byte) string {
+	alone, err := ApplyPatch(&corev1.PodTemplateSpec{}, raw)
+	if err != nil {
+		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err)
+	}
+	if bad := ImageProblem(&alone.Spec); bad != "" {
+		return "spec.patch sets an image the kubelet cannot pull: " + bad
+	}
+	return ""
 }
 
 // dropNullContainers removes spec.containers when it is JSON null.

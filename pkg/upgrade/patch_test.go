@@ -75,6 +75,9 @@ func TestApplyPatch(t *testing.T) {
 		{"containers null is dropped", []byte(`{"spec":{"containers":null}}`), base, false},
 		{"not an object", []byte(`[1,2]`), nil, true},
 		{"unknown field", []byte(`{"spec":{"bogus":1}}`), nil, true},
+		// encoding/json alone would match these case-insensitively and keep the old value.
+		{"a field name in the wrong case", []byte(`{"spec":{"containers":[{"name":"test-container","Image":"centos:8"}]}}`), nil, true},
+		{"a list name in the wrong case", []byte(`{"spec":{"Containers":[{"name":"test-container","image":"centos:8"}]}}`), nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -261,8 +261,8 @@ func why(e upgrade.Exclusion, ops *agentsv1alpha1.SandboxUpdateOps) string {
 // admits the first sandbox ("" when the patch passes).
 func patchProblem(ctx context.Context, kube kubernetes.Interface, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (string, error) {
 	raw := ops.Spec.Patch.Raw
-	if _, err := upgrade.ApplyPatch(&corev1.PodTemplateSpec{}, raw); err != nil {
-		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err), nil
+	if problem := upgrade.PatchAloneProblem(raw); problem != "" {
+		return problem, nil
 	}
 	if sel.Total() == 0 {
 		return "", nil

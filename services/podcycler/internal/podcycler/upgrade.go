@@ -120,6 +120,10 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 	pod := buildPod(sb, target, d.Attempt, d.Ops.Name)
 	if old != nil && old.DeletionTimestamp == nil {
+		if bad := upgrade.ImageProblem(&pod.Spec); bad != "" {
+			return c.failStage(ctx, d, fmt.Sprintf("the new pod of sandbox %s has an image the kubelet cannot pull: %s; the old pod (uid %s) was not deleted and keeps running: fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume",
+				key, bad, old.UID))
+		}
 		if refused, err := upgrade.DryRunCreatePod(ctx, c.kube, pod); err != nil {
 			return err
 		} else if refused != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -69,8 +68,8 @@ const patchCheckTries = 3
 // pod is refused even without the patch): the next candidate is tried.
 func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) (problem string, decided bool, err error) {
 	raw := ops.Spec.Patch.Raw
-	if _, err := upgrade.ApplyPatch(&corev1.PodTemplateSpec{}, raw); err != nil {
-		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", err), true, nil
+	if problem := upgrade.PatchAloneProblem(raw); problem != "" {
+		return problem + "; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", true, nil
 	}
 	if sb == nil || sb.Spec.Template == nil {
 		return "", false, nil

@@ -241,6 +241,27 @@ func TestPatchCheckLooksPastAnUnusualFirstSandbox(t *testing.T) {
 	}
 }
 
+// An image the kubelet cannot parse passes the API server's dry run; the patch check
+// refuses it all the same, before any sandbox is claimed (its old pod would be deleted
+// for a new one stuck in InvalidImageName).
+func TestPatchCheckRefusesAnImageTheKubeletCannotParse(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	f.ops("bad-image", 1, "My-Registry/Sandbox:V2", nil)
+	testenv.Eventually(t, 30*time.Second, "the patch check refuses the image", func() (bool, error) {
+		ops, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "bad-image", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, ok := ops.Annotations[upgrade.AnnotationPatchCheck]
+		return ok && strings.Contains(v, `image "My-Registry/Sandbox:V2" is not a valid image reference`) && strings.Contains(v, "no sandbox was touched"), fmt.Errorf("patch check %q (recorded %v)", v, ok)
+	})
+	if got, err := f.claimed("bad-image"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v), want none", got, err)
+	}
+}
+
 // Deleting an ops after the patcher wrote a sandbox's template but before statusagg
 // recorded the attempt does not strand the sandbox with the new template on its old
 // pod: it keeps its claim (and the ops its finalizer) until the attempt ends.
