@@ -278,7 +278,8 @@ func computeNoNeed(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
 }
 
 // ActiveOps returns the active ops of one namespace's ops: of those neither
-// being deleted nor finished (Completed or Failed), one that has started
+// finished (Completed or Failed) nor deleted past their finalizer
+// (holdsNamespace), one that has started
 // (its patch check passed, so it may have claimed sandboxes) before one
 // that has not, then the oldest, then by name. Creation times have whole
 // seconds: without the first rule, an ops created in the same second as a
@@ -290,7 +291,7 @@ func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxU
 	}
 	var active *agentsv1alpha1.SandboxUpdateOps
 	for _, o := range list {
-		if o.DeletionTimestamp != nil || IsFinished(o) {
+		if !holdsNamespace(o) {
 			continue
 		}
 		switch {
@@ -306,6 +307,17 @@ func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxU
 		}
 	}
 	return active
+}
+
+// holdsNamespace reports whether o may be the active ops of its namespace: not finished,
+// and not being deleted, or being deleted but still holding the selector's finalizer,
+// which it keeps until every sandbox it started has ended its attempt. A next ops that
+// started meanwhile would run its batch beside that tail, over one budget.
+func holdsNamespace(o *agentsv1alpha1.SandboxUpdateOps) bool {
+	if IsFinished(o) {
+		return false
+	}
+	return o.DeletionTimestamp == nil || slices.Contains(o.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection)
 }
 
 // IsFinished is true once an ops has reached Completed or Failed.
@@ -335,7 +347,7 @@ func OtherActive(all []*agentsv1alpha1.SandboxUpdateOps, self string) func(name 
 		}
 		for _, o := range all {
 			if o.Name == name {
-				return o.DeletionTimestamp == nil && !IsFinished(o)
+				return holdsNamespace(o)
 			}
 		}
 		return false

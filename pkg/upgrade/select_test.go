@@ -116,6 +116,8 @@ func TestActiveOpsKeepsTheOneThatStarted(t *testing.T) {
 		{"same second, neither started", []*agentsv1alpha1.SandboxUpdateOps{ops("b", false, now), ops("a", false, now)}, "a"},
 		{"the oldest when neither started", []*agentsv1alpha1.SandboxUpdateOps{ops("a", false, now), ops("b", false, earlier)}, "b"},
 		{"the oldest when both started", []*agentsv1alpha1.SandboxUpdateOps{ops("a", true, now), ops("b", true, earlier)}, "b"},
+		{"one being deleted that still holds its finalizer (its tail finishes)", []*agentsv1alpha1.SandboxUpdateOps{deleting(ops("a", true, earlier), true), ops("b", false, now)}, "a"},
+		{"one being deleted past its finalizer", []*agentsv1alpha1.SandboxUpdateOps{deleting(ops("a", true, earlier), false), ops("b", false, now)}, "b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ActiveOps(tc.list); got == nil || got.Name != tc.want {
@@ -123,4 +125,23 @@ func TestActiveOpsKeepsTheOneThatStarted(t *testing.T) {
 			}
 		})
 	}
+	finished := ops("done", true, earlier)
+	finished.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+	if got := ActiveOps([]*agentsv1alpha1.SandboxUpdateOps{deleting(finished, true)}); got != nil {
+		t.Errorf("ActiveOps = %s, want none: a finished ops being deleted holds nothing", got.Name)
+	}
+	list := []*agentsv1alpha1.SandboxUpdateOps{deleting(ops("a", true, earlier), true), ops("b", false, now)}
+	if !OtherActive(list, "b")("a") {
+		t.Error("OtherActive: an ops being deleted that still holds its finalizer is not active: its claimed sandboxes would be taken")
+	}
+}
+
+// deleting marks o as being deleted, holding the selector's finalizer or not.
+func deleting(o *agentsv1alpha1.SandboxUpdateOps, finalizer bool) *agentsv1alpha1.SandboxUpdateOps {
+	now := metav1.Now()
+	o.DeletionTimestamp = &now
+	if finalizer {
+		o.Finalizers = []string{agentsv1alpha1.FinalizerSandboxUpdateOpsProtection}
+	}
+	return o
 }

@@ -132,6 +132,9 @@ func opsPhaseEvent(st agentsv1alpha1.SandboxUpdateOpsStatus) (eventType, reason 
 		if meta.IsStatusConditionTrue(st.Conditions, ConditionInvalidPatch) {
 			return corev1.EventTypeWarning, EventOpsInvalidPatch
 		}
+		if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && c.Reason == ProgressingReasonInvalidSpec {
+			return corev1.EventTypeWarning, EventOpsInvalid
+		}
 		return corev1.EventTypeWarning, EventOpsFailed
 	}
 	for _, c := range st.Conditions {

@@ -79,8 +79,10 @@ const maxNamedFailures = 10
 //     counted, in updated and in replicas, so replicas = updated + updating
 //   - failed + not started holds at every write;
 //   - a patch selector found unworkable → Failed, InvalidPatch=True;
+//   - a selector that is not a valid label selector (it cannot change) → Failed,
+//     Progressing=False/InvalidSpec, so it does not hold the namespace;
 //   - not the active ops → Pending, WaitingForNamespace=True naming it;
-//   - a spec that cannot select → Pending, Progressing=False/InvalidSpec;
+//   - another spec error (maxUnavailable) → Pending, Progressing=False/InvalidSpec;
 //   - nothing to update → Completed, Progressing=False/NothingToUpdate, saying
 //     which rules left the namespace's sandboxes out (upgrade.NothingSelected);
 //   - all updated → Completed, Progressing=False/Completed;
@@ -107,10 +109,20 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		return st
 	}
 
+	if _, err := upgrade.LabelSelector(ops); err != nil {
+		// spec.selector cannot change, so this ops can never select anything: it is
+		// finished, and does not hold the namespace from the next ops.
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
+			Reason: ProgressingReasonInvalidSpec, ObservedGeneration: gen,
+			Message: fmt.Sprintf("%v; no sandbox was touched: spec.selector cannot be changed, so delete this SandboxUpdateOps and create one with a valid selector", err)})
+		return st
+	}
+
 	if active != nil && active.Name != ops.Name {
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionWaitingForNamespace, Status: metav1.ConditionTrue,
-			Reason: WaitingReasonAnotherOpsActive, Message: fmt.Sprintf("waiting for SandboxUpdateOps %s to finish", active.Name), ObservedGeneration: gen})
+			Reason: WaitingReasonAnotherOpsActive, Message: waitingFor(active), ObservedGeneration: gen})
 		return st
 	}
 	if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionWaitingForNamespace) != nil {
@@ -122,7 +134,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	switch {
 	case selErr != nil:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
-		progressing.Reason, progressing.Message = ProgressingReasonInvalidSpec, selErr.Error()
+		progressing.Reason, progressing.Message = ProgressingReasonInvalidSpec, selErr.Error()+"; nothing is admitted until it is fixed: edit this SandboxUpdateOps"
 	case sel.Total() == 0:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
 		progressing.Reason, progressing.Message = ProgressingReasonNothingToUpdate, upgrade.NothingSelected(ops.Namespace, sel)
@@ -131,7 +143,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		progressing.Reason, progressing.Message = ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
 	case sel.Failed > 0 && sel.Updating == 0 && (sel.NotStarted == 0 || sel.BudgetExhausted()):
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
-		msg := failureMessage(sel)
+		msg := failureMessage(ops, sel)
 		progressing.Reason, progressing.Message = ProgressingReasonFailureBudgetExhausted, msg
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
 			Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
@@ -147,9 +159,17 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	return st
 }
 
-// failureMessage names the failed sandboxes (up to maxNamedFailures) and
-// how many were not started.
-func failureMessage(sel upgrade.Selection) string {
+// waitingFor says what an ops that is not the active one waits for.
+func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
+	if active.DeletionTimestamp != nil {
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s, being deleted, to end the attempts it started", active.Name)
+	}
+	return fmt.Sprintf("waiting for SandboxUpdateOps %s to finish", active.Name)
+}
+
+// failureMessage names the failed sandboxes (up to maxNamedFailures), how
+// many were not started, and what to do next.
+func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) string {
 	var names []string
 	for _, c := range sel.Candidates {
 		if c.State == upgrade.Failed {
@@ -160,6 +180,6 @@ func failureMessage(sel upgrade.Selection) string {
 	if extra := len(names) - maxNamedFailures; extra > 0 {
 		list += fmt.Sprintf(" and %d more", extra)
 	}
-	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started",
-		sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted)
+	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s`",
+		sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted, ops.Namespace, ops.Name, ops.Namespace)
 }

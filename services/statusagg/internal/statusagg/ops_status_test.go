@@ -36,6 +36,8 @@ func TestDesiredOpsStatus(t *testing.T) {
 	paused := ops.DeepCopy()
 	paused.Spec.Paused = true
 	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
+	badSelector := ops.DeepCopy()
+	badSelector.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "my app"}}
 	u, f, n, d := upgrade.Updating, upgrade.Failed, upgrade.NotStarted, upgrade.Updated
 	for _, tc := range []struct {
 		name       string
@@ -48,7 +50,9 @@ func TestDesiredOpsStatus(t *testing.T) {
 		wantReason string
 	}{
 		{"another active ops makes it wait", ops, other, selection(1, n), nil, "Pending", "WaitingForNamespace", WaitingReasonAnotherOpsActive},
-		{"an unusable spec is reported", ops, ops, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Pending", "Progressing", ProgressingReasonInvalidSpec},
+		{"an unusable maxUnavailable is reported", ops, ops, upgrade.Selection{}, fmt.Errorf("spec.updateStrategy.maxUnavailable: bad"), "Pending", "Progressing", ProgressingReasonInvalidSpec},
+		{"an invalid label selector fails the ops", badSelector, badSelector, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Failed", "Progressing", ProgressingReasonInvalidSpec},
+		{"an invalid label selector fails the ops even while another is active", badSelector, other, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Failed", "Progressing", ProgressingReasonInvalidSpec},
 		{"nothing to update completes", ops, ops, selection(1), nil, "Completed", "Progressing", ProgressingReasonNothingToUpdate},
 		{"all updated completes", ops, ops, selection(1, d, d), nil, "Completed", "Progressing", ProgressingReasonCompleted},
 		{"upgrading", ops, ops, selection(1, d, u, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
@@ -78,8 +82,8 @@ func TestFailureMessageNamesUpToTen(t *testing.T) {
 	for range 12 {
 		states = append(states, upgrade.Failed)
 	}
-	msg := failureMessage(selection(12, states...))
-	for _, want := range []string{"12 of 14 sandboxes failed", "sb-02, sb-03", "sb-11", "and 2 more", "2 not started"} {
+	msg := failureMessage(&agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "team"}}, selection(12, states...))
+	for _, want := range []string{"12 of 14 sandboxes failed", "sb-02, sb-03", "sb-11", "and 2 more", "2 not started", "kubectl molt retry up -n team"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}
