@@ -1,6 +1,9 @@
 package upgrade
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
@@ -116,14 +119,42 @@ const AnnotationPatchCheck = "molt.dev/patch-check"
 // PatchCheckOK is AnnotationPatchCheck's value for a patch that passed.
 const PatchCheckOK = "ok"
 
+// AnnotationPatchDigest is the SandboxUpdateOps annotation the selector writes
+// with AnnotationPatchCheck: PatchDigest of the spec.patch it checked. The CRD
+// refuses a change to spec.patch, but CEL compares the fields the schema does
+// not declare only by key count and shared keys, so swapping one key for
+// another (nodeSelector for affinity) gets through. The digest is what tells.
+const AnnotationPatchDigest = "molt.dev/patch-digest"
+
+// PatchDigest is the sha256 of a patch's JSON with its keys in order (hex).
+func PatchDigest(raw []byte) string {
+	var v any
+	if err := json.Unmarshal(raw, &v); err == nil {
+		if canonical, err := json.Marshal(v); err == nil {
+			raw = canonical
+		}
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
 // PatchProblem returns why ops's patch cannot work, "" when it passed or was
-// not checked yet.
+// not checked yet: the check's verdict, or, when it passed, a spec.patch
+// changed since (AnnotationPatchDigest).
 func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
 	v, ok := ops.Annotations[AnnotationPatchCheck]
-	if !ok || v == PatchCheckOK {
+	if !ok {
 		return ""
 	}
-	return v
+	if v != PatchCheckOK {
+		return v
+	}
+	if digest, ok := ops.Annotations[AnnotationPatchDigest]; ok && digest != PatchDigest(ops.Spec.Patch.Raw) {
+		return "spec.patch was changed after the selector checked it and began (it is immutable; the API server cannot refuse every change to it); " +
+			"no sandbox is started or patched under the changed patch, and those already patched keep the first one: " +
+			"delete this SandboxUpdateOps and create a new one with the patch you want"
+	}
+	return ""
 }
 
 // AnnotationResumes is the Sandbox annotation selector writes, in the same

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -178,5 +179,35 @@ func TestDirectAttemptGeneration(t *testing.T) {
 	}
 	if _, ok := DirectAttemptGeneration("0b7c7c2e-uid"); ok {
 		t.Fatal("an ops attempt id parsed as a direct one")
+	}
+}
+
+func TestPatchProblemSeesAPatchChangedAfterItsCheck(t *testing.T) {
+	checked := []byte(`{"spec":{"nodeSelector":{"pool":"a"},"containers":[{"name":"main","image":"v2"}]}}`)
+	ops := func(annotations map[string]string, raw string) *agentsv1alpha1.SandboxUpdateOps {
+		o := &agentsv1alpha1.SandboxUpdateOps{}
+		o.Annotations = annotations
+		o.Spec.Patch.Raw = []byte(raw)
+		return o
+	}
+	ok := map[string]string{AnnotationPatchCheck: PatchCheckOK, AnnotationPatchDigest: PatchDigest(checked)}
+	for _, tc := range []struct {
+		name    string
+		ops     *agentsv1alpha1.SandboxUpdateOps
+		problem string
+	}{
+		{"not checked yet", ops(nil, string(checked)), ""},
+		{"refused", ops(map[string]string{AnnotationPatchCheck: "bad field"}, string(checked)), "bad field"},
+		{"passed, unchanged", ops(ok, string(checked)), ""},
+		{"passed, the same patch with its keys in another order", ops(ok, `{"spec":{"containers":[{"image":"v2","name":"main"}],"nodeSelector":{"pool":"a"}}}`), ""},
+		{"passed, a key swapped for another since", ops(ok, `{"spec":{"affinity":{"pool":"a"},"containers":[{"name":"main","image":"v2"}]}}`), "spec.patch was changed after the selector checked it"},
+		{"passed before digests were recorded", ops(map[string]string{AnnotationPatchCheck: PatchCheckOK}, `{"spec":{}}`), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := PatchProblem(tc.ops)
+			if (tc.problem == "") != (got == "") || !strings.Contains(got, tc.problem) {
+				t.Fatalf("PatchProblem = %q, want %q", got, tc.problem)
+			}
+		})
 	}
 }

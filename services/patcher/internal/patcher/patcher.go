@@ -112,6 +112,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
 		}
+		if problem := upgrade.PatchProblem(ops); problem != "" {
+			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; this sandbox and its pod were not changed", ops.Name, problem))
+		}
 		checkpoint := ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore
 		if checkpoint {
 			if sets, _ := upgrade.SetsImage(ops.Spec.Patch.Raw); sets {

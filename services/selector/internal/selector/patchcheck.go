@@ -14,7 +14,9 @@ import (
 
 // checkPatch decides, before the ops admits its first sandbox, whether its patch can work
 // at all, and records the verdict in the ops's upgrade.AnnotationPatchCheck (once: the
-// patch is immutable). It returns the problem ("" when the patch passed). In order:
+// patch is immutable), with the digest of the patch it checked
+// (upgrade.AnnotationPatchDigest), so a patch changed since fails the ops
+// (upgrade.PatchProblem). It returns the problem ("" when the patch passed). In order:
 //
 //  1. the patch applies to an empty pod template (strategic merge, no unknown field): if
 //     not, it cannot work on any sandbox;
@@ -49,7 +51,8 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 	if problem != "" {
 		value = problem
 	}
-	patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationPatchCheck: &value}}}
+	digest := upgrade.PatchDigest(ops.Spec.Patch.Raw)
+	patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationPatchCheck: &value, upgrade.AnnotationPatchDigest: &digest}}}
 	if _, err := s.client.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Patch(ctx, ops.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
 		return "", fmt.Errorf("record the patch check on ops %s/%s: %w", ops.Namespace, ops.Name, err)
 	}

@@ -262,6 +262,35 @@ func TestPatchCheckRefusesAnImageTheKubeletCannotParse(t *testing.T) {
 	}
 }
 
+// A patch changed after the check, in a way the CRD's immutability rule does not see (a
+// key the schema does not declare swapped for another), admits nothing more: the digest
+// recorded with the check no longer matches, and upgrade.PatchProblem says so.
+func TestPatchChangedAfterItsCheckAdmitsNothingMore(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	ops := f.ops("swap", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"hostname":"checked","containers":[{"name":"main","image":"` + newImage + `"}]}}`)}
+	})
+	f.waitClaimed("swap", "sbx-0")
+	f.updateOps("swap", false, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"subdomain":"swapped","containers":[{"name":"main","image":"` + newImage + `"}]}}`)}
+	})
+	got, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "swap", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problem := upgrade.PatchProblem(got); !strings.Contains(problem, "spec.patch was changed after the selector checked it") {
+		t.Fatalf("PatchProblem after the swap = %q (annotations %v)", problem, got.Annotations)
+	}
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonSucceeded)
+	testenv.Consistently(t, quiet, "sbx-1 is not admitted under the changed patch", func() (bool, error) {
+		claimed, err := f.claimed("swap")
+		return err == nil && slices.Equal(claimed, []string{"sbx-0"}), fmt.Errorf("claimed %v, err %v", claimed, err)
+	})
+}
+
 // Deleting an ops after the patcher wrote a sandbox's template but before statusagg
 // recorded the attempt does not strand the sandbox with the new template on its old
 // pod: it keeps its claim (and the ops its finalizer) until the attempt ends.
