@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -115,4 +116,40 @@ func SetsImage(patch []byte) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// AddedContainers returns the containers and init containers that patch adds to tpl:
+// entries of spec.containers or spec.initContainers whose name tpl does not have (and
+// that are not `$patch` directives), as "containers/<name>" or "initContainers/<name>".
+// A strategic merge adds such an entry as a new container, which is how a sidecar is
+// added, and also what a misspelt container name does: the real container is left as
+// it was, and every upgraded pod gets one more. An unparsable patch adds nothing here
+// (the patch check reports it).
+func AddedContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
+	var doc struct {
+		Spec struct {
+			Containers     []map[string]json.RawMessage `json:"containers"`
+			InitContainers []map[string]json.RawMessage `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if tpl == nil || json.Unmarshal(patch, &doc) != nil {
+		return nil
+	}
+	var added []string
+	for _, list := range []struct {
+		field   string
+		entries []map[string]json.RawMessage
+		have    []corev1.Container
+	}{{"containers", doc.Spec.Containers, tpl.Spec.Containers}, {"initContainers", doc.Spec.InitContainers, tpl.Spec.InitContainers}} {
+		for _, e := range list.entries {
+			var name string
+			if _, directive := e["$patch"]; directive || json.Unmarshal(e["name"], &name) != nil || name == "" {
+				continue
+			}
+			if !slices.ContainsFunc(list.have, func(c corev1.Container) bool { return c.Name == name }) {
+				added = append(added, list.field+"/"+name)
+			}
+		}
+	}
+	return added
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -181,6 +182,30 @@ func TestApplyPatchGolden(t *testing.T) {
 			}
 			if string(out) != string(want) {
 				t.Fatalf("the patched template of %s changed (rerun with -update if intended):\n%s\nwant:\n%s", seed, out, want)
+			}
+		})
+	}
+}
+
+func TestAddedContainers(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", Image: "busybox"}},
+		Containers:     []corev1.Container{{Name: "sandbox", Image: "v1"}, {Name: "agent-runtime", Image: "rt:v1"}},
+	}}
+	for _, tc := range []struct {
+		name, patch string
+		want        []string
+	}{
+		{"changes an existing container", `{"spec":{"containers":[{"name":"sandbox","image":"v2"}]}}`, nil},
+		{"a misspelt name", `{"spec":{"containers":[{"name":"sandbx","image":"v2"}]}}`, []string{"containers/sandbx"}},
+		{"a sidecar and an init container added", `{"spec":{"containers":[{"name":"sandbox","image":"v2"},{"name":"log","image":"fluent"}],"initContainers":[{"name":"warm","image":"w"}]}}`, []string{"containers/log", "initContainers/warm"}},
+		{"a delete directive adds nothing", `{"spec":{"containers":[{"name":"gone","$patch":"delete"}]}}`, nil},
+		{"metadata only", `{"metadata":{"annotations":{"a":"b"}}}`, nil},
+		{"not JSON", `[`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AddedContainers(tpl, []byte(tc.patch)); !slices.Equal(got, tc.want) {
+				t.Fatalf("AddedContainers = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -169,6 +169,15 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	} else if problem != "" {
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s would fail with InvalidPatch before any sandbox is touched: %s\nfix spec.patch in %s and run plan again", ns, ops.Name, problem, manifestName(o.file))}
 	}
+	for _, c := range sel.Candidates {
+		if c.Sandbox.Spec.Template == nil {
+			continue
+		}
+		if added := upgrade.AddedContainers(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw); len(added) > 0 {
+			fmt.Fprintf(w, "  warning: the patch adds %s, which sandbox %s's template does not have: every upgraded pod gets it beside the others; if you meant an existing container, fix the name\n", strings.Join(added, ", "), c.Sandbox.Name)
+		}
+		break
+	}
 	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {
 		fmt.Fprintf(w, "  no patch and nothing to resume: it would complete at once (NothingToUpdate)\n")
 	}

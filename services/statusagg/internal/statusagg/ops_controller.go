@@ -116,6 +116,9 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		eventType, reason := opsPhaseEvent(want)
 		s.recorder.Event(written, eventType, reason, opsMessage(want))
 	}
+	if c := meta.FindStatusCondition(want.Conditions, ConditionPatchAddsContainers); c != nil && meta.FindStatusCondition(ops.Status.Conditions, ConditionPatchAddsContainers) == nil {
+		s.recorder.Event(written, corev1.EventTypeWarning, ConditionPatchAddsContainers, c.Message)
+	}
 	return nil
 }
 

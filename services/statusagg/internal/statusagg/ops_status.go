@@ -65,6 +65,14 @@ const (
 	ConditionDeleting = "Deleting"
 	// DeletingReasonWaitingForSandboxes: Deleting=True.
 	DeletingReasonWaitingForSandboxes = "WaitingForSandboxes"
+
+	// ConditionPatchAddsContainers is True when the patch names a container
+	// that a selected sandbox's template does not have: the strategic merge
+	// adds it (a sidecar, or a misspelt container name). A warning, with an
+	// Event of the same name: the ops goes on.
+	ConditionPatchAddsContainers = "PatchAddsContainers"
+	// AddsReasonNotInTemplate: PatchAddsContainers=True.
+	AddsReasonNotInTemplate = "NotInTemplate"
 )
 
 // maxNamedFailures is how many failed sandboxes a condition message names.
@@ -119,6 +127,8 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		return st
 	}
 
+	warnOfAddedContainers(&st, ops, sel)
+
 	if active != nil && active.Name != ops.Name {
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionWaitingForNamespace, Status: metav1.ConditionTrue,
@@ -157,6 +167,34 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	}
 	setCondition(&st.Conditions, progressing)
 	return st
+}
+
+// warnOfAddedContainers sets PatchAddsContainers, once, when the patch adds containers
+// to the template of the first selected sandbox not started yet: before the first batch
+// if the ops waits, so a misspelt container name can be caught before it spreads.
+func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) {
+	if meta.FindStatusCondition(st.Conditions, ConditionPatchAddsContainers) != nil {
+		return
+	}
+	for _, c := range sel.Candidates {
+		tpl := c.Sandbox.Spec.Template
+		if c.State != upgrade.NotStarted || tpl == nil {
+			continue
+		}
+		added := upgrade.AddedContainers(tpl, ops.Spec.Patch.Raw)
+		if len(added) == 0 {
+			return
+		}
+		var have []string
+		for _, ctr := range tpl.Spec.Containers {
+			have = append(have, ctr.Name)
+		}
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionPatchAddsContainers, Status: metav1.ConditionTrue, Reason: AddsReasonNotInTemplate, ObservedGeneration: ops.Generation,
+			Message: fmt.Sprintf("spec.patch adds %s, which sandbox %s's template does not have (its containers: %s): every upgraded pod gets it beside the others. "+
+				"If the patch was meant to change an existing container, the name is misspelt: pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the right name",
+				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), ops.Name, ops.Namespace)})
+		return
+	}
 }
 
 // waitingFor says what an ops that is not the active one waits for.

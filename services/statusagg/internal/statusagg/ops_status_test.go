@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -139,5 +140,35 @@ func TestUpdatedAndDeletedStaysCounted(t *testing.T) {
 	ops.Status = agentsv1alpha1.SandboxUpdateOpsStatus{UpdatedReplicas: 3, Replicas: 4}
 	if st := desiredOpsStatus(ops, ops, selection(1, d, d, n), nil); st.UpdatedReplicas != 3 || st.Replicas != 4 {
 		t.Fatalf("unseen delete: updated %d of %d, want 3 of 4", st.UpdatedReplicas, st.Replicas)
+	}
+}
+
+// A patch naming a container the selected sandboxes' template does not have is flagged,
+// once, before anything starts (the ops may still be waiting for its namespace); a patch
+// of an existing container is not.
+func TestPatchAddsContainersIsFlagged(t *testing.T) {
+	withPatch := func(patch string) *agentsv1alpha1.SandboxUpdateOps {
+		o := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "team", Generation: 1}}
+		o.Spec.Patch.Raw = []byte(patch)
+		return o
+	}
+	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
+	for _, c := range sel.Candidates {
+		c.Sandbox.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "v1"}}}}
+	}
+	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
+
+	typo := withPatch(`{"spec":{"containers":[{"name":"sandbx","image":"v2"}]}}`)
+	st := desiredOpsStatus(typo, other, sel, nil)
+	c := meta.FindStatusCondition(st.Conditions, ConditionPatchAddsContainers)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "adds containers/sandbx, which sandbox sb-00's template does not have (its containers: sandbox)") {
+		t.Fatalf("misspelt container: PatchAddsContainers = %+v", c)
+	}
+	if st.Phase != agentsv1alpha1.SandboxUpdateOpsPending {
+		t.Fatalf("phase = %s: the warning must not change what the ops does", st.Phase)
+	}
+	right := withPatch(`{"spec":{"containers":[{"name":"sandbox","image":"v2"}]}}`)
+	if c := meta.FindStatusCondition(desiredOpsStatus(right, right, sel, nil).Conditions, ConditionPatchAddsContainers); c != nil {
+		t.Fatalf("existing container: PatchAddsContainers = %+v, want none", c)
 	}
 }
