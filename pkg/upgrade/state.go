@@ -138,6 +138,28 @@ func PatchDigest(raw []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// AnnotationTemplateCheck is the SandboxSet annotation the selector writes
+// while a pod from the set's template would not run (the image cannot be
+// parsed, or the API server refuses the pod): "<revision> <why>". The pool
+// then replaces and creates nothing at that revision; the selector removes
+// the annotation once the template is accepted. statusagg shows it as the
+// set's TemplateRefused condition and Event.
+const AnnotationTemplateCheck = "molt.dev/template-check"
+
+// TemplateCheckValue encodes AnnotationTemplateCheck.
+func TemplateCheckValue(revision, why string) string { return revision + " " + why }
+
+// TemplateRefusal returns why set's template at revision is refused, as the
+// selector recorded it; "" when it is not, or the record is of another
+// revision (the template changed since).
+func TemplateRefusal(set *agentsv1alpha1.SandboxSet, revision string) string {
+	rev, why, ok := strings.Cut(set.Annotations[AnnotationTemplateCheck], " ")
+	if !ok || rev != revision {
+		return ""
+	}
+	return why
+}
+
 // PatchProblem returns why ops's patch cannot work, "" when it passed or was
 // not checked yet: the check's verdict, or, when it passed, a spec.patch
 // changed since (AnnotationPatchDigest).

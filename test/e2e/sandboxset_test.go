@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -103,7 +105,8 @@ func waitSetConverged(t *testing.T, s *stack, ns, name string, replicas int32, t
 // more than 2 of the 10 unavailable (default maxUnavailable 20%, sampled
 // every 100 ms), and the claimed sandboxes keep their pods; `kubectl scale`
 // to 15 and then 5 converges with an exact status; `kubectl get sbs` shows
-// the columns of API.md.
+// the columns of API.md; a template whose pod the API server refuses
+// replaces nothing and shows a TemplateRefused Event until it is fixed.
 func TestSandboxSetPool(t *testing.T) {
 	s := Stack(t)
 	ns := s.env.Namespace(t)
@@ -232,4 +235,59 @@ spec:
 	if strings.Join(header, " ") != strings.Join(want, " ") {
 		t.Errorf("kubectl get sbs columns %v, want %v", header, want)
 	}
+
+	t.Run("refused template replaces nothing", func(t *testing.T) {
+		live := func() []string {
+			list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{LabelSelector: set.Status.Selector})
+			if err != nil {
+				t.Fatalf("list the pool: %v", err)
+			}
+			var names []string
+			for _, sb := range list.Items {
+				if sb.DeletionTimestamp == nil {
+					names = append(names, sb.Name)
+				}
+			}
+			slices.Sort(names)
+			return names
+		}
+		before := live()
+		// CPU requests above the limit: the API server refuses the pod (Invalid).
+		kubectl(t, "", "patch", "sbs", "warm", "-n", ns, "--type", "merge", "-p",
+			`{"spec":{"template":{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v3","resources":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}]}}}}`)
+		testenv.Eventually(t, time.Minute, "a Warning Event TemplateRefused on SandboxSet warm", func() (bool, error) {
+			evs, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=warm,reason=TemplateRefused"})
+			if err != nil {
+				return false, err
+			}
+			for _, ev := range evs.Items {
+				if ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.Kind == "SandboxSet" && strings.Contains(ev.Message, "no idle sandbox was replaced") {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("%d TemplateRefused Events: %+v", len(evs.Items), evs.Items)
+		})
+		// The sync that recorded the refusal would have deleted members before
+		// the Event reached the API server.
+		if after := live(); !slices.Equal(after, before) {
+			t.Errorf("members %v after the refused template, want %v untouched", after, before)
+		}
+		refusedCondition := func() *metav1.Condition {
+			got, err := s.agents.AgentsV1alpha1().SandboxSets(ns).Get(ctx, "warm", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("get SandboxSet warm: %v", err)
+			}
+			return meta.FindStatusCondition(got.Status.Conditions, "TemplateRefused")
+		}
+		if c := refusedCondition(); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "would not run") {
+			t.Errorf("TemplateRefused condition = %+v, want True saying why", c)
+		}
+
+		kubectl(t, "", "patch", "sbs", "warm", "-n", ns, "--type", "merge", "-p",
+			`{"spec":{"template":{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v3"}]}}}}`)
+		waitSetConverged(t, s, ns, "warm", 5, 2*time.Minute)
+		if c := refusedCondition(); c == nil || c.Status != metav1.ConditionFalse {
+			t.Errorf("TemplateRefused condition after the fix = %+v, want False", c)
+		}
+	})
 }

@@ -59,6 +59,21 @@ func (s SandboxSetUpdateStrategy) MaxUnavailableOf(replicas int) (int, error) {
 	return scaledAtLeastOne(v, replicas)
 }
 
+// MaxUnavailableOf resolves maxUnavailable against spec.replicas: how many
+// members may be created but not yet available at once. Unset means not
+// limited (limited is false, n is 0); a percentage is of replicas rounded
+// up, and a result below 1 is raised to 1 so that the pool always grows.
+func (s SandboxSetScaleStrategy) MaxUnavailableOf(replicas int) (n int, limited bool, err error) {
+	if s.MaxUnavailable == nil {
+		return 0, false, nil
+	}
+	n, err = scaledAtLeastOne(s.MaxUnavailable, replicas)
+	if err != nil {
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
 func scaledAtLeastOne(v *intstr.IntOrString, total int) (int, error) {
 	n, err := intstr.GetScaledValueFromIntOrPercent(v, total, true)
 	if err != nil {

@@ -71,6 +71,45 @@ func TestSandboxSetUpdateStrategyMaxUnavailableOf(t *testing.T) {
 	}
 }
 
+func TestSandboxSetScaleStrategyMaxUnavailableOf(t *testing.T) {
+	tests := []struct {
+		name        string
+		value       *intstr.IntOrString
+		replicas    int
+		want        int
+		wantLimited bool
+		wantErr     bool
+	}{
+		{name: "unset is not limited", value: nil, replicas: 1000, want: 0, wantLimited: false},
+		{name: "integer", value: intOrString(intstr.FromInt32(50)), replicas: 1000, want: 50, wantLimited: true},
+		{name: "integer above replicas", value: intOrString(intstr.FromInt32(20)), replicas: 10, want: 20, wantLimited: true},
+		{name: "zero means 1", value: intOrString(intstr.FromInt32(0)), replicas: 10, want: 1, wantLimited: true},
+		{name: "percent rounds up", value: intOrString(intstr.FromString("10%")), replicas: 11, want: 2, wantLimited: true},
+		{name: "percent exact", value: intOrString(intstr.FromString("5%")), replicas: 1000, want: 50, wantLimited: true},
+		{name: "zero percent means 1", value: intOrString(intstr.FromString("0%")), replicas: 10, want: 1, wantLimited: true},
+		{name: "percent of nothing means 1", value: intOrString(intstr.FromString("10%")), replicas: 0, want: 1, wantLimited: true},
+		{name: "not a percent", value: intOrString(intstr.FromString("two")), replicas: 10, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := v1alpha1.SandboxSetScaleStrategy{MaxUnavailable: tt.value}
+			got, limited, err := s.MaxUnavailableOf(tt.replicas)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if tt.wantErr {
+				if limited {
+					t.Fatalf("limited = true with an error")
+				}
+				return
+			}
+			if got != tt.want || limited != tt.wantLimited {
+				t.Fatalf("got %d, limited %v; want %d, limited %v", got, limited, tt.want, tt.wantLimited)
+			}
+		})
+	}
+}
+
 func TestUpgradeActionTimeout(t *testing.T) {
 	tests := []struct {
 		name   string

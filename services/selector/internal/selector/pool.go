@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -33,12 +33,22 @@ type pool struct {
 	sets         listers.SandboxSetLister
 	sandboxes    listers.SandboxLister
 	enqueueAfter func(key string, d time.Duration)
+	// dryRun asks the API server whether it would create pod
+	// (upgrade.DryRunCreatePod with the selector's clientset; tests stub it).
+	dryRun func(ctx context.Context, pod *corev1.Pod) (refused string, err error)
+	// record writes a set's upgrade.AnnotationTemplateCheck: value, or
+	// nothing (the annotation removed) when value is "".
+	record func(ctx context.Context, set *agentsv1alpha1.SandboxSet, value string) error
 
 	mu sync.Mutex
 	// expect holds, per set, the creates and deletes of its last sync until
 	// the cache shows them: deciding again on a cache that lags behind its
 	// own writes would replace more members than maxUnavailable allows.
 	expect map[string]*expectation
+	// checks holds, per set, the verdict on its template at its current
+	// revision, so the API server is asked once per set UID and revision
+	// rather than once per sync.
+	checks map[string]templateCheck
 }
 
 // expectation is what one sync wrote and waits to see in the cache.
@@ -75,17 +85,25 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 
 // sync brings one SandboxSet's pool in line with its spec, in this order:
 //
-//  1. load the set; gone or being deleted → nothing (the garbage collector
-//     removes its members through their owner references);
+//  1. load the set; gone or being deleted → forget its expectations and
+//     template verdict, and do nothing else (the garbage collector removes
+//     its members through their owner references);
 //  2. its members (controller = the set, not being deleted) and its revision
 //     (upgrade.Revision of its template);
 //  3. delete dead members (phase Succeeded or Failed);
-//  4. rolling update: with fewer than maxUnavailable members unavailable
+//  4. plan the rest (planPool): the outdated members to replace, the surplus
+//     to remove, how many to create;
+//  5. if the plan deletes an outdated member or creates one, check first
+//     that a pod from the template would run (templateRefused); refused →
+//     delete nothing outdated and create nothing (a Warning Event
+//     TemplateRefused says so), scaling down still proceeds;
+//  6. rolling update: with fewer than maxUnavailable members unavailable
 //     (not Running), delete outdated members (another template-hash), the
 //     unavailable ones first, then the oldest, up to that budget;
-//  5. scale down: more members than spec.replicas → delete the surplus, the
+//  7. scale down: more members than spec.replicas → delete the surplus, the
 //     least ready and oldest first;
-//  6. scale up: fewer → create the missing ones on the current revision, in
+//  8. scale up: fewer → create the missing ones on the current revision, at
+//     most spec.scaleStrategy.maxUnavailable not yet available at once, in
 //     slow-start batches (1, 2, 4, ...), stopping at the first error.
 //
 // Every delete carries the member's UID and resourceVersion as
@@ -99,12 +117,17 @@ func (p *pool) sync(ctx context.Context, key string) error {
 	ctx = klog.NewContext(ctx, logger)
 	set, err := p.sets.SandboxSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		p.forget(key)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("get SandboxSet %s: %w", key, err)
 	}
-	if set.DeletionTimestamp != nil || set.Spec.Template == nil {
+	if set.DeletionTimestamp != nil {
+		p.forget(key)
+		return nil
+	}
+	if set.Spec.Template == nil {
 		return nil
 	}
 	p.mu.Lock()
@@ -134,7 +157,18 @@ func (p *pool) sync(ctx context.Context, key string) error {
 	return err
 }
 
-// reconcile is steps 2 to 6 of sync for set, recording its writes in e.
+// forget drops what the pool remembers of the set key. A set re-created
+// under the same name then starts at once, instead of waiting up to
+// expectWait for its predecessor's creates, which the cache will never
+// show (the garbage collector deletes them with their owner).
+func (p *pool) forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.expect, key)
+	delete(p.checks, key)
+}
+
+// reconcile is steps 2 to 8 of sync for set, recording its writes in e.
 func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e *expectation) error {
 	logger := klog.FromContext(ctx)
 	key := set.Namespace + "/" + set.Name
@@ -158,47 +192,115 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 		live = append(live, sb)
 	}
 
-	replicas := int(set.Spec.Replicas)
-	maxUnavailable := PoolMaxUnavailable(set)
-	unavailable := replicas - countIf(live, available)
-	if unavailable < 0 {
-		unavailable = 0
-	}
-	var outdated []*agentsv1alpha1.Sandbox
-	for _, sb := range live {
-		if sb.Labels[agentsv1alpha1.LabelTemplateHash] != revision {
-			outdated = append(outdated, sb)
+	limits := poolLimits{replicas: int(set.Spec.Replicas), maxUnavailable: PoolMaxUnavailable(set)}
+	limits.maxCreating, limits.creatingLimited = poolScaleLimit(set)
+	plan := planPool(live, revision, limits)
+	if _, recorded := set.Annotations[upgrade.AnnotationTemplateCheck]; recorded && upgrade.TemplateRefusal(set, revision) == "" {
+		// A refusal of an earlier revision: the template changed since (perhaps
+		// back to what the members run, so nothing below checks it again).
+		if err := p.recordVerdict(ctx, set, revision, ""); err != nil {
+			return err
 		}
 	}
-	sortForDeletion(outdated)
-	for _, sb := range outdated {
-		if unavailable >= maxUnavailable && available(sb) {
-			break // replacing an available member now would exceed maxUnavailable
+	if plan.needsTemplate() {
+		refused, err := p.templateRefused(ctx, set, revision, time.Now())
+		if err != nil {
+			return err
 		}
+		if refused != "" {
+			logger.V(2).Info("Skip the rolling update and scale-up: the template is refused", "revision", revision, "outdated", len(plan.outdated), "toCreate", plan.create)
+			limits.templateRefused = true
+			plan = planPool(live, revision, limits)
+		}
+	}
+	for _, sb := range plan.outdated {
 		if err := p.delete(ctx, e, sb, "outdated: template-hash "+sb.Labels[agentsv1alpha1.LabelTemplateHash]+", want "+revision); err != nil {
 			return err
 		}
-		live = slices.DeleteFunc(live, func(m *agentsv1alpha1.Sandbox) bool { return m.UID == sb.UID })
-		if available(sb) {
-			unavailable++
+	}
+	for _, sb := range plan.surplus {
+		if err := p.delete(ctx, e, sb, "scale down"); err != nil {
+			return err
+		}
+	}
+	created, err := slowStart(plan.create, func() error { return p.create(ctx, e, set, revision) })
+	if created > 0 {
+		logger.Info("Created pool members", "count", created, "revision", revision, "replicas", limits.replicas)
+	}
+	return err
+}
+
+// poolLimits bound what one sync may do to a set's live members.
+type poolLimits struct {
+	replicas int // spec.replicas
+	// maxUnavailable is how many members the rolling update may leave
+	// unavailable (PoolMaxUnavailable).
+	maxUnavailable int
+	// maxCreating, when creatingLimited, is how many members may be created
+	// but not yet available at once (poolScaleLimit).
+	maxCreating     int
+	creatingLimited bool
+	// templateRefused says a pod from the current revision would not run:
+	// nothing outdated is deleted and nothing is created.
+	templateRefused bool
+}
+
+// poolPlan is what one sync does to a set's live members.
+type poolPlan struct {
+	outdated []*agentsv1alpha1.Sandbox // to delete: built from another revision
+	surplus  []*agentsv1alpha1.Sandbox // to delete: beyond spec.replicas
+	create   int                       // to create on the current revision
+}
+
+// needsTemplate reports whether the plan replaces an outdated member or
+// creates one: what a refused template must stop (rule 8).
+func (pl poolPlan) needsTemplate() bool {
+	return len(pl.outdated) > 0 || pl.create > 0
+}
+
+// planPool decides, from the cache alone, what a sync does to live (the
+// set's members, dead ones left out) on revision, within limits: steps 6
+// to 8 of sync. It does not change live.
+func planPool(live []*agentsv1alpha1.Sandbox, revision string, limits poolLimits) poolPlan {
+	var plan poolPlan
+	live = slices.Clone(live)
+	if !limits.templateRefused {
+		unavailable := max(limits.replicas-countIf(live, available), 0)
+		var outdated []*agentsv1alpha1.Sandbox
+		for _, sb := range live {
+			if sb.Labels[agentsv1alpha1.LabelTemplateHash] != revision {
+				outdated = append(outdated, sb)
+			}
+		}
+		sortForDeletion(outdated)
+		for _, sb := range outdated {
+			if unavailable >= limits.maxUnavailable && available(sb) {
+				break // replacing an available member now would exceed maxUnavailable
+			}
+			plan.outdated = append(plan.outdated, sb)
+			live = slices.DeleteFunc(live, func(m *agentsv1alpha1.Sandbox) bool { return m.UID == sb.UID })
+			if available(sb) {
+				unavailable++
+			}
 		}
 	}
 
-	if surplus := len(live) - replicas; surplus > 0 {
+	if surplus := len(live) - limits.replicas; surplus > 0 {
 		sortForDeletion(live)
-		for _, sb := range live[:surplus] {
-			if err := p.delete(ctx, e, sb, "scale down"); err != nil {
-				return err
-			}
-		}
-		return nil
+		plan.surplus = live[:surplus]
+		return plan
 	}
-	missing := replicas - len(live)
-	created, err := slowStart(missing, func() error { return p.create(ctx, e, set, revision) })
-	if created > 0 {
-		logger.Info("Created pool members", "count", created, "revision", revision, "replicas", replicas)
+	if limits.templateRefused {
+		return plan
 	}
-	return err
+	plan.create = limits.replicas - len(live)
+	if limits.creatingLimited {
+		// Members created and not yet available use up the budget; the
+		// pool handler syncs again as each becomes available.
+		budget := max(limits.maxCreating-countIf(live, notAvailable), 0)
+		plan.create = min(plan.create, budget)
+	}
+	return plan
 }
 
 // members lists the sandboxes the set controls.
@@ -277,6 +379,8 @@ func available(sb *agentsv1alpha1.Sandbox) bool {
 	return sb.Status.Phase == agentsv1alpha1.SandboxRunning
 }
 
+func notAvailable(sb *agentsv1alpha1.Sandbox) bool { return !available(sb) }
+
 func countIf(sbs []*agentsv1alpha1.Sandbox, f func(*agentsv1alpha1.Sandbox) bool) int {
 	n := 0
 	for _, sb := range sbs {
@@ -306,17 +410,26 @@ func sortForDeletion(sbs []*agentsv1alpha1.Sandbox) {
 
 // PoolMaxUnavailable is how many of a set's replicas may be unavailable
 // while its template rolls: spec.updateStrategy.maxUnavailable (default
-// 20%, rounded up), at least 1.
+// 20%, rounded up), at least 1. A value the CRD would refuse today (one
+// stored before its rule) gives 1, the slowest pace, rather than none.
 func PoolMaxUnavailable(set *agentsv1alpha1.SandboxSet) int {
-	v := intstr.FromString("20%")
-	if set.Spec.UpdateStrategy.MaxUnavailable != nil {
-		v = *set.Spec.UpdateStrategy.MaxUnavailable
-	}
-	n, err := intstr.GetScaledValueFromIntOrPercent(&v, int(set.Spec.Replicas), true)
-	if err != nil || n < 1 {
+	n, err := set.Spec.UpdateStrategy.MaxUnavailableOf(int(set.Spec.Replicas))
+	if err != nil {
 		return 1
 	}
 	return n
+}
+
+// poolScaleLimit is how many of a set's members may be created but not yet
+// available at once: spec.scaleStrategy.maxUnavailable (a percentage of
+// spec.replicas rounded up, at least 1); limited is false when it is unset.
+// A value the CRD would refuse today gives 1, as in PoolMaxUnavailable.
+func poolScaleLimit(set *agentsv1alpha1.SandboxSet) (n int, limited bool) {
+	n, limited, err := set.Spec.ScaleStrategy.MaxUnavailableOf(int(set.Spec.Replicas))
+	if err != nil {
+		return 1, true
+	}
+	return n, limited
 }
 
 // slowStart calls create count times in batches of 1, 2, 4, ..., stopping

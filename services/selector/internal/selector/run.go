@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -17,6 +20,7 @@ import (
 	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/generated/informers/externalversions"
 	"molt.dev/pkg/service"
+	"molt.dev/pkg/upgrade"
 )
 
 // Source is the CloudEvent source of every event selector publishes.
@@ -80,9 +84,28 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	if _, err := podInformer.Informer().AddEventHandler(podOwnerHandler(directCtl.EnqueueKey)); err != nil {
 		return fmt.Errorf("watch Pods: %w", err)
 	}
-	// The SandboxSet warm pools.
+	// The SandboxSet warm pools. A refused template is recorded on its set
+	// (upgrade.AnnotationTemplateCheck), which statusagg shows.
 	setInformer := factory.Agents().V1alpha1().SandboxSets()
-	pl := &pool{client: client, sets: setInformer.Lister(), sandboxes: sandboxInformer.Lister(), expect: map[string]*expectation{}}
+	pl := &pool{
+		client: client, sets: setInformer.Lister(), sandboxes: sandboxInformer.Lister(),
+		dryRun: func(ctx context.Context, pod *corev1.Pod) (string, error) {
+			return upgrade.DryRunCreatePod(ctx, kube, pod)
+		},
+		record: func(ctx context.Context, set *agentsv1alpha1.SandboxSet, value string) error {
+			var v *string
+			if value != "" {
+				v = &value
+			}
+			patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationTemplateCheck: v}}}
+			_, err := client.AgentsV1alpha1().SandboxSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		},
+		expect: map[string]*expectation{}, checks: map[string]templateCheck{},
+	}
 	poolCtl := controller.New("selector-pool", pl.sync, controller.WithMetrics(queues))
 	pl.enqueueAfter = poolCtl.EnqueueAfter
 	if _, err := setInformer.Informer().AddEventHandler(poolHandler(poolCtl.EnqueueKey)); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -13,6 +15,20 @@ import (
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
+)
+
+// ConditionTemplateRefused is True on a SandboxSet while a pod from its
+// template would not run (the selector's check, upgrade.TemplateRefusal): its
+// pool replaces and creates nothing at that revision. A Warning Event of the
+// same name says so when it turns True.
+const (
+	ConditionTemplateRefused = "TemplateRefused"
+	// TemplateReasonPodRefused: TemplateRefused=True; the message is the
+	// selector's (the cause and what to do).
+	TemplateReasonPodRefused = "PodRefused"
+	// TemplateReasonAccepted: TemplateRefused=False once a template is
+	// accepted again.
+	TemplateReasonAccepted = "Accepted"
 )
 
 // desiredSetStatus recomputes a SandboxSet's status from its members (the
@@ -23,7 +39,9 @@ import (
 //   - updateRevision: the hash of spec.template, updatedReplicas the members
 //     labelled with it, updatedAvailableReplicas those of them Running;
 //   - selector: the label selector of the unclaimed members, for the scale
-//     subresource.
+//     subresource;
+//   - TemplateRefused: True with the selector's message while it refuses
+//     the current template, False once it no longer does.
 func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.Sandbox) agentsv1alpha1.SandboxSetStatus {
 	st := *set.Status.DeepCopy()
 	st.ObservedGeneration = set.Generation
@@ -35,6 +53,13 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 		if rev, err := upgrade.Revision(set.Spec.Template); err == nil {
 			st.UpdateRevision = rev
 		}
+	}
+	if why := upgrade.TemplateRefusal(set, st.UpdateRevision); why != "" && st.UpdateRevision != "" {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionTrue,
+			Reason: TemplateReasonPodRefused, Message: why, ObservedGeneration: set.Generation})
+	} else if meta.FindStatusCondition(st.Conditions, ConditionTemplateRefused) != nil {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionFalse,
+			Reason: TemplateReasonAccepted, Message: "the current template is accepted", ObservedGeneration: set.Generation})
 	}
 	st.Replicas, st.AvailableReplicas, st.UpdatedReplicas, st.UpdatedAvailableReplicas = 0, 0, 0, 0
 	for _, sb := range members {
@@ -85,11 +110,16 @@ func (s *server) syncSet(ctx context.Context, key string) error {
 	}
 	updated := set.DeepCopy()
 	updated.Status = want
-	if _, err := s.agents.AgentsV1alpha1().SandboxSets(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	written, err := s.agents.AgentsV1alpha1().SandboxSets(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("update status of SandboxSet %s: %w", key, err)
+	}
+	if c := meta.FindStatusCondition(want.Conditions, ConditionTemplateRefused); c != nil && c.Status == metav1.ConditionTrue &&
+		!meta.IsStatusConditionTrue(set.Status.Conditions, ConditionTemplateRefused) {
+		s.recorder.Event(written, corev1.EventTypeWarning, ConditionTemplateRefused, c.Message)
 	}
 	klog.FromContext(ctx).V(2).Info("Updated SandboxSet status", "sandboxset", klog.KObj(set),
 		"replicas", want.Replicas, "available", want.AvailableReplicas, "updated", want.UpdatedReplicas, "revision", want.UpdateRevision)

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current code")
@@ -96,4 +98,28 @@ func TestSandboxSetStatusGolden(t *testing.T) {
 		t.Errorf("counters %+v, want 4 members, 2 available, 2 updated, 1 updated and available", st)
 	}
 	golden(t, "sandboxset-status-rolling", st)
+}
+
+// The selector's refusal of the current template shows as TemplateRefused=True with its
+// message; a refusal of an earlier revision does not; once the selector drops it, the
+// condition turns False.
+func TestSandboxSetStatusShowsATemplateRefusal(t *testing.T) {
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: "ns", Generation: 3}}
+	set.Spec.Template = testSandbox().Spec.Template
+	rev := desiredSetStatus(set, nil).UpdateRevision
+	set.Annotations = map[string]string{upgrade.AnnotationTemplateCheck: upgrade.TemplateCheckValue("older", "refused before")}
+	if c := meta.FindStatusCondition(desiredSetStatus(set, nil).Conditions, ConditionTemplateRefused); c != nil {
+		t.Fatalf("an earlier revision's refusal shows: %+v", c)
+	}
+	set.Annotations[upgrade.AnnotationTemplateCheck] = upgrade.TemplateCheckValue(rev, "a pod from spec.template would not run: exceeded quota")
+	set.Status = desiredSetStatus(set, nil)
+	c := meta.FindStatusCondition(set.Status.Conditions, ConditionTemplateRefused)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != TemplateReasonPodRefused || c.Message != "a pod from spec.template would not run: exceeded quota" {
+		t.Fatalf("TemplateRefused = %+v, want True with the selector's message", c)
+	}
+	delete(set.Annotations, upgrade.AnnotationTemplateCheck)
+	c = meta.FindStatusCondition(desiredSetStatus(set, nil).Conditions, ConditionTemplateRefused)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != TemplateReasonAccepted {
+		t.Fatalf("TemplateRefused after the refusal was dropped = %+v, want False/Accepted", c)
+	}
 }

@@ -1,0 +1,117 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// A pool checks its set's template before it replaces or creates a member
+// at that template's revision (rule 8), and records a refusal on the set for
+// statusagg to show.
+
+// templateRecheck is how long a refused template's verdict stands before
+// the template is checked again: a refusal by quota or admission can clear
+// without the template changing.
+const templateRecheck = 30 * time.Second
+
+// templateCheck is the verdict on one set's template at one revision.
+type templateCheck struct {
+	uid      types.UID
+	revision string
+	refused  string    // why a pod from the template would not run; "" when it would
+	at       time.Time // when the template was checked
+}
+
+// holds reports whether c is the verdict on revision of the set whose UID
+// is uid and still stands at now: an acceptance until the template (or the
+// set) changes, a refusal for templateRecheck.
+func (c templateCheck) holds(uid types.UID, revision string, now time.Time) bool {
+	if c.uid != uid || c.revision != revision {
+		return false
+	}
+	return c.refused == "" || now.Sub(c.at) < templateRecheck
+}
+
+// templateRefused says why a pod from set's template (at revision) would
+// not run, "" when it would. The pool asks before it deletes an outdated
+// member or creates one on that revision: nothing is destroyed before its
+// replacement is known to be acceptable (rule 8). In order:
+//
+//  1. a verdict that still holds (templateCheck.holds) is reused, so the
+//     API server is asked once per set UID and revision;
+//  2. an image the kubelet cannot parse (upgrade.ImageProblem): the API
+//     server accepts it, and the member would sit in InvalidImageName;
+//  3. a server-side dry run of the pod (upgrade.DryRunCreatePod): Invalid,
+//     or Forbidden by admission, quota or pod security.
+//
+// The verdict is recorded on the set (recordVerdict), for statusagg to
+// show; a refused set is synced again after templateRecheck. An error is
+// one a retry may fix (the dry run did not get an answer, or the record
+// was not written); no new verdict is kept after a failed dry run.
+func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxSet, revision string, now time.Time) (string, error) {
+	key := set.Namespace + "/" + set.Name
+	p.mu.Lock()
+	last, seen := p.checks[key]
+	p.mu.Unlock()
+	if seen && last.holds(set.UID, revision, now) {
+		return last.refused, p.recordVerdict(ctx, set, revision, last.refused)
+	}
+	refused := upgrade.ImageProblem(&set.Spec.Template.Spec)
+	if refused == "" {
+		var err error
+		refused, err = p.dryRun(ctx, upgrade.PodFrom(set.Namespace, set.Name, set.Spec.Template))
+		if err != nil {
+			return "", fmt.Errorf("check the template (revision %s) of SandboxSet %s before replacing or creating members: %w", revision, key, err)
+		}
+	}
+	p.mu.Lock()
+	p.checks[key] = templateCheck{uid: set.UID, revision: revision, refused: refused, at: now}
+	p.mu.Unlock()
+
+	logger := klog.FromContext(ctx)
+	wasRefused := seen && last.uid == set.UID && last.revision == revision && last.refused != ""
+	switch {
+	case refused != "":
+		if !wasRefused {
+			logger.Info("Refused the template: a pod from it would not run; no idle sandbox was replaced", "revision", revision, "cause", refused)
+		}
+		p.enqueueAfter(key, templateRecheck)
+	case wasRefused:
+		logger.Info("The template is accepted now; the pool resumes", "revision", revision)
+	}
+	return refused, p.recordVerdict(ctx, set, revision, refused)
+}
+
+// recordVerdict keeps the set's upgrade.AnnotationTemplateCheck in line
+// with the verdict: the refusal's message while refused, no annotation
+// otherwise. statusagg, which owns the set's status and Events, shows it.
+// Written only when it differs from what the cache shows.
+func (p *pool) recordVerdict(ctx context.Context, set *agentsv1alpha1.SandboxSet, revision, refused string) error {
+	want := ""
+	if refused != "" {
+		want = upgrade.TemplateCheckValue(revision, templateRefusedMessage(set, revision, refused))
+	}
+	if set.Annotations[upgrade.AnnotationTemplateCheck] == want {
+		return nil
+	}
+	if err := p.record(ctx, set, want); err != nil {
+		return fmt.Errorf("record the template check of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	return nil
+}
+
+// templateRefusedMessage is the TemplateRefused Event's message: what was
+// refused and why, what the pool did about it, and what to do.
+func templateRefusedMessage(set *agentsv1alpha1.SandboxSet, revision, cause string) string {
+	return fmt.Sprintf("SandboxSet %s/%s: a pod from spec.template (revision %s) would not run: %s; "+
+		"no idle sandbox was replaced and none is created from this revision (checked again every %s: a quota refusal can clear by itself); "+
+		"fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
+		set.Namespace, set.Name, revision, cause, templateRecheck, set.Name, set.Namespace)
+}
