@@ -30,6 +30,9 @@ func TestClassifyConnectionErrors(t *testing.T) {
 		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ErrConnectionLost},
 		{"broken pipe", fmt.Errorf("Post %q: %w", url, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}), ErrConnectionLost},
 		{"cut mid-message", connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: incomplete envelope: %w", io.ErrUnexpectedEOF)), ErrConnectionLost},
+		// What connect makes of a connection closed under a call (seen when the reset
+		// reaches the client as an end of stream).
+		{"cut, reported as unavailable", connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF), ErrConnectionLost},
 		{"token refused", connect.NewError(connect.CodeUnauthenticated, errors.New("invalid access token")), ErrUnauthenticated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -96,17 +96,20 @@ func classify(parent, callCtx context.Context, err error, baseURL string, timeou
 		return &execError{kind: ErrTimeout, msg: "timed out after " + seconds(timeout) + " seconds", cause: err}
 	case errors.As(err, &dial) && dial.Op == "dial":
 		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, dial), cause: err}
-	case connect.CodeOf(err) == connect.CodeUnavailable:
-		// Answered, but not as the runtime: one starting up, or a proxy with
-		// no runtime behind it. A tagged call made again follows a run that
-		// may have started.
-		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, err), cause: err}
+	// A connection cut mid-call is a loss whatever code connect gives it
+	// (it reports an unexpected EOF from the transport as Unavailable), so
+	// these come before the Unavailable case.
 	case errors.Is(err, syscall.ECONNRESET):
 		return &execError{kind: ErrConnectionLost, msg: fmt.Sprintf("connection to the agent-runtime at %s was reset: %v", baseURL, err), cause: err}
 	case errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF):
 		// Written to a connection the runtime had closed, or cut in the
 		// middle of a message: the same loss as a reset.
 		return &execError{kind: ErrConnectionLost, msg: fmt.Sprintf("connection to the agent-runtime at %s was lost: %v", baseURL, err), cause: err}
+	case connect.CodeOf(err) == connect.CodeUnavailable:
+		// Answered, but not as the runtime: one starting up, or a proxy with
+		// no runtime behind it. A tagged call made again follows a run that
+		// may have started.
+		return &execError{kind: ErrUnreachable, msg: fmt.Sprintf("agent-runtime at %s is not reachable: %v", baseURL, err), cause: err}
 	case connect.CodeOf(err) == connect.CodeUnauthenticated:
 		return &execError{kind: ErrUnauthenticated, msg: ErrUnauthenticated.Error(), cause: err}
 	default:
