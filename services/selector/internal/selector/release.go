@@ -69,6 +69,13 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 	finishing := 0
 	for i := range list.Items {
 		sb := &list.Items[i]
+		if sb.DeletionTimestamp != nil {
+			// Going away: nothing drives its stage any more (the watchdog and
+			// podcycler leave a sandbox being deleted alone), and one held by
+			// a finalizer elsewhere must not hold this ops, and so its
+			// namespace, for as long.
+			continue
+		}
 		reason, recorded := upgrade.ReasonFor(sb, string(ops.UID))
 		if recorded && upgrade.InProgress(reason) {
 			finishing++

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"molt.dev/dev/testenv"
@@ -324,4 +325,31 @@ func TestDeletingOpsKeepsASandboxItAlreadyPatched(t *testing.T) {
 	if v, ok := f.getSandbox("sbx-0").Labels[agentsv1alpha1.LabelUpdateOps]; ok {
 		t.Errorf("sbx-0 still labelled %s=%s", agentsv1alpha1.LabelUpdateOps, v)
 	}
+}
+
+// An ops being deleted waits for its sandboxes in a stage, but not for one that is being
+// deleted itself: nothing drives that stage any more, and a sandbox held in Terminating
+// by someone else's finalizer would hold the ops, and its namespace, for as long.
+func TestDeletingOpsDoesNotWaitForASandboxBeingDeleted(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	ops := f.ops("upgrade", 1, newImage, nil)
+	f.waitClaimed("upgrade", "sbx-0")
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonPreUpgrade) // in a stage
+	client := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	hold := []byte(`{"metadata":{"finalizers":["molt.dev/test-hold"]}}`)
+	if _, err := client.Patch(context.Background(), "sbx-0", types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = client.Patch(context.Background(), "sbx-0", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := client.Delete(context.Background(), "sbx-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Delete(context.Background(), "upgrade", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete ops: %v", err)
+	}
+	f.waitOpsGone("upgrade")
 }
