@@ -57,7 +57,9 @@ func ApplyPatch(tpl *corev1.PodTemplateSpec, patch []byte) (*corev1.PodTemplateS
 // kubelet cannot parse (which the API server's dry run lets through, ImageProblem).
 // "" when neither. The selector's patch check and `kubectl molt plan` start with it.
 func PatchAloneProblem(raw []byte) string {
-	alone, err := ApplyPatch(&corev1.PodTemplateSpec{}, raw)
+	// An empty list, not null: a `$setElementOrder/containers` directive cannot
+	// order a null one, and every real template has a list.
+	alone, err := ApplyPatch(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{}}}, raw)
 	if err != nil {
 		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err)
 	}

@@ -210,3 +210,21 @@ func TestAddedContainers(t *testing.T) {
 		})
 	}
 }
+
+func TestPatchAloneProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name, patch, want string
+	}{
+		{"an image change", `{"spec":{"containers":[{"name":"main","image":"registry.example/app:v2"}]}}`, ""},
+		{"with the order directive kubectl writes", `{"spec":{"$setElementOrder/containers":[{"name":"main"}],"containers":[{"name":"main","image":"registry.example/app:v2"}]}}`, ""},
+		{"an unknown field", `{"spec":{"containres":[]}}`, "cannot be applied to a pod template"},
+		{"an image the kubelet cannot parse", `{"spec":{"containers":[{"name":"main","image":"Registry/App:V2"}]}}`, "sets an image the kubelet cannot pull"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := PatchAloneProblem([]byte(tc.patch))
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("PatchAloneProblem = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -160,6 +160,13 @@ func TemplateRefusal(set *agentsv1alpha1.SandboxSet, revision string) string {
 	return why
 }
 
+// PatchChanged reports whether ops's spec.patch differs from the one the
+// selector checked (AnnotationPatchDigest; false when none was recorded).
+func PatchChanged(ops *agentsv1alpha1.SandboxUpdateOps) bool {
+	digest, ok := ops.Annotations[AnnotationPatchDigest]
+	return ok && digest != PatchDigest(ops.Spec.Patch.Raw)
+}
+
 // PatchProblem returns why ops's patch cannot work, "" when it passed or was
 // not checked yet: the check's verdict, or, when it passed, a spec.patch
 // changed since (AnnotationPatchDigest).
@@ -171,7 +178,7 @@ func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
 	if v != PatchCheckOK {
 		return v
 	}
-	if digest, ok := ops.Annotations[AnnotationPatchDigest]; ok && digest != PatchDigest(ops.Spec.Patch.Raw) {
+	if PatchChanged(ops) {
 		return "spec.patch was changed after the selector checked it and began (it is immutable; the API server cannot refuse every change to it); " +
 			"no sandbox is started or patched under the changed patch, and those already patched keep the first one: " +
 			"delete this SandboxUpdateOps and create a new one with the patch you want"

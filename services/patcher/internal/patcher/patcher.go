@@ -113,7 +113,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
 		}
 		if problem := upgrade.PatchProblem(ops); problem != "" {
-			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; this sandbox and its pod were not changed", ops.Name, problem))
+			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; the patcher did not apply it to this sandbox, and its pod was not touched", ops.Name, problem))
 		}
 		checkpoint := ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore
 		if checkpoint {

@@ -109,9 +109,24 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	st.UpdatingReplicas, st.FailedReplicas = int32(sel.Updating), int32(sel.Failed)
 
 	if problem := upgrade.PatchProblem(ops); problem != "" {
-		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionInvalidPatch, Status: metav1.ConditionTrue,
 			Reason: InvalidPatchReasonRefused, Message: problem, ObservedGeneration: gen})
+		if upgrade.PatchChanged(ops) {
+			// Admitted under the first patch: nothing more is admitted, and the ops
+			// holds its namespace (stays Updating) until those in a stage end, as a
+			// deleted one does, so a next ops never runs beside them.
+			if sel.Updating > 0 {
+				st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
+				setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: ProgressingReasonInvalidPatch, ObservedGeneration: gen,
+					Message: fmt.Sprintf("spec.patch changed after its check: nothing more is admitted; waiting for %d sandboxes in a stage to end", sel.Updating)})
+				return st
+			}
+			st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+			setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
+				Reason: ProgressingReasonInvalidPatch, Message: "spec.patch changed after its check: nothing more was admitted", ObservedGeneration: gen})
+			return st
+		}
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
 			Reason: ProgressingReasonInvalidPatch, Message: "the patch cannot work; no sandbox was touched", ObservedGeneration: gen})
 		return st

@@ -172,3 +172,25 @@ func TestPatchAddsContainersIsFlagged(t *testing.T) {
 		t.Fatalf("existing container: PatchAddsContainers = %+v, want none", c)
 	}
 }
+
+// A patch changed after its check fails the ops, but only once the sandboxes admitted
+// under the first patch have ended their stage: until then it stays Updating (holding its
+// namespace, admitting nothing) with InvalidPatch=True saying why.
+func TestPatchChangedAfterItsCheckWaitsForTheTail(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Generation: 1, Annotations: map[string]string{
+		upgrade.AnnotationPatchCheck: upgrade.PatchCheckOK, upgrade.AnnotationPatchDigest: upgrade.PatchDigest([]byte(`{"spec":{"hostname":"a"}}`)),
+	}}}
+	ops.Spec.Patch.Raw = []byte(`{"spec":{"subdomain":"a"}}`)
+	st := desiredOpsStatus(ops, ops, selection(1, upgrade.Updated, upgrade.Updating, upgrade.NotStarted), nil)
+	invalid := meta.FindStatusCondition(st.Conditions, ConditionInvalidPatch)
+	if st.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating || invalid == nil || invalid.Status != metav1.ConditionTrue {
+		t.Fatalf("with one in a stage: phase %s, InvalidPatch %+v; want Updating, True", st.Phase, invalid)
+	}
+	if p := meta.FindStatusCondition(st.Conditions, "Progressing"); p == nil || !strings.Contains(p.Message, "waiting for 1 sandboxes in a stage to end") {
+		t.Fatalf("Progressing = %+v", p)
+	}
+	st = desiredOpsStatus(ops, ops, selection(1, upgrade.Updated, upgrade.Updated, upgrade.NotStarted), nil)
+	if st.Phase != agentsv1alpha1.SandboxUpdateOpsFailed {
+		t.Fatalf("with none in a stage: phase %s, want Failed", st.Phase)
+	}
+}
