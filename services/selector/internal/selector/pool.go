@@ -95,8 +95,8 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 //     to remove, how many to create;
 //  5. if the plan deletes an outdated member or creates one, check first
 //     that a pod from the template would run (templateRefused); refused →
-//     delete nothing outdated and create nothing (a Warning Event
-//     TemplateRefused says so), scaling down still proceeds;
+//     delete nothing outdated and create nothing (recorded on the set, which
+//     statusagg shows as TemplateRefused), scaling down still proceeds;
 //  6. rolling update: with fewer than maxUnavailable members unavailable
 //     (not Running), delete outdated members (another template-hash), the
 //     unavailable ones first, then the oldest, up to that budget;
@@ -203,7 +203,7 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 		}
 	}
 	if plan.needsTemplate() {
-		refused, err := p.templateRefused(ctx, set, revision, time.Now())
+		refused, err := p.templateRefused(ctx, set, revision, baselineTemplate(live, revision), time.Now())
 		if err != nil {
 			return err
 		}

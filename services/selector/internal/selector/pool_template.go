@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -49,13 +50,17 @@ func (c templateCheck) holds(uid types.UID, revision string, now time.Time) bool
 //  2. an image the kubelet cannot parse (upgrade.ImageProblem): the API
 //     server accepts it, and the member would sit in InvalidImageName;
 //  3. a server-side dry run of the pod (upgrade.DryRunCreatePod): Invalid,
-//     or Forbidden by admission, quota or pod security.
+//     or Forbidden by admission, quota or pod security; unless a pod from
+//     baseline (an outdated member's template, nil when there is none) is
+//     refused too: then the cause is not the template but the namespace (a
+//     pool sized to its pod quota refuses every new pod until an outdated
+//     member is deleted), and the pool goes on as before the check.
 //
 // The verdict is recorded on the set (recordVerdict), for statusagg to
 // show; a refused set is synced again after templateRecheck. An error is
 // one a retry may fix (the dry run did not get an answer, or the record
 // was not written); no new verdict is kept after a failed dry run.
-func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxSet, revision string, now time.Time) (string, error) {
+func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxSet, revision string, baseline *corev1.PodTemplateSpec, now time.Time) (string, error) {
 	key := set.Namespace + "/" + set.Name
 	p.mu.Lock()
 	last, seen := p.checks[key]
@@ -69,6 +74,16 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 		refused, err = p.dryRun(ctx, upgrade.PodFrom(set.Namespace, set.Name, set.Spec.Template))
 		if err != nil {
 			return "", fmt.Errorf("check the template (revision %s) of SandboxSet %s before replacing or creating members: %w", revision, key, err)
+		}
+		if refused != "" && baseline != nil {
+			before, err := p.dryRun(ctx, upgrade.PodFrom(set.Namespace, set.Name, baseline))
+			if err != nil {
+				return "", fmt.Errorf("check the earlier template of SandboxSet %s's members against the API server: %w", key, err)
+			}
+			if before != "" {
+				klog.FromContext(ctx).Info("The API server refuses a pod from the members' earlier template too: not the template's fault, the pool goes on", "revision", revision, "cause", refused)
+				refused = ""
+			}
 		}
 	}
 	p.mu.Lock()
@@ -103,6 +118,18 @@ func (p *pool) recordVerdict(ctx context.Context, set *agentsv1alpha1.SandboxSet
 	}
 	if err := p.record(ctx, set, want); err != nil {
 		return fmt.Errorf("record the template check of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	return nil
+}
+
+// baselineTemplate is the template of a live member on another revision
+// than revision (the first found), nil when there is none: what the new
+// template's refusal is compared with.
+func baselineTemplate(live []*agentsv1alpha1.Sandbox, revision string) *corev1.PodTemplateSpec {
+	for _, sb := range live {
+		if sb.Labels[agentsv1alpha1.LabelTemplateHash] != revision && sb.Spec.Template != nil {
+			return sb.Spec.Template
+		}
 	}
 	return nil
 }

@@ -254,7 +254,7 @@ func TestTemplateCheckedOncePerRevision(t *testing.T) {
 	t0 := time.Now()
 	set := warmSet("uid-1", "registry.example/agent:v2")
 	for i, now := range []time.Time{t0, t0.Add(time.Second), t0.Add(time.Hour)} {
-		refused, err := c.templateRefused(ctx, set, "r2", now)
+		refused, err := c.templateRefused(ctx, set, "r2", nil, now)
 		if err != nil || refused != "" {
 			t.Fatalf("check %d: refused %q, err %v; want accepted", i, refused, err)
 		}
@@ -266,10 +266,10 @@ func TestTemplateCheckedOncePerRevision(t *testing.T) {
 		t.Errorf("an accepted template recorded %q", ev)
 	}
 	// Another revision, or the set re-created under its name: asked again.
-	if _, err := c.templateRefused(ctx, set, "r3", t0); err != nil {
+	if _, err := c.templateRefused(ctx, set, "r3", nil, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.templateRefused(ctx, warmSet("uid-2", "registry.example/agent:v2"), "r3", t0); err != nil {
+	if _, err := c.templateRefused(ctx, warmSet("uid-2", "registry.example/agent:v2"), "r3", nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	if c.dryRuns != 3 {
@@ -284,7 +284,7 @@ func TestTemplateRefusedByTheAPIServer(t *testing.T) {
 	t0 := time.Now()
 	set := warmSet("uid-1", "registry.example/agent:v2")
 
-	refused, err := c.templateRefused(ctx, set, "r2", t0)
+	refused, err := c.templateRefused(ctx, set, "r2", nil, t0)
 	if err != nil || refused != c.refuse {
 		t.Fatalf("refused %q, err %v; want the API server's words", refused, err)
 	}
@@ -299,7 +299,7 @@ func TestTemplateRefusedByTheAPIServer(t *testing.T) {
 	}
 
 	// Within templateRecheck the refusal stands: no dry run, no new Event.
-	if refused, _ := c.templateRefused(ctx, set, "r2", t0.Add(templateRecheck-time.Second)); refused == "" {
+	if refused, _ := c.templateRefused(ctx, set, "r2", nil, t0.Add(templateRecheck-time.Second)); refused == "" {
 		t.Error("the refusal did not stand within templateRecheck")
 	}
 	if c.dryRuns != 1 || c.event() != "" {
@@ -308,7 +308,7 @@ func TestTemplateRefusedByTheAPIServer(t *testing.T) {
 
 	// The quota was raised: the next check accepts.
 	c.refuse = ""
-	refused, err = c.templateRefused(ctx, set, "r2", t0.Add(templateRecheck))
+	refused, err = c.templateRefused(ctx, set, "r2", nil, t0.Add(templateRecheck))
 	if err != nil || refused != "" || c.dryRuns != 2 {
 		t.Errorf("after templateRecheck: refused %q, err %v, %d dry runs; want accepted after a second dry run", refused, err, c.dryRuns)
 	}
@@ -319,7 +319,7 @@ func TestTemplateRefusedByTheAPIServer(t *testing.T) {
 
 func TestTemplateImageTheKubeletCannotParse(t *testing.T) {
 	c := newCheckPool()
-	refused, err := c.templateRefused(context.Background(), warmSet("uid-1", "My-Registry/Agent:V2"), "r2", time.Now())
+	refused, err := c.templateRefused(context.Background(), warmSet("uid-1", "My-Registry/Agent:V2"), "r2", nil, time.Now())
 	if err != nil || !strings.Contains(refused, "My-Registry/Agent:V2") {
 		t.Fatalf("refused %q, err %v; want the image named", refused, err)
 	}
@@ -336,14 +336,14 @@ func TestTemplateCheckTransientErrorKeepsNoVerdict(t *testing.T) {
 	c := newCheckPool()
 	c.transient = errors.New("connection refused")
 	set := warmSet("uid-1", "registry.example/agent:v2")
-	if _, err := c.templateRefused(ctx, set, "r2", time.Now()); err == nil || !strings.Contains(err.Error(), "team-a/warm") {
+	if _, err := c.templateRefused(ctx, set, "r2", nil, time.Now()); err == nil || !strings.Contains(err.Error(), "team-a/warm") {
 		t.Fatalf("err %v, want one naming the set", err)
 	}
 	if ev := c.event(); ev != "" {
 		t.Errorf("a transient error recorded %q", ev)
 	}
 	c.transient = nil
-	if refused, err := c.templateRefused(ctx, set, "r2", time.Now()); err != nil || refused != "" || c.dryRuns != 2 {
+	if refused, err := c.templateRefused(ctx, set, "r2", nil, time.Now()); err != nil || refused != "" || c.dryRuns != 2 {
 		t.Errorf("retry: refused %q, err %v, %d dry runs; want accepted after a second dry run", refused, err, c.dryRuns)
 	}
 }
@@ -471,5 +471,38 @@ func TestReconcileWithARefusedTemplate(t *testing.T) {
 	}
 	if got := writes(); !slices.Equal(got, []string{"delete warm-old-0", "create"}) {
 		t.Errorf("accepted template: writes %v, want [delete warm-old-0 create]", got)
+	}
+}
+
+// A pool sized to its namespace's pod quota: the dry run of the new template is refused
+// by the quota, and so is one of the members' own template. The cause is the namespace,
+// not the template, and the rolling update goes on (it frees the quota it needs by
+// deleting an outdated member first). A template refused where the old one is not stays
+// refused.
+func TestTemplateRefusedOnlyWhenTheMembersTemplateIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	quota := `pods "warm-" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10`
+	c := newCheckPool()
+	c.refuse = quota
+	set := warmSet("uid-1", "registry.example/agent:v2")
+	old := warmSet("uid-1", "registry.example/agent:v1").Spec.Template
+	if refused, err := c.templateRefused(ctx, set, "r2", old, time.Now()); err != nil || refused != "" {
+		t.Fatalf("at quota: refused %q, err %v; want accepted (the members' template is refused too)", refused, err)
+	}
+	if c.dryRuns != 2 {
+		t.Errorf("%d dry runs, want 2 (the new template, then the members')", c.dryRuns)
+	}
+
+	c = newCheckPool()
+	invalid := `Pod "warm" is invalid: spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit`
+	c.dryRun = func(_ context.Context, pod *corev1.Pod) (string, error) {
+		c.dryRuns++
+		if pod.Spec.Containers[0].Image == "registry.example/agent:v2" {
+			return invalid, nil
+		}
+		return "", nil
+	}
+	if refused, err := c.templateRefused(ctx, set, "r2", old, time.Now()); err != nil || refused != invalid {
+		t.Fatalf("a template refused alone: refused %q, err %v; want the API server's words", refused, err)
 	}
 }
