@@ -341,6 +341,9 @@ func (p *pool) create(ctx context.Context, e *expectation, set *agentsv1alpha1.S
 	sb.Spec.Template = set.Spec.Template.DeepCopy()
 	sb.Spec.Runtimes = slices.Clone(set.Spec.Runtimes)
 	sb.Spec.PersistentContents = slices.Clone(set.Spec.PersistentContents)
+	for _, claim := range set.Spec.VolumeClaimTemplates {
+		sb.Spec.VolumeClaimTemplates = append(sb.Spec.VolumeClaimTemplates, *claim.DeepCopy())
+	}
 	created, err := p.client.AgentsV1alpha1().Sandboxes(set.Namespace).Create(ctx, sb, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create a member of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)

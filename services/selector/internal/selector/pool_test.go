@@ -412,6 +412,7 @@ func TestReconcileWithARefusedTemplate(t *testing.T) {
 	set.Spec.Replicas = 4
 	one := intstr.FromInt32(1)
 	set.Spec.ScaleStrategy.MaxUnavailable = &one
+	set.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "workspace"}}}
 	revision, err := upgrade.Revision(set.Spec.Template)
 	if err != nil {
 		t.Fatal(err)
@@ -442,6 +443,9 @@ func TestReconcileWithARefusedTemplate(t *testing.T) {
 				out = append(out, "delete "+a.GetName())
 			case clienttesting.CreateAction:
 				out = append(out, "create")
+				if sb, ok := a.GetObject().(*agentsv1alpha1.Sandbox); !ok || len(sb.Spec.VolumeClaimTemplates) != 1 || sb.Spec.VolumeClaimTemplates[0].Name != "workspace" {
+					t.Errorf("created member %+v does not carry the set's volumeClaimTemplates", a.GetObject())
+				}
 			}
 		}
 		client.ClearActions()
