@@ -261,6 +261,23 @@ type noNeedEntry struct {
 	noNeed bool
 }
 
+// DeletionWaitsFor says whether an ops being deleted must wait for sb, which it
+// claimed, before it lets go of it (and of its finalizer): sb is not being deleted
+// itself, and its attempt of ops is in a stage, or not recorded yet although its
+// template already has the patch (the patcher wrote it; released then, it would keep
+// the new template on its old pod with no record of an upgrade). The selector's
+// release and statusagg's Deleting condition both ask this.
+func DeletionWaitsFor(ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) bool {
+	if sb.DeletionTimestamp != nil || sb.Namespace != ops.Namespace || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+		return false
+	}
+	reason, recorded := ReasonFor(sb, string(ops.UID))
+	if recorded {
+		return InProgress(reason)
+	}
+	return !IsResumable(sb) && TemplatePatched(sb, ops.Spec.Patch.Raw)
+}
+
 // TemplatePatched reports whether sb's template already equals itself with patch
 // applied (what Select calls NoNeedToUpdate, uncached).
 func TemplatePatched(sb *agentsv1alpha1.Sandbox, patch []byte) bool { return computeNoNeed(sb, patch) }

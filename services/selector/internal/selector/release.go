@@ -76,22 +76,15 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			// namespace, for as long.
 			continue
 		}
-		reason, recorded := upgrade.ReasonFor(sb, string(ops.UID))
-		if recorded && upgrade.InProgress(reason) {
+		if upgrade.DeletionWaitsFor(ops, sb) {
 			finishing++
-			continue
-		}
-		if !recorded && !upgrade.IsResumable(sb) && upgrade.TemplatePatched(sb, ops.Spec.Patch.Raw) {
-			// Claimed when its template needed the patch, and it has it now: the
-			// patcher wrote it, and statusagg has not recorded the attempt yet.
-			// Released, it would keep the new template on its old pod with no
-			// record of an upgrade, and a new ops would find nothing to do. It
-			// finishes its attempt instead (the watchdog bounds it once
-			// recorded); requested is sent again in case it was lost.
-			finishing++
-			if last, ok := s.inflight.lastPublished(sb.UID, string(ops.UID)); !ok || time.Since(last) >= s.republishAfter {
-				if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil {
-					return err
+			if _, recorded := upgrade.ReasonFor(sb, string(ops.UID)); !recorded {
+				// Patched, not recorded yet: requested is sent again in case it
+				// was lost (once recorded, the watchdog bounds the attempt).
+				if last, ok := s.inflight.lastPublished(sb.UID, string(ops.UID)); !ok || time.Since(last) >= s.republishAfter {
+					if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil {
+						return err
+					}
 				}
 			}
 			continue

@@ -350,10 +350,7 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 func deletionWaitsFor(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) []string {
 	var out []string
 	for _, sb := range sandboxes {
-		if sb.Namespace != ops.Namespace || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name || sb.DeletionTimestamp != nil {
-			continue // a sandbox being deleted holds nothing (the selector's release)
-		}
-		if reason, ok := upgrade.ReasonFor(sb, string(ops.UID)); ok && upgrade.InProgress(reason) {
+		if upgrade.DeletionWaitsFor(ops, sb) {
 			out = append(out, sb.Name)
 		}
 	}
