@@ -57,11 +57,17 @@ func ApplyPatch(tpl *corev1.PodTemplateSpec, patch []byte) (*corev1.PodTemplateS
 // kubelet cannot parse (which the API server's dry run lets through, ImageProblem).
 // "" when neither. The selector's patch check and `kubectl molt plan` start with it.
 func PatchAloneProblem(raw []byte) string {
-	// An empty list, not null: a `$setElementOrder/containers` directive cannot
-	// order a null one, and every real template has a list.
-	alone, err := ApplyPatch(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{}}}, raw)
+	// On an empty template (containers null), a patch's container is taken
+	// whole, its nested directives (`$patch: delete` on a volumeMount) dropped;
+	// but a `$setElementOrder/containers` directive cannot order a null list.
+	// On an empty list the reverse holds. A patch that applies to either
+	// applies to real templates, which is what this check asks.
+	alone, err := ApplyPatch(&corev1.PodTemplateSpec{}, raw)
 	if err != nil {
-		return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err)
+		var errList error
+		if alone, errList = ApplyPatch(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{}}}, raw); errList != nil {
+			return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err)
+		}
 	}
 	if bad := ImageProblem(&alone.Spec); bad != "" {
 		return "spec.patch sets an image the kubelet cannot pull: " + bad

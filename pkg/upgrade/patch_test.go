@@ -218,6 +218,7 @@ func TestPatchAloneProblem(t *testing.T) {
 		{"an image change", `{"spec":{"containers":[{"name":"main","image":"registry.example/app:v2"}]}}`, ""},
 		{"with the order directive kubectl writes", `{"spec":{"$setElementOrder/containers":[{"name":"main"}],"containers":[{"name":"main","image":"registry.example/app:v2"}]}}`, ""},
 		{"an unknown field", `{"spec":{"containres":[]}}`, "cannot be applied to a pod template"},
+		{"seed 001's patch, with a $patch: delete inside a container", string(seedPatch(t, "001-02-sandboxupdateops-noname.yaml")), ""},
 		{"an image the kubelet cannot parse", `{"spec":{"containers":[{"name":"main","image":"Registry/App:V2"}]}}`, "sets an image the kubelet cannot pull"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
