@@ -2,6 +2,7 @@ package statusagg
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,19 +111,13 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	patched("old", "earlier-attempt")
 	// The server counts a consumer's pending messages after it acknowledged the publish, in
 	// its own time: wait until it has counted all four, or "c is queued" would race it.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testenv.Eventually(t, 10*time.Second, "consumer "+events.ConsumerHookRunner+" counts the 4 published messages pending", func() (bool, error) {
 		info, err := hookrunner.Info(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		if info.NumPending == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer %s counts %d pending messages after 10 s, want the 4 published", events.ConsumerHookRunner, info.NumPending)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return info.NumPending == 4, fmt.Errorf("%d pending", info.NumPending)
+	})
 
 	now := time.Now() // the stream's messages carry the server's time
 	q := newQueues(connect("statusagg"), func() time.Time { return now })
