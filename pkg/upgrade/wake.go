@@ -41,3 +41,25 @@ func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
 	}
 	return ok && InProgress(reason)
 }
+
+// WakeAtAdmission reports whether the ops admitting sb must wake it first
+// (the selector then sets AnnotationUpgradeResumeTrigger, else removes one
+// an earlier ops left): the attempt begins with work on the sandbox's
+// original pod, and a paused sandbox has none.
+//   - a fresh upgrade of a sandbox stopped for its pause (phase Paused):
+//     preUpgrade backs up the woken pod;
+//   - the resume of a paused sandbox whose failed attempt ended before its
+//     pod was replaced (PreUpgradeFailed, CheckpointFailed): no backup or
+//     checkpoint was taken, so the resume needs a pod to take it from.
+//
+// Any other resume of a paused sandbox continues from UpgradePod or later
+// (ResumeAt) and builds the new pod itself. Woken there, the pod would be
+// taken for the original one and backed up again, over the good backup of
+// the failed attempt, from a workspace the pause already emptied.
+func WakeAtAdmission(sb *agentsv1alpha1.Sandbox) bool {
+	if _, reason, ok := FailedAttempt(sb); ok {
+		at := ResumeStage(reason)
+		return sb.Spec.Paused && (at == agentsv1alpha1.UpgradingReasonPreUpgrade || at == agentsv1alpha1.UpgradingReasonCheckpointing)
+	}
+	return sb.Status.Phase == agentsv1alpha1.SandboxPaused
+}

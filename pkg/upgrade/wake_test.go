@@ -58,3 +58,41 @@ func TestWokenForUpgradeAndKeepAwake(t *testing.T) {
 		})
 	}
 }
+
+func TestWakeAtAdmission(t *testing.T) {
+	sandbox := func(paused bool, phase agentsv1alpha1.SandboxPhase, failed string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Spec.Paused = paused
+		sb.Status.Phase = phase
+		if failed != "" {
+			sb.Status.Phase = agentsv1alpha1.SandboxUpgrading // as statusagg shows a failed attempt
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: failed, Message: "a1"},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: failed},
+			}
+		}
+		return sb
+	}
+	for _, tc := range []struct {
+		name string
+		sb   *agentsv1alpha1.Sandbox
+		want bool
+	}{
+		{"paused, never upgraded", sandbox(true, agentsv1alpha1.SandboxPaused, ""), true},
+		{"running", sandbox(false, agentsv1alpha1.SandboxRunning, ""), false},
+		{"paused, its preUpgrade failed: no backup was taken", sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), true},
+		{"paused, its checkpoint failed", sandbox(true, "", agentsv1alpha1.UpgradingReasonCheckpointFailed), true},
+		// The backup of the failed attempt is the good copy: the resume
+		// builds the new pod and restores it; a woken pod would be backed
+		// up over it.
+		{"paused, failed in UpgradePod", sandbox(true, "", agentsv1alpha1.UpgradingReasonUpgradePodFailed), false},
+		{"paused, failed in PostUpgrade", sandbox(true, "", agentsv1alpha1.UpgradingReasonPostUpgradeFailed), false},
+		{"running, its preUpgrade failed: the old pod still runs", sandbox(false, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := WakeAtAdmission(tc.sb); got != tc.want {
+				t.Errorf("WakeAtAdmission = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

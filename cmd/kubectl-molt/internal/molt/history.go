@@ -35,7 +35,7 @@ func (o *natsOptions) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.url, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
 	cmd.Flags().StringVar(&o.user, "nats-user", envOr("NATS_USER", "viewer"), "NATS user, read-only viewer by default (env NATS_USER)")
 	cmd.Flags().StringVar(&o.passwordFile, "nats-password-file", os.Getenv("MOLT_NATS_PASSWORD_FILE"),
-		"file holding the user's password (env MOLT_NATS_PASSWORD_FILE; default: env NATS_PASSWORD, else .molt/nats-auth/<user>.password as `make up` writes it)")
+		"file holding the user's password (env MOLT_NATS_PASSWORD_FILE; default: env NATS_PASSWORD, else .molt/nats-auth/<user>.password as make up writes it)")
 	cmd.Flags().StringVar(&o.creds, "nats-creds", "", "NATS credentials file, instead of --nats-user and a password")
 }
 
@@ -122,9 +122,12 @@ output tails; then the time spent in each stage. --follow keeps printing new eve
 
 It logs in to NATS as the read-only user viewer (flags --nats-*); the defaults fit
 ` + "`make up`" + ` run from the repository root.`,
-		Example: `  kubectl molt history default/box-00
-  kubectl molt history box-00 -n default --follow
-  kubectl molt history default/box-00 --nats-url nats://nats.molt-system.svc:4222 --nats-password-file viewer.password`,
+		Example: `  kubectl molt history default/box-3
+  kubectl molt history box-3 -n default --follow
+  # a cluster's NATS, through a port-forward (NetworkPolicy admits only molt's pods):
+  kubectl -n molt-system port-forward svc/nats 4222:4222 &
+  kubectl -n molt-system get secret molt-nats-viewer -o jsonpath='{.data.password}' | base64 -d > viewer.password
+  kubectl molt history default/box-3 --nats-password-file viewer.password`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.history(cmd.Context(), args[0], o)

@@ -44,7 +44,7 @@ created or changed.
 
 Exit code: 0 when the ops would be accepted, 1 when it would be refused, 2 on an error.`,
 		Example: `  kubectl molt plan -f ops.yaml
-  kubectl molt plan -f ops.yaml --sandbox box-03
+  kubectl molt plan -f ops.yaml --sandbox box-3
   kubectl molt plan -f ops.yaml --all`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -53,7 +53,7 @@ The new ops is named OPS-retry (OPS-retry-2, ... if taken) unless --name says.`,
 	}
 	cmd.Flags().StringVar(&o.name, "name", "", "name of the new ops (default OPS-retry)")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the failed ops to be deleted")
-	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "then watch the new ops as `status -w` does (and exit as it does)")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "then watch the new ops as status -w does (and exit as it does)")
 	return cmd
 }
 

@@ -71,8 +71,10 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 			agentsv1alpha1.LabelUpgradeFailed: nil,
 		},
 	}}
-	patch.Metadata.Annotations = map[string]*string{}
-	if sb.Status.Phase == agentsv1alpha1.SandboxPaused {
+	// The wake-up mark is written either way: one an earlier ops left (it
+	// failed and was not deleted) must not wake the sandbox for this one.
+	patch.Metadata.Annotations = map[string]*string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil}
+	if upgrade.WakeAtAdmission(sb) {
 		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
 	}
 	if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {

@@ -353,3 +353,44 @@ func TestDeletingOpsDoesNotWaitForASandboxBeingDeleted(t *testing.T) {
 	}
 	f.waitOpsGone("upgrade")
 }
+
+// The wake-up mark follows the attempt the admitting ops starts, not the one
+// an earlier ops left: a paused sandbox whose failed attempt already replaced
+// its pod is not woken (the woken pod would be backed up over the good
+// backup), and one whose preUpgrade failed is (its backup was never taken).
+func TestAdmissionSetsTheWakeMarkForThisAttempt(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, name := range []string{"sbx-0", "sbx-1"} {
+		f.sandbox(name, oldImage, agentsv1alpha1.SandboxPaused, nil)
+		if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("pause %s: %v", name, err)
+		}
+	}
+	f.startSelector()
+	withPaused := func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.StateFilter = &agentsv1alpha1.UpgradeStateFilter{States: []agentsv1alpha1.SandboxPhase{agentsv1alpha1.SandboxPaused}}
+	}
+	first := f.ops("first", 2, newImage, withPaused)
+	f.waitClaimed("first", "sbx-0", "sbx-1")
+	for _, name := range []string{"sbx-0", "sbx-1"} {
+		if v := f.getSandbox(name).Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; v != "true" {
+			t.Fatalf("paused %s admitted by first: annotation %s = %q, want true", name, agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
+		}
+	}
+	// first fails both and stays (not deleted, so release leaves its marks).
+	f.finish("sbx-0", first, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	f.finish("sbx-1", first, agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	f.updateOps("first", true, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+	})
+
+	f.ops("second", 2, newImage, withPaused)
+	f.waitClaimed("second", "sbx-0", "sbx-1")
+	if v, ok := f.getSandbox("sbx-0").Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; ok {
+		t.Errorf("sbx-0 (failed in UpgradePod) resumed by second: annotation %s = %q, want none: its resume builds the new pod", agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
+	}
+	if v := f.getSandbox("sbx-1").Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; v != "true" {
+		t.Errorf("sbx-1 (failed in PreUpgrade) resumed by second: annotation %s = %q, want true: its backup is still to take", agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
+	}
+}
