@@ -50,7 +50,7 @@ func TestLoadClaimedReadsAtLeastTheEventsVersion(t *testing.T) {
 	}
 
 	claimed := label("ops-a")
-	got, skip, err := upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", claimed)
+	got, skip, err := upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", "uid-a", claimed)
 	if err != nil || got == nil || got.Labels[agentsv1alpha1.LabelUpdateOps] != "ops-a" {
 		t.Fatalf("LoadClaimed at the claim's version %s = %v, %q, %v; want the claimed sandbox", claimed, got, skip, err)
 	}
@@ -62,7 +62,7 @@ func TestLoadClaimedReadsAtLeastTheEventsVersion(t *testing.T) {
 	// so the read falls back to etcd (after the API server's wait for it).
 	ahead := strconv.FormatUint(mustUint(t, claimed)+1_000_000_000, 10)
 	start := time.Now()
-	got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", ahead)
+	got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", "uid-a", ahead)
 	if err != nil || got == nil {
 		t.Fatalf("LoadClaimed at the unreachable version %s = %v, %q, %v; want the fallback read from etcd to return the sandbox", ahead, got, skip, err)
 	}
@@ -72,18 +72,31 @@ func TestLoadClaimedReadsAtLeastTheEventsVersion(t *testing.T) {
 		t.Errorf("the fallback read took %s, want it soon after the cache's wait (about 4s)", took)
 	}
 
+	// ops-a deleted and applied again: the same name, another attempt. An
+	// event of the first one, still queued, is stale.
+	reclaim, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+upgrade.AnnotationClaim+`":"uid-b"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("claim for uid-b: %v", err)
+	}
+	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", "uid-a", reclaim.ResourceVersion); err != nil || got != nil || skip == "" {
+		t.Errorf("LoadClaimed for attempt uid-a of a sandbox claimed by attempt uid-b of ops-a = %v, %q, %v; want a skip", got, skip, err)
+	}
+	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", "uid-b", reclaim.ResourceVersion); err != nil || got == nil {
+		t.Errorf("LoadClaimed for the claiming attempt uid-b = %v, %q, %v; want the sandbox", got, skip, err)
+	}
+
 	released := label("")
-	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", released); err != nil || got != nil || skip == "" {
+	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "ops-a", "uid-a", released); err != nil || got != nil || skip == "" {
 		t.Errorf("LoadClaimed at the release's version %s = %v, %q, %v; want a skip: no longer claimed", released, got, skip, err)
 	}
-	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, "another-uid", "", released); err != nil || got != nil || skip == "" {
+	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, "another-uid", "", "", released); err != nil || got != nil || skip == "" {
 		t.Errorf("LoadClaimed of another uid = %v, %q, %v; want a skip: recreated", got, skip, err)
 	}
 
 	if err := sandboxes.Delete(ctx, sb.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete sandbox: %v", err)
 	}
-	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "", ""); err != nil || got != nil || skip != "sandbox is gone" {
+	if got, skip, err = upgrade.LoadClaimed(ctx, agents, ns, sb.Name, sb.UID, "", "", ""); err != nil || got != nil || skip != "sandbox is gone" {
 		t.Errorf("LoadClaimed after the delete = %v, %q, %v; want a skip: sandbox is gone", got, skip, err)
 	}
 }

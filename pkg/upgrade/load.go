@@ -14,18 +14,19 @@ import (
 	versioned "molt.dev/pkg/generated/clientset/versioned"
 )
 
-// LoadClaimed reads a sandbox for an event of the ops named opsName ("" for a
-// direct upgrade), at least as new as resourceVersion, the version the event
+// LoadClaimed reads a sandbox for an event of attempt of the ops named opsName
+// ("" for a direct upgrade), at least as new as resourceVersion, the version the event
 // says the previous stage wrote or read (events.Data.SandboxResourceVersion).
 // A nil sandbox with a non-empty skip says why the event is stale: the sandbox
-// is gone, was recreated, or is no longer claimed by it.
+// is gone, was recreated, or is no longer claimed by it (ClaimedBy: another
+// ops, or another attempt of an ops of the same name).
 //
 // With a resourceVersion the API server answers from its watch cache, once
 // that cache holds the version, instead of reading etcd: the previous stage's
 // write is in what it returns, and so is any later one the cache has. Without
 // one (an event of an earlier molt, a watchdog's re-drive), or when the cache
 // does not catch up in time, it reads from etcd.
-func LoadClaimed(ctx context.Context, client versioned.Interface, namespace, name string, uid types.UID, opsName, resourceVersion string) (sb *agentsv1alpha1.Sandbox, skip string, err error) {
+func LoadClaimed(ctx context.Context, client versioned.Interface, namespace, name string, uid types.UID, opsName, attempt, resourceVersion string) (sb *agentsv1alpha1.Sandbox, skip string, err error) {
 	sb, err = GetAtLeast(ctx, client, namespace, name, resourceVersion)
 	if apierrors.IsNotFound(err) {
 		return nil, "sandbox is gone", nil
@@ -33,7 +34,7 @@ func LoadClaimed(ctx context.Context, client versioned.Interface, namespace, nam
 	if err != nil {
 		return nil, "", fmt.Errorf("get sandbox %s/%s: %w", namespace, name, err)
 	}
-	if sb.UID != uid || sb.Labels[agentsv1alpha1.LabelUpdateOps] != opsName {
+	if sb.UID != uid || !ClaimedBy(sb, opsName, attempt) {
 		return nil, "sandbox is no longer claimed by this ops", nil
 	}
 	return sb, "", nil

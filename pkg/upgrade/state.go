@@ -186,6 +186,27 @@ func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
 	return ""
 }
 
+// AnnotationClaim is the Sandbox annotation the selector writes in the
+// patch that admits the sandbox: the attempt (the ops's UID) the
+// `update-ops` label is for. The label names the ops only, and an ops
+// deleted and applied again under the same name is another attempt: the
+// first one's messages still queued (a hookrunner or podcycler that was
+// down) must not run its hooks or replace the pod under the second's label.
+// Removed with the label on release. Read through ClaimedBy.
+const AnnotationClaim = "molt.dev/claim"
+
+// ClaimedBy reports whether sb is claimed by the ops named opsName for
+// attempt ("" opsName: a direct attempt, which needs no ops label). A
+// sandbox that an older molt admitted carries no claim annotation: the
+// name alone decides, as it did.
+func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
+	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != opsName {
+		return false
+	}
+	claim, ok := sb.Annotations[AnnotationClaim]
+	return opsName == "" || !ok || attempt == "" || claim == attempt
+}
+
 // AnnotationResumes is the Sandbox annotation selector writes, in the same
 // patch that admits the sandbox, when the new attempt continues a failed
 // one: "<attempt> <failed attempt> <failed reason> [<earlier failed

@@ -211,3 +211,37 @@ func TestPatchProblemSeesAPatchChangedAfterItsCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestClaimedBy(t *testing.T) {
+	sandbox := func(label, claim string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}, Annotations: map[string]string{}}}
+		if label != "" {
+			sb.Labels[agentsv1alpha1.LabelUpdateOps] = label
+		}
+		if claim != "" {
+			sb.Annotations[AnnotationClaim] = claim
+		}
+		return sb
+	}
+	for _, tc := range []struct {
+		name         string
+		sb           *agentsv1alpha1.Sandbox
+		ops, attempt string
+		want         bool
+	}{
+		{"this ops, this attempt", sandbox("up", "uid-1"), "up", "uid-1", true},
+		{"the same name applied again: an event of the first attempt", sandbox("up", "uid-2"), "up", "uid-1", false},
+		{"another ops", sandbox("other", "uid-9"), "up", "uid-1", false},
+		{"released", sandbox("", ""), "up", "uid-1", false},
+		{"admitted by an older molt (no claim): the name decides", sandbox("up", ""), "up", "uid-1", true},
+		{"an event of an older molt (no attempt): the name decides", sandbox("up", "uid-2"), "up", "", true},
+		{"direct attempt on an unclaimed sandbox", sandbox("", ""), "", "d-1", true},
+		{"direct attempt on a sandbox an ops claimed since", sandbox("up", "uid-1"), "", "d-1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ClaimedBy(tc.sb, tc.ops, tc.attempt); got != tc.want {
+				t.Errorf("ClaimedBy(%q, %q) = %v, want %v", tc.ops, tc.attempt, got, tc.want)
+			}
+		})
+	}
+}

@@ -79,7 +79,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	logger := klog.FromContext(ctx).WithValues("stage", st.stage)
 	ctx = klog.NewContext(ctx, logger)
 
-	sb, skip, err := upgrade.LoadClaimed(ctx, h.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name, d.SandboxResourceVersion)
+	sb, skip, err := upgrade.LoadClaimed(ctx, h.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name, d.Attempt, d.SandboxResourceVersion)
 	if err != nil || sb == nil {
 		if skip != "" {
 			logger.Info("skip: " + skip)

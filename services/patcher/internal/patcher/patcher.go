@@ -62,7 +62,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 
-	sb, skip, err := upgrade.LoadClaimed(ctx, p.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name, d.SandboxResourceVersion)
+	sb, skip, err := upgrade.LoadClaimed(ctx, p.agents, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, d.Ops.Name, d.Attempt, d.SandboxResourceVersion)
 	if err != nil || sb == nil {
 		if skip != "" {
 			logger.Info("skip: " + skip)

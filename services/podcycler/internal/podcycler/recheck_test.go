@@ -63,6 +63,17 @@ func TestStillToReplaceAfterTheCheckpoint(t *testing.T) {
 	setReason(agentsv1alpha1.UpgradingReasonCheckpointFailed)
 	check("already ended in CheckpointFailed")
 	setReason(agentsv1alpha1.UpgradingReasonCheckpointing)
+	claim := func(attempt string) {
+		t.Helper()
+		if _, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+upgrade.AnnotationClaim+`":"`+attempt+`"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("a1")
+	check("")
+	claim("a2") // the ops deleted and applied again under its name
+	check("no longer claimed")
+	claim("a1")
 	if _, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"agents.kruise.io/update-ops":"other"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

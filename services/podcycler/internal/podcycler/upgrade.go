@@ -85,8 +85,8 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	case sb.UID != d.Sandbox.UID || sb.DeletionTimestamp != nil:
 		logger.Info("Skip: sandbox was deleted or replaced", "uid", sb.UID)
 		return nil
-	case sb.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name:
-		logger.Info("Skip: stale event, sandbox belongs to another ops", "currentOps", sb.Labels[agentsv1alpha1.LabelUpdateOps])
+	case !upgrade.ClaimedBy(sb, d.Ops.Name, d.Attempt):
+		logger.Info("Skip: stale event, sandbox belongs to another ops or attempt", "currentOps", sb.Labels[agentsv1alpha1.LabelUpdateOps], "claim", sb.Annotations[upgrade.AnnotationClaim])
 		return nil
 	case sb.Spec.Template == nil:
 		logger.Info("Skip: sandbox has no inline template to build a pod from")
@@ -203,7 +203,7 @@ func (c *cycler) loadSandbox(ctx context.Context, d events.Data) (*agentsv1alpha
 	ns, name := d.Sandbox.Namespace, d.Sandbox.Name
 	if cached, err := c.sandboxes.Sandboxes(ns).Get(name); err == nil && d.TargetRevision != "" &&
 		cached.UID == d.Sandbox.UID && cached.DeletionTimestamp == nil &&
-		cached.Labels[agentsv1alpha1.LabelUpdateOps] == d.Ops.Name && cached.Spec.Template != nil {
+		upgrade.ClaimedBy(cached, d.Ops.Name, d.Attempt) && cached.Spec.Template != nil {
 		if rev, err := upgrade.Revision(cached.Spec.Template); err == nil && rev == d.TargetRevision {
 			return cached.DeepCopy(), nil
 		}
@@ -351,8 +351,8 @@ func (c *cycler) stillToReplace(ctx context.Context, sb *agentsv1alpha1.Sandbox,
 		return "", fmt.Errorf("read sandbox %s/%s again after its checkpoint: %w", sb.Namespace, sb.Name, err)
 	case fresh.UID != sb.UID || fresh.DeletionTimestamp != nil:
 		return "the sandbox was deleted or replaced", nil
-	case fresh.Labels[agentsv1alpha1.LabelUpdateOps] != d.Ops.Name:
-		return "the sandbox is no longer claimed by ops " + d.Ops.Name, nil
+	case !upgrade.ClaimedBy(fresh, d.Ops.Name, d.Attempt):
+		return "the sandbox is no longer claimed by ops " + d.Ops.Name + " (attempt " + d.Attempt + ")", nil
 	}
 	if reason, ok := upgrade.ReasonFor(fresh, d.Attempt); ok && upgrade.Terminal(reason) {
 		return "the attempt already ended in " + reason, nil

@@ -73,7 +73,10 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	}}
 	// The wake-up mark is written either way: one an earlier ops left (it
 	// failed and was not deleted) must not wake the sandbox for this one.
-	patch.Metadata.Annotations = map[string]*string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil}
+	patch.Metadata.Annotations = map[string]*string{
+		agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil,
+		upgrade.AnnotationClaim:                       ptr(attempt),
+	}
 	if upgrade.WakeAtAdmission(sb) {
 		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
 	}

@@ -93,8 +93,13 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			ResourceVersion: sb.ResourceVersion,
 			Labels:          map[string]*string{agentsv1alpha1.LabelUpdateOps: nil},
 		}}
-		if _, ok := sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; ok {
-			patch.Metadata.Annotations = map[string]*string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil}
+		for _, mark := range []string{agentsv1alpha1.AnnotationUpgradeResumeTrigger, upgrade.AnnotationClaim} {
+			if _, ok := sb.Annotations[mark]; ok {
+				if patch.Metadata.Annotations == nil {
+					patch.Metadata.Annotations = map[string]*string{}
+				}
+				patch.Metadata.Annotations[mark] = nil
+			}
 		}
 		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		if apierrors.IsConflict(err) {

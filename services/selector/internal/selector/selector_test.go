@@ -141,12 +141,17 @@ func TestDeletingOpsReleasesItsSandboxes(t *testing.T) {
 	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
 	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxPaused, nil)
 	f.startSelector()
-	f.ops("upgrade", 2, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+	ops := f.ops("upgrade", 2, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
 		o.Spec.StateFilter = &agentsv1alpha1.UpgradeStateFilter{
 			States: []agentsv1alpha1.SandboxPhase{agentsv1alpha1.SandboxRunning, agentsv1alpha1.SandboxPaused},
 		}
 	})
 	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
+	for _, name := range []string{"sbx-0", "sbx-1"} {
+		if v := f.getSandbox(name).Annotations[upgrade.AnnotationClaim]; v != string(ops.UID) {
+			t.Errorf("%s: annotation %s = %q, want the ops's uid %s", name, upgrade.AnnotationClaim, v, ops.UID)
+		}
+	}
 	if v := f.getSandbox("sbx-1").Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; v != "true" {
 		t.Errorf("paused sbx-1: annotation %s = %q, want true", agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
 	}
@@ -161,8 +166,10 @@ func TestDeletingOpsReleasesItsSandboxes(t *testing.T) {
 		if v, ok := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ok {
 			t.Errorf("%s still labelled %s=%s", name, agentsv1alpha1.LabelUpdateOps, v)
 		}
-		if v, ok := sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; ok {
-			t.Errorf("%s still annotated %s=%s", name, agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
+		for _, mark := range []string{agentsv1alpha1.AnnotationUpgradeResumeTrigger, upgrade.AnnotationClaim} {
+			if v, ok := sb.Annotations[mark]; ok {
+				t.Errorf("%s still annotated %s=%s", name, mark, v)
+			}
 		}
 	}
 }
