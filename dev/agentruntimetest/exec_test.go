@@ -393,3 +393,22 @@ func TestExecConnectionReset(t *testing.T) {
 		t.Errorf("ErrorMessage() = %q, want the prefix %q followed by reset or lost", got, prefix)
 	}
 }
+
+// A hook that times out still says what it was doing: Exec returns the
+// output it received with the error, and the condition message carries it
+// where kubectl molt reads it.
+func TestExecTimeoutKeepsTheOutputSoFar(t *testing.T) {
+	url := devServer(t, devruntime.Target{})
+	res, err := exec(t, agentruntime.ExecRequest{BaseURL: url, Command: bash("echo copying /data; echo waiting for the lock on /data/db >&2; exec sleep 60"), Timeout: 2 * time.Second, Tag: "timeout-output"})
+	if !errors.Is(err, agentruntime.ErrTimeout) {
+		t.Fatalf("Exec = %+v, %v; want a timeout", res, err)
+	}
+	msg := agentruntime.ErrorMessageWithOutput(err, res)
+	want := "hook execution error: timed out after 2 seconds, stderr: waiting for the lock on /data/db, stdout: copying /data"
+	if msg != want {
+		t.Errorf("ErrorMessageWithOutput = %q, want %q", msg, want)
+	}
+	if stderr, stdout, ok := agentruntime.HookOutput(msg); !ok || stderr != "waiting for the lock on /data/db" || stdout != "copying /data" {
+		t.Errorf("HookOutput(%q) = %q, %q, %v", msg, stderr, stdout, ok)
+	}
+}

@@ -10,8 +10,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // The kinds of error Exec returns, matched with errors.Is. Every error
@@ -57,7 +60,57 @@ func (e *execError) Unwrap() []error {
 // ErrorMessage is the condition message for a hook whose call failed:
 // "hook execution error: <cause>".
 func ErrorMessage(err error) string {
-	return "hook execution error: " + err.Error()
+	return errorPrefix + err.Error()
+}
+
+// ErrorMessageWithOutput is ErrorMessage followed by what the hook printed
+// before the call failed (partial: the Result Exec returned with the error),
+// as FailureMessage writes it: a hook that timed out, or whose connection
+// was lost for good, still says what it was doing. Without any output it is
+// ErrorMessage.
+func ErrorMessageWithOutput(err error, partial Result) string {
+	if strings.TrimSpace(partial.Stderr) == "" && strings.TrimSpace(partial.Stdout) == "" {
+		return ErrorMessage(err)
+	}
+	return withOutput(ErrorMessage(err), partial.Stderr, partial.Stdout)
+}
+
+const (
+	errorPrefix  = "hook execution error: "
+	failedPrefix = "hook failed with exit code "
+	stderrLabel  = ", stderr: "
+	stdoutLabel  = ", stdout: "
+	// cutMark starts a stream's tail that was cut to fit.
+	cutMark = "…"
+)
+
+// withOutput is head followed by the stderr and stdout tails, the whole
+// within the condition message's limit (MaxConditionMessageLength), so that
+// nothing later cuts it: each stream keeps its last bytes, where a failing
+// command says why, and stderr gets at least three quarters of the room.
+func withOutput(head, stderr, stdout string) string {
+	stderr, stdout = strings.TrimSpace(stderr), strings.TrimSpace(stdout)
+	room := max(0, agentsv1alpha1.MaxConditionMessageLength-len(head)-len(stderrLabel)-len(stdoutLabel))
+	outRoom := min(len(stdout), room/4)
+	errRoom := min(len(stderr), room-outRoom)
+	outRoom = min(len(stdout), room-errRoom)
+	return head + stderrLabel + lastBytes(stderr, errRoom) + stdoutLabel + lastBytes(stdout, outRoom)
+}
+
+// lastBytes is at most n bytes of s: all of it, or cutMark and its end,
+// cut at a character's start.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n <= len(cutMark) {
+		return ""
+	}
+	cut := len(s) - (n - len(cutMark))
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return cutMark + s[cut:]
 }
 
 // Succeeded reports whether the command exited with code 0.
@@ -72,7 +125,8 @@ func (r Result) Succeeded() bool {
 //
 // for a command that exited non-zero or was killed (a signal is a negative
 // code), or "hook execution error: <error>" when the agent-runtime could not
-// run it and said why in the end event.
+// run it and said why in the end event. The tails are cut (from the front,
+// marked "…") so that the message fits a condition's (withOutput).
 func (r Result) FailureMessage() string {
 	switch {
 	case r.Succeeded():
@@ -80,8 +134,7 @@ func (r Result) FailureMessage() string {
 	case !r.Exited && r.Error != "":
 		return ErrorMessage(errors.New(r.Error))
 	default:
-		return fmt.Sprintf("hook failed with exit code %d, stderr: %s, stdout: %s",
-			r.ExitCode, strings.TrimSpace(r.Stderr), strings.TrimSpace(r.Stdout))
+		return withOutput(failedPrefix+strconv.Itoa(int(r.ExitCode)), r.Stderr, r.Stdout)
 	}
 }
 
@@ -121,12 +174,13 @@ func seconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 }
 
-// HookOutput splits a condition message written by FailureMessage back into
-// the stderr and stdout tails (ok false for any other message). kubectl
-// molt shows the stderr tail of a failed hook this way.
+// HookOutput splits a condition message written by FailureMessage or
+// ErrorMessageWithOutput back into the stderr and stdout tails (ok false for
+// any other message). kubectl molt shows the stderr tail of a failed hook
+// this way.
 func HookOutput(message string) (stderr, stdout string, ok bool) {
-	const pre, mid = ", stderr: ", ", stdout: "
-	if !strings.HasPrefix(message, "hook failed with exit code ") {
+	const pre, mid = stderrLabel, stdoutLabel
+	if !strings.HasPrefix(message, failedPrefix) && !strings.HasPrefix(message, errorPrefix) {
 		return "", "", false
 	}
 	i := strings.Index(message, pre)

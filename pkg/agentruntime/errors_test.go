@@ -1,6 +1,12 @@
 package agentruntime
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
 
 // TestHookOutputReadsFailureMessage: what FailureMessage writes, HookOutput
 // reads back.
@@ -23,5 +29,46 @@ func TestHookOutputReadsFailureMessage(t *testing.T) {
 	}
 	if _, _, ok := HookOutput("pod x not Ready after 5m0s"); ok {
 		t.Fatal("HookOutput read a message that is not a hook's")
+	}
+}
+
+// A hook that prints a lot before it fails keeps the end of each stream,
+// where it says why, within the condition message's limit: nothing later
+// cuts the message, so its stdout section stays readable too.
+func TestFailureMessageKeepsTheEndsWithinTheLimit(t *testing.T) {
+	progress := strings.Repeat("tar: adding /home/user/workspace/file\n", 60) // ~2.3 KB
+	cause := "tar: /mnt/shared/backup.tgz: No space left on device"
+	for _, tc := range []struct {
+		name string
+		msg  string
+	}{
+		{"exit code", Result{Exited: true, ExitCode: 2, Stderr: progress + cause + "\n", Stdout: progress + "done 41 of 60"}.FailureMessage()},
+		{"call error", ErrorMessageWithOutput(errors.New("timed out after 60 seconds"), Result{Stderr: progress + cause, Stdout: progress + "done 41 of 60"})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.msg) > agentsv1alpha1.MaxConditionMessageLength {
+				t.Errorf("message of %d bytes, over the limit %d", len(tc.msg), agentsv1alpha1.MaxConditionMessageLength)
+			}
+			if agentsv1alpha1.TruncateConditionMessage(tc.msg) != tc.msg {
+				t.Errorf("the condition would cut the message")
+			}
+			stderr, stdout, ok := HookOutput(tc.msg)
+			if !ok {
+				t.Fatalf("HookOutput(%q) not ok", tc.msg)
+			}
+			if !strings.HasSuffix(stderr, cause) || !strings.HasPrefix(stderr, "…") {
+				t.Errorf("stderr tail %q: want it cut at the front and ending in the cause", stderr)
+			}
+			if !strings.HasSuffix(stdout, "done 41 of 60") {
+				t.Errorf("stdout tail %q: want its last line", stdout)
+			}
+			if len(stderr) < 3*len(stdout) {
+				t.Errorf("stderr tail %d bytes, stdout %d: want stderr to get most of the room", len(stderr), len(stdout))
+			}
+		})
+	}
+	short := Result{Exited: true, ExitCode: 1, Stderr: "é" + strings.Repeat("x", 2000)}.FailureMessage()
+	if !strings.HasPrefix(short, "hook failed with exit code 1, stderr: …x") {
+		t.Errorf("a stream cut mid-way starts with the mark: %q", short[:60])
 	}
 }

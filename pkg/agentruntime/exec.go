@@ -97,7 +97,9 @@ func httpClient(baseURL string) *http.Client {
 // for its end event. A Result comes back whenever the command ran, whatever
 // its exit code (see Result.FailureMessage); an error means the call
 // itself failed, and reads as the cause in "hook execution error: <cause>"
-// (see ErrorMessage and the Err* kinds).
+// (see ErrorMessage and the Err* kinds). With an error, the Result holds
+// only what the command printed before it (Stdout, Stderr), for
+// ErrorMessageWithOutput.
 //
 // With a Tag, Exec first Connects to a process of that tag, running or
 // ended, and starts the command only when there is none: a caller that
@@ -120,6 +122,7 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	if err == nil {
 		return res, nil
 	}
+	partial := Result{Stdout: res.Stdout, Stderr: res.Stderr}
 	var known *execError
 	if !errors.As(err, &known) {
 		err = classify(ctx, callCtx, err, req.BaseURL, req.Timeout)
@@ -133,10 +136,10 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 		})
 		authorize(kill.Header(), req.AccessToken)
 		if _, kerr := client.SendSignal(killCtx, kill); kerr != nil && connect.CodeOf(kerr) != connect.CodeNotFound && connect.CodeOf(kerr) != connect.CodeFailedPrecondition {
-			return Result{}, fmt.Errorf("%w; killing it failed, it may still run: %v", err, kerr)
+			return partial, fmt.Errorf("%w; killing it failed, it may still run: %v", err, kerr)
 		}
 	}
-	return Result{}, err
+	return partial, err
 }
 
 // killWait bounds the SendSignal that ends a tagged command past its timeout.
@@ -226,8 +229,11 @@ func collect[T any, PT interface {
 			}, nil
 		}
 	}
+	// No end event: what the command printed until then goes back with the
+	// error (ErrorMessageWithOutput).
+	partial := Result{Stdout: stdout.String(), Stderr: stderr.String()}
 	if err := stream.Err(); err != nil {
-		return Result{}, err
+		return partial, err
 	}
-	return Result{}, &execError{kind: ErrNoEndEvent, msg: ErrNoEndEvent.Error()}
+	return partial, &execError{kind: ErrNoEndEvent, msg: ErrNoEndEvent.Error()}
 }
