@@ -412,3 +412,20 @@ func TestExecTimeoutKeepsTheOutputSoFar(t *testing.T) {
 		t.Errorf("HookOutput(%q) = %q, %q, %v", msg, stderr, stdout, ok)
 	}
 }
+
+// A Deadline sooner than the Timeout ends the call at it (a call made again
+// to follow a run), and the error still names the hook's timeout.
+func TestExecEndsAtTheRunsDeadline(t *testing.T) {
+	url := devServer(t, devruntime.Target{})
+	start := time.Now()
+	_, err := exec(t, agentruntime.ExecRequest{BaseURL: url, Command: bash("exec sleep 60"), Timeout: time.Minute, Deadline: start.Add(time.Second), Tag: "deadline"})
+	if !errors.Is(err, agentruntime.ErrTimeout) {
+		t.Fatalf("Exec = %v; want a timeout at the deadline", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the call ended after %s: the deadline (1s) was not kept", took)
+	}
+	if got, want := agentruntime.ErrorMessage(err), "hook execution error: timed out after 60 seconds"; got != want {
+		t.Errorf("ErrorMessage = %q, want %q", got, want)
+	}
+}

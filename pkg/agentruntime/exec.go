@@ -41,6 +41,11 @@ type ExecRequest struct {
 	// Timeout bounds the whole call (the hook's timeoutSeconds); zero
 	// leaves only ctx's deadline.
 	Timeout time.Duration
+	// Deadline, when set with a Timeout, ends the call sooner: a caller
+	// that calls again to follow the same run (a lost connection) passes
+	// the run's own deadline, so the run gets its Timeout once in all, not
+	// once per call. The error still names Timeout, the hook's limit.
+	Deadline time.Time
 	// Stdout and Stderr, when set, get all of the command's output as it
 	// arrives (the Result keeps only the tails).
 	Stdout, Stderr io.Writer
@@ -113,7 +118,11 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	}
 	callCtx, cancel := ctx, context.CancelFunc(func() {})
 	if req.Timeout > 0 {
-		callCtx, cancel = context.WithTimeout(ctx, req.Timeout)
+		end := time.Now().Add(req.Timeout)
+		if !req.Deadline.IsZero() && req.Deadline.Before(end) {
+			end = req.Deadline
+		}
+		callCtx, cancel = context.WithDeadline(ctx, end)
 	}
 	defer cancel()
 

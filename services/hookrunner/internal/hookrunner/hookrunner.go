@@ -230,9 +230,16 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 	deadline := time.Now().Add(h.reachWait)
 	resets := 0
 	for {
+		start := time.Now()
 		res, err := h.exec(ctx, req)
 		switch {
 		case errors.Is(err, agentruntime.ErrConnectionLost) && req.Tag != "" && resets < maxResets:
+			if req.Deadline.IsZero() {
+				// The run may have started in this call: timeoutSeconds
+				// is the run's, so the calls that follow it end at the
+				// same deadline instead of getting it afresh each.
+				req.Deadline = start.Add(req.Timeout)
+			}
 			resets++
 			klog.FromContext(ctx).Info("Agent-runtime reset the connection; calling again to follow the hook's run", "tag", req.Tag, "resets", resets, "err", err)
 		case !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline):

@@ -63,3 +63,36 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 		})
 	}
 }
+
+// timeoutSeconds bounds the hook's run, not each call: the calls that follow
+// a run after a reset carry the deadline the first call's run started with,
+// so three resets cannot stretch a 60-second hook to four minutes.
+func TestRunKeepsTheHooksDeadlineAcrossResets(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{TimeoutSeconds: 60, Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/backup"}}}
+	var deadlines []time.Time
+	before := time.Now()
+	h := &HookRunner{reachWait: time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
+		if req.Timeout != time.Minute {
+			t.Errorf("call %d: Timeout %s, want the hook's 1m0s", len(deadlines), req.Timeout)
+		}
+		deadlines = append(deadlines, req.Deadline)
+		if len(deadlines) <= 2 {
+			return agentruntime.Result{}, errReset
+		}
+		return agentruntime.Result{Exited: true}, nil
+	}}
+	if _, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, &corev1.Pod{}, hook, "molt/a/PreUpgrade"); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(deadlines) != 3 {
+		t.Fatalf("calls = %d, want 3", len(deadlines))
+	}
+	if !deadlines[0].IsZero() {
+		t.Errorf("first call: Deadline %s, want none (Timeout alone)", deadlines[0])
+	}
+	for i, d := range deadlines[1:] {
+		if d.IsZero() || d != deadlines[1] || d.Before(before.Add(time.Minute)) || d.After(time.Now().Add(time.Minute)) {
+			t.Errorf("call %d after a reset: Deadline %s, want the first call's start + 1m, the same for every call", i+1, d)
+		}
+	}
+}
