@@ -197,15 +197,22 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 }
 
 // waitAwake polls until the pod of the woken paused sandbox sb is Ready
-// (podcycler creates it from the old template) and returns it, or returns
-// why it did not become Ready within wakeTimeout. The consume loop keeps the
-// message alive meanwhile.
+// (podcycler creates it from the template as it is) and returns it, or
+// returns why it will not be: a container that will not start by itself
+// (upgrade.ContainerFailure: an image that does not pull, a crash loop) at
+// once, else what it still waited for after wakeTimeout. The consume loop
+// keeps the message alive meanwhile. The pod is stopped again with the
+// pause once the attempt has failed, so the message carries the cause
+// itself rather than a pod to describe.
 func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*corev1.Pod, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.wakeTimeout)
 	defer cancel()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	last := "no pod yet"
+	failed := func(why string) string {
+		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and it is paused again: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why)
+	}
+	last := "no pod was created for it yet"
 	for {
 		pod, err := p.currentPod(ctx, sb)
 		switch {
@@ -213,14 +220,18 @@ func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*c
 			return nil, "", err
 		case pod != nil && pod.DeletionTimestamp == nil && upgrade.ControlledBy(pod, sb.UID) && upgrade.PodReady(pod):
 			return pod, "", nil
+		case pod != nil && pod.DeletionTimestamp == nil && upgrade.ControlledBy(pod, sb.UID):
+			if why, bad := upgrade.ContainerFailure(pod); bad {
+				return nil, failed(fmt.Sprintf("pod %s (uid %s): %s", pod.Name, pod.UID, why)), nil
+			}
+			last = fmt.Sprintf("pod %s (uid %s) is not Ready: %s", pod.Name, pod.UID, upgrade.WaitingFor(pod))
 		case pod != nil:
-			last = fmt.Sprintf("pod %s (uid %s) is not Ready", pod.Name, pod.UID)
+			last = fmt.Sprintf("pod %s (uid %s) is not its running pod yet", pod.Name, pod.UID)
 		}
 		select {
 		case <-ctx.Done():
 			if ctx.Err() == context.DeadlineExceeded && p.wakeTimeout > 0 {
-				return nil, fmt.Sprintf("the paused sandbox was woken for its upgrade but had no Ready pod within %s (--pod-ready-timeout): %s; nothing was patched and it is paused again: find out why its pod does not start (kubectl describe pod %s -n %s), then create a new SandboxUpdateOps",
-					p.wakeTimeout, last, sb.Name, sb.Namespace), nil
+				return nil, failed(fmt.Sprintf("not Ready within %s (--pod-ready-timeout): %s", p.wakeTimeout, last)), nil
 			}
 			return nil, "", ctx.Err()
 		case <-tick.C:

@@ -29,16 +29,6 @@ type verdict struct {
 	recheck time.Duration
 }
 
-// failingWaitReasons are the waiting reasons of a container that will not start by itself.
-var failingWaitReasons = map[string]bool{
-	"ErrImagePull":               true,
-	"ImagePullBackOff":           true,
-	"InvalidImageName":           true,
-	"CrashLoopBackOff":           true,
-	"CreateContainerConfigError": true,
-	"CreateContainerError":       true,
-}
-
 // judge decides, in this order, whether pod is Ready, has a container that failed
 // (init containers first), is past its deadline (timeout after creation), or is still on
 // its way.
@@ -50,7 +40,7 @@ func judge(pod *corev1.Pod, now time.Time, timeout time.Duration) verdict {
 	if podReadyCondition(pod) && restored {
 		return verdict{outcome: podReady}
 	}
-	if msg, failed := containerFailure(pod); failed {
+	if msg, failed := upgrade.ContainerFailure(pod); failed {
 		return verdict{outcome: podFailed, message: agentsv1alpha1.TruncateConditionMessage(msg)}
 	}
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
@@ -74,67 +64,6 @@ func podReadyCondition(pod *corev1.Pod) bool {
 	return false
 }
 
-// containerFailure returns "container <name>: <reason> - <message>" for the first init
-// container or container that waits for a reason it will not get over by itself, or that
-// terminated (an init container only if it failed: a completed one is done).
-func containerFailure(pod *corev1.Pod) (string, bool) {
-	check := func(statuses []corev1.ContainerStatus, init bool) (string, bool) {
-		for _, cs := range statuses {
-			if w := cs.State.Waiting; w != nil && failingWaitReasons[w.Reason] {
-				return fmt.Sprintf("container %s: %s - %s", cs.Name, w.Reason, w.Message), true
-			}
-			t := cs.State.Terminated
-			if t == nil || (init && t.ExitCode == 0) {
-				continue
-			}
-			reason, msg := t.Reason, t.Message
-			if reason == "" {
-				reason = "Terminated"
-			}
-			if msg == "" {
-				msg = fmt.Sprintf("exit code %d", t.ExitCode)
-			}
-			return fmt.Sprintf("container %s: %s - %s", cs.Name, reason, msg), true
-		}
-		return "", false
-	}
-	if msg, ok := check(pod.Status.InitContainerStatuses, true); ok {
-		return msg, true
-	}
-	return check(pod.Status.ContainerStatuses, false)
-}
-
-// waitingFor says, for a person, what a pod that is not Ready is waiting for.
-func waitingFor(pod *corev1.Pod) string {
-	if pod.Spec.NodeName == "" {
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
-				return fmt.Sprintf("not scheduled: %s - %s", c.Reason, c.Message)
-			}
-		}
-		return "not scheduled"
-	}
-	var waits []string
-	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range statuses {
-			if w := cs.State.Waiting; w != nil {
-				waits = append(waits, fmt.Sprintf("container %s waiting (%s)", cs.Name, w.Reason))
-			} else if cs.State.Running != nil && !cs.Ready {
-				waits = append(waits, fmt.Sprintf("container %s running, not ready", cs.Name))
-			}
-		}
-	}
-	if len(waits) > 0 {
-		return strings.Join(waits, ", ")
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return fmt.Sprintf("condition Ready=%s (%s)", c.Status, c.Reason)
-		}
-	}
-	return fmt.Sprintf("no Ready condition reported by node %s yet", pod.Spec.NodeName)
-}
-
 // joinNonEmpty joins the non-empty ones of parts with " - ", so a message never ends in
 // a dangling separator; "no reason given" when all are empty.
 func joinNonEmpty(parts ...string) string {
@@ -155,5 +84,5 @@ func notReadyWhy(pod *corev1.Pod, restored bool) string {
 	if podReadyCondition(pod) && !restored {
 		return fmt.Sprintf("checkpoint %s was never restored into it (no checkpointer set %s): check the checkpointer", pod.Annotations[upgrade.AnnotationRestoreFrom], upgrade.AnnotationRestored)
 	}
-	return waitingFor(pod)
+	return upgrade.WaitingFor(pod)
 }

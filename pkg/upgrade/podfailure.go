@@ -1,0 +1,82 @@
+package upgrade
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// What a pod that is not Ready tells a person: podcycler judges an
+// upgraded pod with these, and the patcher a paused sandbox's woken one.
+
+// failingWaitReasons are the waiting reasons of a container that will not start by itself.
+var failingWaitReasons = map[string]bool{
+	"ErrImagePull":               true,
+	"ImagePullBackOff":           true,
+	"InvalidImageName":           true,
+	"CrashLoopBackOff":           true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
+}
+
+// ContainerFailure returns "container <name>: <reason> - <message>" for the first init
+// container or container that waits for a reason it will not get over by itself, or that
+// terminated (an init container only if it failed: a completed one is done).
+func ContainerFailure(pod *corev1.Pod) (string, bool) {
+	check := func(statuses []corev1.ContainerStatus, init bool) (string, bool) {
+		for _, cs := range statuses {
+			if w := cs.State.Waiting; w != nil && failingWaitReasons[w.Reason] {
+				return fmt.Sprintf("container %s: %s - %s", cs.Name, w.Reason, w.Message), true
+			}
+			t := cs.State.Terminated
+			if t == nil || (init && t.ExitCode == 0) {
+				continue
+			}
+			reason, msg := t.Reason, t.Message
+			if reason == "" {
+				reason = "Terminated"
+			}
+			if msg == "" {
+				msg = fmt.Sprintf("exit code %d", t.ExitCode)
+			}
+			return fmt.Sprintf("container %s: %s - %s", cs.Name, reason, msg), true
+		}
+		return "", false
+	}
+	if msg, ok := check(pod.Status.InitContainerStatuses, true); ok {
+		return msg, true
+	}
+	return check(pod.Status.ContainerStatuses, false)
+}
+
+// WaitingFor says, for a person, what a pod that is not Ready is waiting for.
+func WaitingFor(pod *corev1.Pod) string {
+	if pod.Spec.NodeName == "" {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+				return fmt.Sprintf("not scheduled: %s - %s", c.Reason, c.Message)
+			}
+		}
+		return "not scheduled"
+	}
+	var waits []string
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if w := cs.State.Waiting; w != nil {
+				waits = append(waits, fmt.Sprintf("container %s waiting (%s)", cs.Name, w.Reason))
+			} else if cs.State.Running != nil && !cs.Ready {
+				waits = append(waits, fmt.Sprintf("container %s running, not ready", cs.Name))
+			}
+		}
+	}
+	if len(waits) > 0 {
+		return strings.Join(waits, ", ")
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return fmt.Sprintf("condition Ready=%s (%s)", c.Status, c.Reason)
+		}
+	}
+	return fmt.Sprintf("no Ready condition reported by node %s yet", pod.Spec.NodeName)
+}

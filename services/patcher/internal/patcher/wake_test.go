@@ -1,0 +1,67 @@
+package patcher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// A woken paused sandbox whose pod cannot start fails at once with the
+// container's own words, not after --pod-ready-timeout with "not Ready":
+// the pod is stopped again with the pause right after, so the message must
+// carry the cause.
+func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box-0", Namespace: "default", UID: "sb-uid"}}
+	controller := true
+	pod := func(status corev1.PodStatus) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "box-0", Namespace: "default", UID: "pod-uid",
+				OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box-0", UID: "sb-uid", Controller: &controller}}},
+			Spec:   corev1.PodSpec{NodeName: "node-0"},
+			Status: status,
+		}
+	}
+	pulling := corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "sandbox",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "my-registry/sandbox-image:v9"`}}}}}
+	ready := corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	starting := corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "sandbox",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}
+
+	t.Run("image does not pull", func(t *testing.T) {
+		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		start := time.Now()
+		got, why, err := p.waitAwake(context.Background(), sb)
+		if err != nil || got != nil {
+			t.Fatalf("waitAwake = %v, %q, %v; want a failure", got, why, err)
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Errorf("took %s: a pod that will not pull must fail at once", time.Since(start))
+		}
+		for _, want := range []string{"ImagePullBackOff", "my-registry/sandbox-image:v9", "paused again", "create a new SandboxUpdateOps"} {
+			if !strings.Contains(why, want) {
+				t.Errorf("message %q lacks %q", why, want)
+			}
+		}
+	})
+	t.Run("ready", func(t *testing.T) {
+		p := &Patcher{kube: fake.NewClientset(pod(ready)), wakeTimeout: time.Minute}
+		got, why, err := p.waitAwake(context.Background(), sb)
+		if err != nil || got == nil || why != "" {
+			t.Fatalf("waitAwake = %v, %q, %v; want the pod", got, why, err)
+		}
+	})
+	t.Run("still starting at the deadline", func(t *testing.T) {
+		p := &Patcher{kube: fake.NewClientset(pod(starting)), wakeTimeout: time.Second}
+		got, why, err := p.waitAwake(context.Background(), sb)
+		if err != nil || got != nil || !strings.Contains(why, "not Ready within 1s") || !strings.Contains(why, "ContainerCreating") {
+			t.Fatalf("waitAwake = %v, %q, %v; want the timeout with what the pod waited for", got, why, err)
+		}
+	})
+}
