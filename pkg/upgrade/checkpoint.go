@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/validate/content"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
@@ -72,4 +74,36 @@ func CheckpointName(sandbox, attempt string) string {
 		name = name[:40]
 	}
 	return strings.TrimRight(name, "-.") + "-ckpt-" + AttemptHash(attempt)
+}
+
+// CheckpointKeptNote is what a failed UpgradePod of a CheckpointRestore
+// attempt adds to its message, once the old pod is gone and the checkpoint
+// is the workspace's only copy: a Recreate ops resuming it would build the
+// new pod from an empty filesystem, so the next step names the strategy.
+func CheckpointKeptNote(namespace, sandbox, checkpointID string) string {
+	return "the old pod is gone and its workspace is kept in checkpoint " + checkpointID +
+		" (kubectl get cp -n " + namespace + " -l " + LabelCheckpointSandbox + "=" + CheckpointSandboxLabel(sandbox) +
+		"): resume with a new SandboxUpdateOps of updateStrategy.type CheckpointRestore, which restores it (one of type Recreate starts the new pod from an empty filesystem)"
+}
+
+// WithNote is message followed by "; " and note, message cut so that the
+// note (the next step) survives the condition's length limit.
+func WithNote(message, note string) string {
+	room := agentsv1alpha1.MaxConditionMessageLength - len(note) - len("; ")
+	if room < 0 {
+		return agentsv1alpha1.TruncateConditionMessage(note)
+	}
+	return agentsv1alpha1.TruncateConditionMessage(agentsv1alpha1.TruncateConditionMessageTo(message, room) + "; " + note)
+}
+
+// CheckpointSandboxLabel is the value of LabelCheckpointSandbox for the sandbox
+// named name, the same for create, list and delete: the name itself when it fits in a
+// label value, else its first 40 characters, "_" and 16 hex digits of its sha256. An
+// object name never holds "_", so a shortened value never equals another sandbox's name.
+func CheckpointSandboxLabel(name string) string {
+	if len(name) <= content.LabelValueMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:40] + "_" + hex.EncodeToString(sum[:8])
 }

@@ -118,10 +118,16 @@ func IsUpgradingFailedReason(reason string) bool {
 // TruncateConditionMessage cuts msg to at most MaxConditionMessageLength
 // bytes without splitting a UTF-8 character.
 func TruncateConditionMessage(msg string) string {
-	if len(msg) <= MaxConditionMessageLength {
+	return TruncateConditionMessageTo(msg, MaxConditionMessageLength)
+}
+
+// TruncateConditionMessageTo cuts msg to at most n bytes without splitting a
+// UTF-8 character.
+func TruncateConditionMessageTo(msg string, n int) string {
+	if len(msg) <= n {
 		return msg
 	}
-	cut := MaxConditionMessageLength
+	cut := max(n, 0)
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {
 		cut--
 	}

@@ -79,7 +79,7 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 		want := &agentsv1alpha1.Checkpoint{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: sb.Namespace,
-				Labels:          map[string]string{upgrade.LabelCheckpointSandbox: checkpointSandboxLabel(sb.Name), upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(d.Attempt)},
+				Labels:          map[string]string{upgrade.LabelCheckpointSandbox: upgrade.CheckpointSandboxLabel(sb.Name), upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(d.Attempt)},
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))},
 			},
 			Spec: agentsv1alpha1.CheckpointSpec{SandboxName: sb.Name, PodName: old.Name, PersistentContents: []string{"filesystem"}},
@@ -134,7 +134,7 @@ func (c *cycler) cleanCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbo
 		return nil
 	}
 	cps := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace)
-	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: checkpointSandboxLabel(sb.Name)}).String()
+	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: upgrade.CheckpointSandboxLabel(sb.Name)}).String()
 	if err := cps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete checkpoints of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
@@ -192,7 +192,7 @@ func checkpointsDone(sb *agentsv1alpha1.Sandbox) (mark string, ok bool) {
 // include some of an earlier sandbox of that name: planRestore checks the
 // owner).
 func (c *cycler) listCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbox) ([]agentsv1alpha1.Checkpoint, error) {
-	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: checkpointSandboxLabel(sb.Name)}).String()
+	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: upgrade.CheckpointSandboxLabel(sb.Name)}).String()
 	list, err := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)

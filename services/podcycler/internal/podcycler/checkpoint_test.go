@@ -166,6 +166,13 @@ func TestResumedAttemptRestoresTheFailedAttemptsCheckpoint(t *testing.T) {
 	if got := podA.Annotations[upgrade.AnnotationRestoreFrom]; got != cpA.Status.CheckpointID {
 		t.Fatalf("attempt A's pod restores %q, want its checkpoint %q", got, cpA.Status.CheckpointID)
 	}
+	// The old pod is gone: the failure names the checkpoint and the strategy
+	// that restores it (a Recreate ops would start from an empty filesystem).
+	for _, want := range []string{"kept in checkpoint " + cpA.Status.CheckpointID, "updateStrategy.type CheckpointRestore"} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("failed message %q lacks %q", ev.Data.Message, want)
+		}
+	}
 	// statusagg records the failure; podcycler syncs the sandbox on it.
 	setUpgradeStatus(t, r.ns, r.name, testAttempt, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
 	testenv.Consistently(t, 2*time.Second, "attempt A's checkpoint is kept after its failure", func() (bool, error) {

@@ -1,12 +1,9 @@
 package podcycler
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -173,16 +170,4 @@ func resumedAttempt(sb *agentsv1alpha1.Sandbox, attempt, fromEvent string) strin
 	}
 	failed, _, _ := upgrade.Resumes(sb, attempt)
 	return failed
-}
-
-// checkpointSandboxLabel is the value of upgrade.LabelCheckpointSandbox for the sandbox
-// named name, the same for create, list and delete: the name itself when it fits in a
-// label value, else its first 40 characters, "_" and 16 hex digits of its sha256. An
-// object name never holds "_", so a shortened value never equals another sandbox's name.
-func checkpointSandboxLabel(name string) string {
-	if len(name) <= content.LabelValueMaxLength {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:40] + "_" + hex.EncodeToString(sum[:8])
 }

@@ -176,7 +176,7 @@ func TestCheckpointSandboxLabel(t *testing.T) {
 	seen := map[string]string{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := checkpointSandboxLabel(tt.sandbox)
+			v := upgrade.CheckpointSandboxLabel(tt.sandbox)
 			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 				t.Errorf("label value %q is invalid: %v", v, errs)
 			}
@@ -186,7 +186,7 @@ func TestCheckpointSandboxLabel(t *testing.T) {
 			if !tt.verbatim && !strings.Contains(v, "_") {
 				t.Errorf("shortened label value %q has no _, so it could be another sandbox's name", v)
 			}
-			if again := checkpointSandboxLabel(tt.sandbox); again != v {
+			if again := upgrade.CheckpointSandboxLabel(tt.sandbox); again != v {
 				t.Errorf("label value not stable: %q then %q", v, again)
 			}
 			if prev, ok := seen[v]; ok {
@@ -195,7 +195,7 @@ func TestCheckpointSandboxLabel(t *testing.T) {
 			seen[v] = tt.sandbox
 		})
 	}
-	if a, b := checkpointSandboxLabel(long+"1"), checkpointSandboxLabel(long+"2"); a == b {
+	if a, b := upgrade.CheckpointSandboxLabel(long+"1"), upgrade.CheckpointSandboxLabel(long+"2"); a == b {
 		t.Errorf("names differing only past the prefix share label value %q", a)
 	}
 }

@@ -63,6 +63,9 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 	case podFailed:
 		data.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
 		data.Message = v.message
+		if id := pod.Annotations[upgrade.AnnotationRestoreFrom]; id != "" {
+			data.Message = upgrade.WithNote(v.message, upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, id))
+		}
 		ev = events.Event{Type: events.TypeFailed, Data: data}
 	}
 

@@ -315,10 +315,19 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 	switch stage {
 	case agentsv1alpha1.UpgradingReasonUpgradePod:
 		state := "missing"
-		if pod := w.s.podOf(sb); pod != nil {
+		pod := w.s.podOf(sb)
+		if pod != nil {
 			state = podNotReadyMessage(pod)
 		}
-		return fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; the backup made by preUpgrade is kept: create a new SandboxUpdateOps to resume from UpgradePod", sb.Name, state)
+		msg := fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`", sb.Name, state)
+		if attempt := upgrade.CurrentAttempt(sb); upgrade.ChecksPoint(sb, attempt) && (pod == nil || upgrade.BuiltBy(pod, attempt)) {
+			id := "of this attempt"
+			if pod != nil && pod.Annotations[upgrade.AnnotationRestoreFrom] != "" {
+				id = pod.Annotations[upgrade.AnnotationRestoreFrom]
+			}
+			return upgrade.WithNote(msg, upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, id))
+		}
+		return msg + "; the backup made by preUpgrade is kept: create a new SandboxUpdateOps to resume from UpgradePod"
 	case agentsv1alpha1.UpgradingReasonCheckpointing:
 		name := upgrade.CheckpointName(sb.Name, upgrade.CurrentAttempt(sb))
 		return fmt.Sprintf("podcycler did not report checkpoint %s taken or failed; check the checkpointer (kubectl get cp %s -n %s -o yaml), podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; create a new SandboxUpdateOps to resume (it checkpoints again if the old pod is still there)", name, name, sb.Namespace)
