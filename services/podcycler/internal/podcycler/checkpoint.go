@@ -61,6 +61,11 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 	case err != nil:
 		return "", "", err
 	case plan.from != nil:
+		// A direct attempt's mark, as for a new checkpoint: once it
+		// succeeds, the kept checkpoints it restored are cleaned up.
+		if err := c.markDirectCheckpointRestore(ctx, sb, d.Attempt); err != nil {
+			return "", "", err
+		}
 		klog.FromContext(ctx).Info("Restoring from a checkpoint taken before", "checkpoint", klog.KObj(plan.from), "id", plan.from.Status.CheckpointID, "why", plan.why)
 		return plan.from.Status.CheckpointID, "", nil
 	case plan.problem != "":

@@ -253,6 +253,9 @@ func (c *cycler) restoreWithoutPod(ctx context.Context, sb *agentsv1alpha1.Sandb
 	if err != nil || plan.from == nil {
 		return "", err
 	}
+	if err := c.markDirectCheckpointRestore(ctx, sb, attempt); err != nil {
+		return "", err
+	}
 	return plan.from.Status.CheckpointID, nil
 }
 
