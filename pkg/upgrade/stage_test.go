@@ -184,3 +184,32 @@ func TestResumeAtAfterAResumeFailedAgain(t *testing.T) {
 		t.Fatalf("with B alone, ResumeAt = %q; the test no longer shows the chain matters", got)
 	}
 }
+
+// TestResumeAfterAnAbandonedResume: A failed in UpgradePod (its backup is the
+// good copy); B resumed it, rebuilt the pod with an empty workspace, and its
+// ops was deleted before statusagg recorded B, so the status still shows A
+// failed. C resumes A: B's pod must count as built by a failed attempt, or
+// preUpgrade would back it up over A's backup.
+func TestResumeAfterAnAbandonedResume(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{}
+	sb.Annotations = map[string]string{AnnotationResumes: ResumesValue("B", "A", "UpgradePodFailed", "Z")}
+	if got := ChainBehind(sb, "A"); !slices.Equal(got, []string{"B", "Z"}) {
+		t.Fatalf("ChainBehind(A) = %v, want [B Z]: the abandoned B and what A continued", got)
+	}
+	sb.Annotations[AnnotationResumes] = ResumesValue("C", "A", "UpgradePodFailed", ChainBehind(sb, "A")...)
+	builtByB := pod("B", "target", true)
+	if got := ResumeAt("UpgradePodFailed", ResumedChain(sb, "C"), builtByB, "target"); got == "PreUpgrade" {
+		t.Fatalf("ResumeAt = %q: B's pod would be backed up over A's backup", got)
+	}
+	if !BuiltByResumed(builtByB, sb, "C", "A") {
+		t.Fatal("BuiltByResumed must name B's pod")
+	}
+	// The usual record (A itself continued Z) is unchanged.
+	sb.Annotations[AnnotationResumes] = ResumesValue("A", "Z", "PreUpgradeFailed")
+	if got := ChainBehind(sb, "A"); !slices.Equal(got, []string{"Z"}) {
+		t.Fatalf("ChainBehind(A) = %v, want [Z]", got)
+	}
+	if got := ChainBehind(&agentsv1alpha1.Sandbox{}, "A"); got != nil {
+		t.Fatalf("ChainBehind without a record = %v", got)
+	}
+}

@@ -254,6 +254,26 @@ func ResumedChain(sb *agentsv1alpha1.Sandbox, attempt string) []string {
 	return append([]string{f[1]}, f[3:]...)
 }
 
+// ChainBehind returns the attempts whose pods a new attempt that continues
+// failed must never back up, besides failed itself: the chain failed
+// continued (ResumedChain), and also an attempt that continued failed but
+// was abandoned before its outcome was recorded (its ops deleted while
+// statusagg was behind: the record still names it first, the status still
+// shows failed). That attempt may have replaced the pod, with an empty
+// workspace, before it was released.
+func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
+	f := strings.Fields(sb.Annotations[AnnotationResumes])
+	switch {
+	case len(f) < 3:
+		return nil
+	case f[0] == failed:
+		return ResumedChain(sb, failed)
+	case f[1] == failed:
+		return append([]string{f[0]}, f[3:]...)
+	}
+	return nil
+}
+
 // BuiltByResumed reports whether pod was built by a failed attempt that
 // attempt continues (ResumedChain), or by resumed, the failed attempt an
 // event names (for a record written before the chain was kept).

@@ -82,8 +82,9 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	}
 	if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
 		// The chain failed itself continued goes on: its pod may be one an
-		// attempt before it built (upgrade.ResumedChain).
-		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason, upgrade.ResumedChain(sb, failed)...))
+		// attempt before it built (upgrade.ResumedChain), or one an attempt
+		// that continued it built before it was abandoned (ChainBehind).
+		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason, upgrade.ChainBehind(sb, failed)...))
 	}
 	written, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
