@@ -2,6 +2,7 @@ package podcycler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -225,10 +228,41 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		return nil
 	}
 	if err != nil {
+		if upgrade.PodCreateRefused(err) {
+			if werr := c.recordCreateRefusal(ctx, sb, upgrade.PodCreateErrorValue(err)); werr != nil {
+				logger.Error(werr, "Could not record the refusal of the pod on the sandbox")
+			}
+		}
 		return err
 	}
 	if created != nil {
 		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why)
+	}
+	if _, refused := sb.Annotations[upgrade.AnnotationPodCreateError]; refused {
+		return c.recordCreateRefusal(ctx, sb, "")
+	}
+	return nil
+}
+
+// recordCreateRefusal writes why the API server refuses sb's pod
+// (upgrade.AnnotationPodCreateError), or removes it ("" once the pod was
+// created), unless the sandbox already says so: statusagg shows it, and
+// nothing else tells the user why the sandbox stays Pending.
+func (c *cycler) recordCreateRefusal(ctx context.Context, sb *agentsv1alpha1.Sandbox, refusal string) error {
+	if sb.Annotations[upgrade.AnnotationPodCreateError] == refusal {
+		return nil
+	}
+	var value any
+	if refusal != "" {
+		value = refusal
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{upgrade.AnnotationPodCreateError: value}}})
+	if err != nil {
+		return fmt.Errorf("encode the pod-create-error annotation of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	_, err = c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("write the pod-create-error annotation of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	return nil
 }

@@ -50,6 +50,10 @@ const (
 	// EventStageStalled (Warning, on the sandbox): the watchdog found a stage
 	// without progress past its deadline and re-drove it.
 	EventStageStalled = "StageStalled"
+	// EventPodCreateFailed (Warning, on the sandbox): the API server refuses
+	// the sandbox's pod (Ready=False PodCreateFailed); the message has its
+	// words.
+	EventPodCreateFailed = agentsv1alpha1.ReadyReasonPodCreateFailed
 )
 
 // eventWriters is how many Event writers statusagg runs.

@@ -142,6 +142,9 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	// for the informer.
 	st := written.Status
 	e.written = &st
+	if refused := podCreateRefusalNews(known, &want); refused != "" {
+		s.recorder.Event(written, corev1.EventTypeWarning, EventPodCreateFailed, refused)
+	}
 	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
 	events := len(e.waiters)
 	s.recordWritten(key, written, e.waiters)
@@ -204,4 +207,19 @@ func (s *server) podHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(_, obj any) { s.enqueuePodOwner(obj) },
 		DeleteFunc: s.enqueuePodOwner,
 	}
+}
+
+// podCreateRefusalNews is the message of a Warning Event PodCreateFailed
+// when want newly says the API server refuses the sandbox's pod (or says so
+// in other words), "" otherwise.
+func podCreateRefusalNews(was, want *agentsv1alpha1.SandboxStatus) string {
+	now := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionReady)
+	if now == nil || now.Reason != agentsv1alpha1.ReadyReasonPodCreateFailed {
+		return ""
+	}
+	if before := meta.FindStatusCondition(was.Conditions, agentsv1alpha1.ConditionReady); before != nil &&
+		before.Reason == now.Reason && before.Message == now.Message {
+		return ""
+	}
+	return now.Message
 }

@@ -62,6 +62,9 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 	case pod == nil && paused:
 		st.Phase = agentsv1alpha1.SandboxPaused
 		ready.Reason, ready.Message = ReadyReasonPaused, "sandbox is paused"
+	case pod == nil && sb.Annotations[upgrade.AnnotationPodCreateError] != "":
+		st.Phase = agentsv1alpha1.SandboxPending
+		ready.Reason, ready.Message = agentsv1alpha1.ReadyReasonPodCreateFailed, podCreateFailedMessage(sb)
 	case pod == nil:
 		st.Phase = agentsv1alpha1.SandboxPending
 		ready.Reason, ready.Message = ReadyReasonPodNotCreated, fmt.Sprintf("pod %s does not exist yet", sb.Name)
@@ -150,4 +153,12 @@ func podNotReadyMessage(pod *corev1.Pod) string {
 		}
 	}
 	return fmt.Sprintf("pod %s is %s", pod.Name, pod.Status.Phase)
+}
+
+// podCreateFailedMessage is Ready's message while the API server refuses
+// the sandbox's pod (upgrade.AnnotationPodCreateError, podcycler's record of
+// the refusal): its words, and what to fix.
+func podCreateFailedMessage(sb *agentsv1alpha1.Sandbox) string {
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the API server refuses pod %s: %s; podcycler keeps trying: fix the sandbox's template, or what refuses it (a ResourceQuota, the namespace's Pod Security level, an admission webhook)",
+		sb.Name, sb.Annotations[upgrade.AnnotationPodCreateError]))
 }

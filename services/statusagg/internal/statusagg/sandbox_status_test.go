@@ -42,6 +42,8 @@ func withUpgrade(sb *agentsv1alpha1.Sandbox, reason, message string) *agentsv1al
 func TestDesiredSandboxStatus(t *testing.T) {
 	paused := testSandbox()
 	paused.Spec.Paused = true
+	refused := testSandbox()
+	refused.Annotations = map[string]string{upgrade.AnnotationPodCreateError: `create pod ns/sb: pods "sb" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5, limited: pods=5`}
 	for _, tc := range []struct {
 		name        string
 		sb          *agentsv1alpha1.Sandbox
@@ -53,6 +55,8 @@ func TestDesiredSandboxStatus(t *testing.T) {
 	}{
 		{"no pod is Pending", testSandbox(), nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotCreated, ""},
 		{"paused without pod is Paused", paused, nil, agentsv1alpha1.SandboxPaused, metav1.ConditionFalse, ReadyReasonPaused, ""},
+		{"a refused pod says why", refused, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed, ""},
+		{"a refusal recorded before the pod was created is past", refused, testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
 		{"ready pod is Running", testSandbox(), testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
 		{"unready pod is Pending", testSandbox(), testPod(false), agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotReady, ""},
 		{"a stage in progress is Upgrading", withUpgrade(testSandbox(), "UpgradePod", ""), testPod(true),
@@ -100,5 +104,33 @@ func TestConditionMessagesAreCapped(t *testing.T) {
 	st := desiredSandboxStatus(sb, nil)
 	if up := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionUpgrading); len(up.Message) != agentsv1alpha1.MaxConditionMessageLength {
 		t.Fatalf("Upgrading message is %d bytes, want %d", len(up.Message), agentsv1alpha1.MaxConditionMessageLength)
+	}
+}
+
+// A refused pod is told once per refusal: a Warning Event when Ready turns
+// PodCreateFailed or its words change, none when the status is rewritten
+// with the same refusal.
+func TestPodCreateRefusalNews(t *testing.T) {
+	sb := testSandbox()
+	sb.Annotations = map[string]string{upgrade.AnnotationPodCreateError: `pods "sb" is forbidden: exceeded quota`}
+	refused := desiredSandboxStatus(sb, nil)
+	ready := meta.FindStatusCondition(refused.Conditions, agentsv1alpha1.ConditionReady)
+	if !strings.Contains(ready.Message, "exceeded quota") || !strings.Contains(ready.Message, "ResourceQuota") {
+		t.Fatalf("Ready message %q: want the server's words and what to fix", ready.Message)
+	}
+	pending := desiredSandboxStatus(testSandbox(), nil)
+	if got := podCreateRefusalNews(&pending, &refused); got != ready.Message {
+		t.Errorf("news from PodNotCreated = %q, want the message", got)
+	}
+	if got := podCreateRefusalNews(&refused, &refused); got != "" {
+		t.Errorf("news of the same refusal again = %q, want none", got)
+	}
+	sb.Annotations[upgrade.AnnotationPodCreateError] = `pod "sb" is invalid: spec.containers[0].name: Invalid value: "Main_1"`
+	other := desiredSandboxStatus(sb, nil)
+	if got := podCreateRefusalNews(&refused, &other); got == "" {
+		t.Error("no news of a refusal in other words")
+	}
+	if got := podCreateRefusalNews(&refused, &pending); got != "" {
+		t.Errorf("news when the refusal is gone = %q", got)
 	}
 }

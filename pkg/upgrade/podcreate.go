@@ -1,0 +1,32 @@
+package upgrade
+
+import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// AnnotationPodCreateError is the Sandbox annotation podcycler writes when
+// the API server refuses the sandbox's pod (PodCreateRefused: a
+// ResourceQuota, the namespace's Pod Security level, an admission webhook),
+// with the server's words, and removes once the pod is created. podcycler
+// keeps retrying meanwhile. statusagg shows it as Ready=False
+// PodCreateFailed and a Warning Event of that reason, so the sandbox that
+// stays Pending says why.
+const AnnotationPodCreateError = "molt.dev/pod-create-error"
+
+// maxPodCreateError bounds the annotation: statusagg adds a sentence of its
+// own around it in a condition message.
+const maxPodCreateError = 700
+
+// PodCreateRefused reports whether err is a refusal of a pod create that a
+// retry alone may not get past (Forbidden, Invalid, BadRequest), as opposed
+// to a transient failure or a pod that exists already.
+func PodCreateRefused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// PodCreateErrorValue is the annotation's value for the refusal err.
+func PodCreateErrorValue(err error) string {
+	return agentsv1alpha1.TruncateConditionMessageTo(err.Error(), maxPodCreateError)
+}
