@@ -14,12 +14,32 @@ type StageFailure struct {
 	Stage, Reason string
 }
 
+// stageError is an error a handler raised in a stage other than the one its
+// event's failure is filed under by default (AtStage).
+type stageError struct {
+	f   StageFailure
+	err error
+}
+
+func (e *stageError) Error() string { return e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+// AtStage marks err as raised in stage f: on the last delivery,
+// FailOnLastDelivery files it there instead of under the event's default
+// stage (podcycler's Checkpointing, before UpgradePod touched anything).
+func AtStage(f StageFailure, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stageError{f: f, err: err}
+}
+
 // FailOnLastDelivery wraps h so that a message h cannot handle on its last allowed delivery
 // ends the sandbox's attempt visibly instead of being terminated silently: it publishes
 // TypeFailed for the message's sandbox and attempt, in the stage failureOf names, with a
 // message saying what could not be done and how often it was tried, and then acks.
 // failureOf returns ok=false for events whose failure is not this stage's to report; their
-// errors pass through unchanged. A handler error wrapping context.Canceled (shutdown) also
+// errors pass through unchanged. An error marked AtStage is filed in its own stage. A handler error wrapping context.Canceled (shutdown) also
 // passes through: the message is redelivered to another replica.
 //
 // When publishing the failure fails too, both errors are returned and the message is
@@ -34,6 +54,9 @@ func FailOnLastDelivery(pub *Publisher, failureOf func(Event) (StageFailure, boo
 		f, ok := failureOf(msg.Event)
 		if !ok {
 			return err
+		}
+		if at := (*stageError)(nil); errors.As(err, &at) {
+			f = at.f
 		}
 		out := Event{Type: TypeFailed, Data: msg.Event.Data}
 		out.Data.Stage, out.Data.Reason = f.Stage, f.Reason

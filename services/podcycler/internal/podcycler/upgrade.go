@@ -134,7 +134,9 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	if upgrade.ChecksPoint(sb, d.Attempt) {
 		id, problem, err := c.checkpoint(ctx, sb, old, d)
 		if err != nil {
-			return err
+			// Given up on, it is the checkpoint's failure: the old pod
+			// was not touched (CheckpointFailed, not UpgradePodFailed).
+			return events.AtStage(events.StageFailure{Stage: agentsv1alpha1.UpgradingReasonCheckpointing, Reason: agentsv1alpha1.UpgradingReasonCheckpointFailed}, err)
 		}
 		if problem != "" {
 			return c.failCheckpoint(ctx, d, problem)
