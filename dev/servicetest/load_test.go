@@ -74,7 +74,7 @@ func TestLoadClaimedReadsAtLeastTheEventsVersion(t *testing.T) {
 
 	// ops-a deleted and applied again: the same name, another attempt. An
 	// event of the first one, still queued, is stale.
-	reclaim, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+upgrade.AnnotationClaim+`":"uid-b"}}}`), metav1.PatchOptions{})
+	reclaim, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+upgrade.AnnotationClaim+`":"ops-a uid-b"}}}`), metav1.PatchOptions{})
 	if err != nil {
 		t.Fatalf("claim for uid-b: %v", err)
 	}

@@ -90,6 +90,9 @@ const (
 // command says why, and stderr gets at least three quarters of the room.
 func withOutput(head, stderr, stdout string) string {
 	stderr, stdout = strings.TrimSpace(stderr), strings.TrimSpace(stdout)
+	// A long cause keeps half the room: the labels and the output's ends
+	// stay readable.
+	head = agentsv1alpha1.TruncateConditionMessageTo(head, agentsv1alpha1.MaxConditionMessageLength/2)
 	room := max(0, agentsv1alpha1.MaxConditionMessageLength-len(head)-len(stderrLabel)-len(stdoutLabel))
 	outRoom := min(len(stdout), room/4)
 	errRoom := min(len(stderr), room-outRoom)

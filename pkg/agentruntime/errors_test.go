@@ -72,3 +72,18 @@ func TestFailureMessageKeepsTheEndsWithinTheLimit(t *testing.T) {
 		t.Errorf("a stream cut mid-way starts with the mark: %q", short[:60])
 	}
 }
+
+// A long cause (an agent-runtime's own error text) still leaves the labels
+// and the output's ends within the limit.
+func TestErrorMessageWithOutputOfALongCause(t *testing.T) {
+	msg := ErrorMessageWithOutput(errors.New(strings.Repeat("proxy said no; ", 100)), Result{Stderr: "the cause", Stdout: "the last step"})
+	if len(msg) > agentsv1alpha1.MaxConditionMessageLength {
+		t.Fatalf("message of %d bytes, over %d", len(msg), agentsv1alpha1.MaxConditionMessageLength)
+	}
+	if stderr, stdout, ok := HookOutput(msg); !ok || stderr != "the cause" || stdout != "the last step" {
+		t.Errorf("HookOutput = %q, %q, %v", stderr, stdout, ok)
+	}
+	if _, _, ok := HookOutput(ErrorMessage(errors.New("timed out after 60 seconds"))); ok {
+		t.Error("HookOutput read output from an error message without any")
+	}
+}

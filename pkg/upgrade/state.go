@@ -187,24 +187,31 @@ func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
 }
 
 // AnnotationClaim is the Sandbox annotation the selector writes in the
-// patch that admits the sandbox: the attempt (the ops's UID) the
-// `update-ops` label is for. The label names the ops only, and an ops
+// patch that admits the sandbox, "<ops name> <attempt>" (ClaimValue): the
+// attempt (the ops's UID) the `update-ops` label is for. The label names the ops only, and an ops
 // deleted and applied again under the same name is another attempt: the
 // first one's messages still queued (a hookrunner or podcycler that was
 // down) must not run its hooks or replace the pod under the second's label.
 // Removed with the label on release. Read through ClaimedBy.
 const AnnotationClaim = "molt.dev/claim"
 
+// ClaimValue is AnnotationClaim's value for attempt of the ops named opsName.
+func ClaimValue(opsName, attempt string) string { return opsName + " " + attempt }
+
 // ClaimedBy reports whether sb is claimed by the ops named opsName for
-// attempt ("" opsName: a direct attempt, which needs no ops label). A
-// sandbox that an older molt admitted carries no claim annotation: the
-// name alone decides, as it did.
+// attempt ("" opsName: a direct attempt, which needs no ops label). When
+// the claim annotation does not speak of that ops (a sandbox an older molt
+// admitted, or relabelled without touching the annotation), the name alone
+// decides, as it did.
 func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != opsName {
 		return false
 	}
-	claim, ok := sb.Annotations[AnnotationClaim]
-	return opsName == "" || !ok || attempt == "" || claim == attempt
+	if opsName == "" || attempt == "" {
+		return true
+	}
+	f := strings.Fields(sb.Annotations[AnnotationClaim])
+	return len(f) != 2 || f[0] != opsName || f[1] == attempt
 }
 
 // AnnotationResumes is the Sandbox annotation selector writes, in the same

@@ -229,14 +229,15 @@ func TestClaimedBy(t *testing.T) {
 		ops, attempt string
 		want         bool
 	}{
-		{"this ops, this attempt", sandbox("up", "uid-1"), "up", "uid-1", true},
-		{"the same name applied again: an event of the first attempt", sandbox("up", "uid-2"), "up", "uid-1", false},
-		{"another ops", sandbox("other", "uid-9"), "up", "uid-1", false},
+		{"this ops, this attempt", sandbox("up", "up uid-1"), "up", "uid-1", true},
+		{"the same name applied again: an event of the first attempt", sandbox("up", "up uid-2"), "up", "uid-1", false},
+		{"another ops", sandbox("other", "other uid-9"), "up", "uid-1", false},
 		{"released", sandbox("", ""), "up", "uid-1", false},
 		{"admitted by an older molt (no claim): the name decides", sandbox("up", ""), "up", "uid-1", true},
-		{"an event of an older molt (no attempt): the name decides", sandbox("up", "uid-2"), "up", "", true},
+		{"relabelled by an older molt over an earlier claim: the name decides", sandbox("up", "earlier uid-0"), "up", "uid-1", true},
+		{"an event of an older molt (no attempt): the name decides", sandbox("up", "up uid-2"), "up", "", true},
 		{"direct attempt on an unclaimed sandbox", sandbox("", ""), "", "d-1", true},
-		{"direct attempt on a sandbox an ops claimed since", sandbox("up", "uid-1"), "", "d-1", false},
+		{"direct attempt on a sandbox an ops claimed since", sandbox("up", "up uid-1"), "", "d-1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ClaimedBy(tc.sb, tc.ops, tc.attempt); got != tc.want {

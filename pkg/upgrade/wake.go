@@ -56,10 +56,16 @@ func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
 // (ResumeAt) and builds the new pod itself. Woken there, the pod would be
 // taken for the original one and backed up again, over the good backup of
 // the failed attempt, from a workspace the pause already emptied.
+//
+// Only the first failure of a chain wakes it: an attempt that failed in
+// PreUpgrade after earlier failed attempts (ChainBehind) may follow one
+// that already replaced the pod, and the record keeps no reason but the
+// last one, so its backup may be the good one. Such a resume is not woken.
 func WakeAtAdmission(sb *agentsv1alpha1.Sandbox) bool {
-	if _, reason, ok := FailedAttempt(sb); ok {
+	if failed, reason, ok := FailedAttempt(sb); ok {
 		at := ResumeStage(reason)
-		return sb.Spec.Paused && (at == agentsv1alpha1.UpgradingReasonPreUpgrade || at == agentsv1alpha1.UpgradingReasonCheckpointing)
+		return sb.Spec.Paused && (at == agentsv1alpha1.UpgradingReasonPreUpgrade || at == agentsv1alpha1.UpgradingReasonCheckpointing) &&
+			len(ChainBehind(sb, failed)) == 0
 	}
 	return sb.Status.Phase == agentsv1alpha1.SandboxPaused
 }

@@ -60,6 +60,10 @@ func TestWokenForUpgradeAndKeepAwake(t *testing.T) {
 }
 
 func TestWakeAtAdmission(t *testing.T) {
+	resumed := func(sb *agentsv1alpha1.Sandbox, attempt, failed, reason string) *agentsv1alpha1.Sandbox {
+		sb.Annotations = map[string]string{AnnotationResumes: ResumesValue(attempt, failed, reason)}
+		return sb
+	}
 	sandbox := func(paused bool, phase agentsv1alpha1.SandboxPhase, failed string) *agentsv1alpha1.Sandbox {
 		sb := &agentsv1alpha1.Sandbox{}
 		sb.Spec.Paused = paused
@@ -88,6 +92,9 @@ func TestWakeAtAdmission(t *testing.T) {
 		{"paused, failed in UpgradePod", sandbox(true, "", agentsv1alpha1.UpgradingReasonUpgradePodFailed), false},
 		{"paused, failed in PostUpgrade", sandbox(true, "", agentsv1alpha1.UpgradingReasonPostUpgradeFailed), false},
 		{"running, its preUpgrade failed: the old pod still runs", sandbox(false, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), false},
+		// a1 failed in PreUpgrade resuming a0, which may have replaced the pod
+		// (the record keeps only a1's reason): a0's backup may be the good one.
+		{"paused, its preUpgrade failed resuming an earlier failure", resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonUpgradePodFailed), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := WakeAtAdmission(tc.sb); got != tc.want {

@@ -172,7 +172,11 @@ func (c *cycler) cleanCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbo
 // conflict with any other write.
 func (c *cycler) markDirectCheckpointRestore(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string) error {
 	value := upgrade.StrategyValue(attempt)
-	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == value {
+	// An ops's attempt has its mark from the patcher; and a sandbox an ops
+	// claims is never upgraded directly: a direct attempt's pod rebuilt
+	// there (its failure still shown) must not overwrite the ops's mark.
+	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" ||
+		sb.Annotations[upgrade.AnnotationUpgradeStrategy] == value {
 		return nil
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{upgrade.AnnotationUpgradeStrategy: value}}})

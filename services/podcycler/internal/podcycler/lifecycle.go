@@ -115,6 +115,14 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 	if apierrors.IsNotFound(err) {
 		pod = nil
 	}
+	if _, refused := sb.Annotations[upgrade.AnnotationPodCreateError]; refused && pod != nil && ownedBy(pod, sb.UID) {
+		// Its pod exists, however it was made (the UpgradePod handler, or
+		// a create whose record was not removed): the refusal is past, and
+		// must not show the next time the sandbox has no pod.
+		if err := c.recordCreateRefusal(ctx, sb, ""); err != nil {
+			return err
+		}
+	}
 
 	switch {
 	case sb.Spec.Paused && !upgrade.KeepAwake(sb):

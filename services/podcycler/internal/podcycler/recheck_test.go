@@ -65,7 +65,7 @@ func TestStillToReplaceAfterTheCheckpoint(t *testing.T) {
 	setReason(agentsv1alpha1.UpgradingReasonCheckpointing)
 	claim := func(attempt string) {
 		t.Helper()
-		if _, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+upgrade.AnnotationClaim+`":"`+attempt+`"}}}`), metav1.PatchOptions{}); err != nil {
+		if _, err := sandboxes.Patch(ctx, sb.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+upgrade.AnnotationClaim+`":"ops `+attempt+`"}}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -133,10 +133,16 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 	if upgrade.ChecksPoint(sb, d.Attempt) {
 		id, problem, err := c.checkpoint(ctx, sb, old, d)
-		if err != nil {
-			// Given up on, it is the checkpoint's failure: the old pod
-			// was not touched (CheckpointFailed, not UpgradePodFailed).
+		if err != nil && old != nil && old.DeletionTimestamp == nil && !upgrade.BuiltBy(old, d.Attempt) && !upgrade.BuiltByResumed(old, sb, d.Attempt, d.ResumedAttempt) {
+			// Given up on while the original pod still runs, it is the
+			// checkpoint's failure (CheckpointFailed, not UpgradePodFailed):
+			// nothing was touched. Without that pod (an earlier delivery
+			// deleted it, or a resume restores a kept checkpoint) it stays
+			// UpgradePod's.
 			return events.AtStage(events.StageFailure{Stage: agentsv1alpha1.UpgradingReasonCheckpointing, Reason: agentsv1alpha1.UpgradingReasonCheckpointFailed}, err)
+		}
+		if err != nil {
+			return err
 		}
 		if problem != "" {
 			return c.failCheckpoint(ctx, d, problem)

@@ -75,7 +75,7 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	// failed and was not deleted) must not wake the sandbox for this one.
 	patch.Metadata.Annotations = map[string]*string{
 		agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil,
-		upgrade.AnnotationClaim:                       ptr(attempt),
+		upgrade.AnnotationClaim:                       ptr(upgrade.ClaimValue(ops.Name, attempt)),
 	}
 	if upgrade.WakeAtAdmission(sb) {
 		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")

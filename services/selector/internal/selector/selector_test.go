@@ -148,8 +148,8 @@ func TestDeletingOpsReleasesItsSandboxes(t *testing.T) {
 	})
 	f.waitClaimed("upgrade", "sbx-0", "sbx-1")
 	for _, name := range []string{"sbx-0", "sbx-1"} {
-		if v := f.getSandbox(name).Annotations[upgrade.AnnotationClaim]; v != string(ops.UID) {
-			t.Errorf("%s: annotation %s = %q, want the ops's uid %s", name, upgrade.AnnotationClaim, v, ops.UID)
+		if v, want := f.getSandbox(name).Annotations[upgrade.AnnotationClaim], upgrade.ClaimValue(ops.Name, string(ops.UID)); v != want {
+			t.Errorf("%s: annotation %s = %q, want %q", name, upgrade.AnnotationClaim, v, want)
 		}
 	}
 	if v := f.getSandbox("sbx-1").Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; v != "true" {
