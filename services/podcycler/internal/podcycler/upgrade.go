@@ -133,7 +133,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 	if upgrade.ChecksPoint(sb, d.Attempt) {
 		id, problem, err := c.checkpoint(ctx, sb, old, d)
-		if err != nil && old != nil && old.DeletionTimestamp == nil && !upgrade.BuiltBy(old, d.Attempt) && !upgrade.BuiltByResumed(old, sb, d.Attempt, d.ResumedAttempt) {
+		if err != nil && originalPodRuns(old, sb, d) {
 			// Given up on while the original pod still runs, it is the
 			// checkpoint's failure (CheckpointFailed, not UpgradePodFailed):
 			// nothing was touched. Without that pod (an earlier delivery
@@ -366,4 +366,13 @@ func (c *cycler) stillToReplace(ctx context.Context, sb *agentsv1alpha1.Sandbox,
 		return "the attempt already ended in " + reason, nil
 	}
 	return "", nil
+}
+
+// originalPodRuns reports whether old is the sandbox's original pod, still
+// running: not being deleted, and built by neither this attempt nor a failed
+// one it continues. A checkpoint error while it runs is the checkpoint's
+// failure, filed before anything was touched.
+func originalPodRuns(old *corev1.Pod, sb *agentsv1alpha1.Sandbox, d events.Data) bool {
+	return old != nil && old.DeletionTimestamp == nil && !upgrade.BuiltBy(old, d.Attempt) &&
+		!upgrade.BuiltByResumed(old, sb, d.Attempt, d.ResumedAttempt)
 }
