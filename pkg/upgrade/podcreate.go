@@ -1,6 +1,8 @@
 package upgrade
 
 import (
+	"regexp"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -26,7 +28,14 @@ func PodCreateRefused(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
 
-// PodCreateErrorValue is the annotation's value for the refusal err.
+// quotaUsed is the part of a ResourceQuota refusal that changes as other
+// pods come and go ("used: pods=5,requests.cpu=2"): left out, a sandbox
+// waiting on a full quota is not written again, nor announced again, each
+// time its neighbours change.
+var quotaUsed = regexp.MustCompile(`, used: \S*, limited: `)
+
+// PodCreateErrorValue is the annotation's value for the refusal err: its
+// words, without what changes from one retry to the next.
 func PodCreateErrorValue(err error) string {
-	return agentsv1alpha1.TruncateConditionMessageTo(err.Error(), maxPodCreateError)
+	return agentsv1alpha1.TruncateConditionMessageTo(quotaUsed.ReplaceAllString(err.Error(), ", limited: "), maxPodCreateError)
 }
