@@ -199,7 +199,8 @@ const AnnotationClaim = "molt.dev/claim"
 func ClaimValue(opsName, attempt string) string { return opsName + " " + attempt }
 
 // ClaimedBy reports whether sb is claimed by the ops named opsName for
-// attempt ("" opsName: a direct attempt, which needs no ops label). When
+// attempt ("" opsName: a direct attempt, which needs no ops label and is
+// stale once the status shows a later direct attempt). When
 // the claim annotation does not speak of that ops (a sandbox an older molt
 // admitted, or relabelled without touching the annotation), the name alone
 // decides, as it did.
@@ -207,7 +208,17 @@ func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != opsName {
 		return false
 	}
-	if opsName == "" || attempt == "" {
+	if opsName == "" {
+		// A direct attempt has no claim to compare: one its sandbox's
+		// status shows superseded by a later direct attempt (a higher
+		// generation) is stale, a message that waited in a queue while
+		// the user edited the template again.
+		cur := CurrentAttempt(sb)
+		gen, ok := DirectAttemptGeneration(attempt)
+		curGen, curOK := DirectAttemptGeneration(cur)
+		return cur == attempt || !ok || !curOK || curGen <= gen
+	}
+	if attempt == "" {
 		return true
 	}
 	f := strings.Fields(sb.Annotations[AnnotationClaim])

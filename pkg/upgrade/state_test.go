@@ -213,6 +213,10 @@ func TestPatchProblemSeesAPatchChangedAfterItsCheck(t *testing.T) {
 }
 
 func TestClaimedBy(t *testing.T) {
+	current := func(sb *agentsv1alpha1.Sandbox, attempt string) *agentsv1alpha1.Sandbox {
+		sb.Status.Conditions = []metav1.Condition{{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: attempt}}
+		return sb
+	}
 	sandbox := func(label, claim string) *agentsv1alpha1.Sandbox {
 		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}, Annotations: map[string]string{}}}
 		if label != "" {
@@ -238,6 +242,11 @@ func TestClaimedBy(t *testing.T) {
 		{"an event of an older molt (no attempt): the name decides", sandbox("up", "up uid-2"), "up", "", true},
 		{"direct attempt on an unclaimed sandbox", sandbox("", ""), "", "d-1", true},
 		{"direct attempt on a sandbox an ops claimed since", sandbox("up", "up uid-1"), "", "d-1", false},
+		{"direct attempt the status shows", current(sandbox("", ""), "direct-r5-5"), "", "direct-r5-5", true},
+		{"direct attempt before the status shows any", sandbox("", ""), "", "direct-r5-5", true},
+		{"direct attempt newer than the one shown", current(sandbox("", ""), "direct-r5-5"), "", "direct-r6-6", true},
+		{"direct attempt the user's next edit superseded", current(sandbox("", ""), "direct-r6-6"), "", "direct-r5-5", false},
+		{"direct attempt after an ops's attempt", current(sandbox("", ""), "uid-1"), "", "direct-r5-5", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ClaimedBy(tc.sb, tc.ops, tc.attempt); got != tc.want {

@@ -2,8 +2,10 @@ package hookrunner
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,5 +42,27 @@ func TestHookPodRetriesWhatTheAPIServerDidNotAnswer(t *testing.T) {
 		if err != nil || pod != nil || reason == "" {
 			t.Errorf("%s, pod gone: pod %v, reason %q, err %v; want a failure reason", st.hook, pod, reason, err)
 		}
+	}
+}
+
+// A pod of the sandbox's name that the sandbox does not control (an earlier
+// sandbox's, waiting for the garbage collector) never runs a hook: backing
+// it up would put a foreign workspace in this sandbox's backup (rule 12).
+func TestHookPodRefusesAPodTheSandboxDoesNotControl(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "new-sandbox"}}
+	controller := true
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "old",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box", UID: "earlier-sandbox", Controller: &controller}}}}
+	d := events.Data{Attempt: "a1", OldPodUID: "old"}
+	h := &HookRunner{kube: fake.NewClientset(foreign)}
+	pod, reason, err := h.hookPod(context.Background(), sb, preStep, d)
+	if err != nil || pod != nil || !strings.Contains(reason, "not controlled by sandbox box") {
+		t.Fatalf("hookPod = %v, %q, %v; want a refusal naming the sandbox", pod, reason, err)
+	}
+	own := foreign.DeepCopy()
+	own.OwnerReferences[0].UID = sb.UID
+	h = &HookRunner{kube: fake.NewClientset(own)}
+	if pod, reason, err := h.hookPod(context.Background(), sb, preStep, d); err != nil || pod == nil || reason != "" {
+		t.Fatalf("hookPod of its own pod = %v, %q, %v; want the pod", pod, reason, err)
 	}
 }

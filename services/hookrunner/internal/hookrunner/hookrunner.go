@@ -183,6 +183,9 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 	if err != nil {
 		return nil, "", fmt.Errorf("get pod %s/%s to run %s: %w", sb.Namespace, sb.Name, st.hook, err)
 	}
+	if !upgrade.ControlledBy(pod, sb.UID) {
+		return nil, fmt.Sprintf("pod %s/%s (uid %s) is not controlled by sandbox %s (uid %s), so molt does not run %s in it (an earlier sandbox's pod, waiting for the garbage collector?); it was not run: once that pod is gone, create a new SandboxUpdateOps to resume", sb.Namespace, sb.Name, pod.UID, sb.Name, sb.UID, st.hook), nil
+	}
 	if st == preStep {
 		if upgrade.BuiltBy(pod, d.Attempt) {
 			return nil, skipReplaced, nil

@@ -101,6 +101,12 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision {
 		return nil
 	}
+	if !upgrade.ControlledBy(pod, sb.UID) {
+		// The pod of an earlier sandbox of this name, waiting for the
+		// garbage collector: this sandbox gets its first pod, not an
+		// upgrade (the pod informer looks again once that one is gone).
+		return nil
+	}
 	next := upgrade.DirectAttempt(revision, sb.Generation)
 	if attempt == next {
 		return nil // this revision already ran (and failed, or is finishing)
@@ -114,7 +120,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 			patch.Metadata.Labels = map[string]*string{agentsv1alpha1.LabelUpdateOps: nil}
 		}
 		if resumes {
-			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason, upgrade.ResumedChain(sb, failed)...))}
+			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason, upgrade.ChainBehind(sb, failed)...))}
 		}
 		written, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		if err != nil {
