@@ -132,6 +132,10 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if written != "" {
 			version = written
 		}
+	} else if written, err := p.pinDirectCheckpointRestore(ctx, sb, d.Attempt); err != nil {
+		return err
+	} else if written != "" {
+		version = written
 	}
 	revision, err := upgrade.Revision(target)
 	if err != nil {
@@ -325,4 +329,27 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 // jsonPointerEscape escapes one JSON pointer token (RFC 6901).
 func jsonPointerEscape(token string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
+}
+
+// pinDirectCheckpointRestore writes the strategy mark of a direct attempt
+// that its sandbox's spec.upgradePolicy makes a CheckpointRestore, before
+// anything else happens: ChecksPoint then reads the mark, not the policy,
+// so a user who removes or changes the policy mid-attempt does not turn it
+// into a Recreate that deletes the old pod without its checkpoint. It
+// returns the written sandbox's resourceVersion ("" when nothing was
+// written).
+func (p *Patcher) pinDirectCheckpointRestore(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string) (string, error) {
+	value := upgrade.StrategyValue(attempt)
+	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || !upgrade.ChecksPoint(sb, attempt) || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == value {
+		return "", nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{upgrade.AnnotationUpgradeStrategy: value}}})
+	if err != nil {
+		return "", fmt.Errorf("encode the strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return "", fmt.Errorf("write the strategy mark %q of sandbox %s/%s: %w", value, sb.Namespace, sb.Name, err)
+	}
+	return written.ResourceVersion, nil
 }
