@@ -114,10 +114,11 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	case sb.UID != d.Sandbox.UID:
 		return outcome{skip: fmt.Sprintf("sandbox was replaced (uid %s, event for %s)", sb.UID, d.Sandbox.UID), cacheSkip: !fresh}, nil, nil
 	}
-	if d.Ops.Name != "" {
-		if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name {
-			return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name), cacheSkip: !fresh}, nil, nil
-		}
+	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name {
+		// A direct attempt's event too: the selector removes a finished
+		// ops's label before it starts one, so an ops claimed the sandbox
+		// since, and drives it now.
+		return outcome{skip: fmt.Sprintf("sandbox is claimed by ops %q, not %q", claimed, d.Ops.Name), cacheSkip: !fresh}, nil, nil
 	}
 
 	e.adopt(sb.UID)

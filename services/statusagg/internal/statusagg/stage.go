@@ -67,7 +67,8 @@ type transition struct {
 //   - an event of another attempt begins that attempt if it is `requested`,
 //     or if it comes from an ops (the sandbox is labelled with that ops, so
 //     `requested` was only handled late); a direct upgrade's other events of
-//     another attempt are stale;
+//     another attempt are stale, and so is its `requested` once the status
+//     records a later direct attempt (a higher generation);
 //   - within the attempt, a terminal reason (Succeeded, *Failed) is final;
 //   - a failure ends the attempt from any stage;
 //   - any other event must move forward along upgrade.Rank (a redelivered
@@ -80,6 +81,13 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 	if ev.Data.Attempt != curAttempt {
 		if ev.Type != events.TypeRequested && ev.Data.Ops.Name == "" {
 			return transition{}, fmt.Sprintf("event of attempt %s, status records attempt %q", ev.Data.Attempt, curAttempt)
+		}
+		if gen, ok := upgrade.DirectAttemptGeneration(ev.Data.Attempt); ok {
+			if curGen, curOK := upgrade.DirectAttemptGeneration(curAttempt); curOK && curGen > gen {
+				// A late requested of a direct attempt the user's next
+				// template edit superseded: it does not start again.
+				return transition{}, fmt.Sprintf("requested of attempt %s, superseded by attempt %s", ev.Data.Attempt, curAttempt)
+			}
 		}
 		tr.New = true
 		return tr, ""

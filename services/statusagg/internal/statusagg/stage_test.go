@@ -75,6 +75,8 @@ func TestDecide(t *testing.T) {
 		{"requested of a new attempt starts over", "old", "UpgradePodFailed", event(events.TypeRequested, "a", "ops"), "PreUpgrade", false, true},
 		{"a late requested adopts the ops' attempt", "old", "Succeeded", event(events.TypePatched, "a", "ops"), "PreUpgrade", false, true},
 		{"a direct upgrade's stray event of another attempt is stale", "direct-2", "UpgradePod", event(events.TypePodReady, "direct-1", ""), "PostUpgrade", true, false},
+		{"a late requested of a superseded direct attempt does not start it again", "direct-r6-6", "PreUpgrade", event(events.TypeRequested, "direct-r5-5", ""), "PreUpgrade", true, false},
+		{"requested of the next direct attempt starts it", "direct-r5-5", "UpgradePodFailed", event(events.TypeRequested, "direct-r6-6", ""), "PreUpgrade", false, true},
 		{"forward within the attempt", "a", "PreUpgrade", event(events.TypePreHookDone, "a", "ops"), "UpgradePod", false, false},
 		{"same stage again changes nothing", "a", "PreUpgrade", event(events.TypePatched, "a", "ops"), "PreUpgrade", true, false},
 		{"redelivered earlier event does not move back", "a", "PostUpgrade", event(events.TypePreHookDone, "a", "ops"), "UpgradePod", true, false},
