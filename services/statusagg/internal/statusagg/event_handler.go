@@ -224,8 +224,18 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	case agentsv1alpha1.IsUpgradingFailedReason(tr.To):
 		// The failed reason is the Event's reason, as upstream's, so alerts on
 		// reason=UpgradePodFailed keep working.
-		s.recorder.Eventf(sb, corev1.EventTypeWarning, tr.To, "upgrade by %s failed in %s: %s", by, upgrade.StageOfFailure(tr.To), tr.Message)
+		s.recorder.Eventf(sb, corev1.EventTypeWarning, tr.To, "upgrade by %s failed in %s: %s", by, upgrade.StageOfFailure(tr.To), failureEventMessage(sb, tr))
 	case tr.To == agentsv1alpha1.UpgradingReasonSucceeded:
 		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade by %s succeeded (attempt %s)", by, tr.Attempt)
 	}
+}
+
+// failureEventMessage is a failed transition's message for its Warning
+// Event: a direct upgrade's (no ops claims the sandbox) with how a direct
+// upgrade is retried.
+func failureEventMessage(sb *agentsv1alpha1.Sandbox, tr transition) string {
+	if _, direct := upgrade.DirectAttemptGeneration(tr.Attempt); direct && sb.Labels[agentsv1alpha1.LabelUpdateOps] == "" {
+		return upgrade.WithNote(tr.Message, directNextStep)
+	}
+	return tr.Message
 }

@@ -62,6 +62,21 @@ func TestStageOf(t *testing.T) {
 	}
 }
 
+// A direct upgrade's failure Event says how a direct upgrade is retried;
+// an ops's is left as its stage wrote it.
+func TestFailureEventMessageOfADirectUpgrade(t *testing.T) {
+	msg := "hook failed with exit code 1, stderr: no space, stdout: "
+	direct := failureEventMessage(&agentsv1alpha1.Sandbox{}, transition{Attempt: "direct-r5-5", To: "PreUpgradeFailed", Message: msg})
+	if direct != msg+"; "+directNextStep {
+		t.Errorf("direct failure Event message = %q", direct)
+	}
+	claimed := &agentsv1alpha1.Sandbox{}
+	claimed.Labels = map[string]string{agentsv1alpha1.LabelUpdateOps: "up"}
+	if got := failureEventMessage(claimed, transition{Attempt: "uid-1", To: "PreUpgradeFailed", Message: msg}); got != msg {
+		t.Errorf("ops failure Event message = %q", got)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
