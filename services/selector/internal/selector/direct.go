@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +37,66 @@ type direct struct {
 	ops       listers.SandboxUpdateOpsLister
 	pods      corelisters.PodLister
 	publisher *events.Publisher
+	// later looks at a sandbox again after a while (the controller's
+	// EnqueueAfter).
+	later func(key string, after time.Duration)
+
+	// started is the direct attempt this process last requested per
+	// sandbox: until statusagg records it, the status does not show it in
+	// progress, and a template edited again meanwhile must not start a
+	// second attempt beside it (two backups at once, a pod deleted under
+	// the other's hook). Memory only: a restarted selector relies on the
+	// status, as before.
+	mu      sync.Mutex
+	started map[string]startedAttempt
+}
+
+// startedAttempt is a direct attempt requested at a time, for one sandbox.
+type startedAttempt struct {
+	uid     types.UID
+	attempt string
+	at      time.Time
+}
+
+// directRecordWait bounds how long a requested direct attempt that statusagg
+// has not recorded holds back the next one: statusagg down or behind for
+// longer, the next edit goes ahead.
+const directRecordWait = 2 * time.Minute
+
+// unrecorded returns the direct attempt this process requested for sb that
+// its status does not show yet, and how long it still holds back next ("",
+// 0 when none does).
+func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string, now time.Time) (string, time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.started[key]
+	switch {
+	case !ok:
+		return "", 0
+	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt || now.Sub(s.at) >= directRecordWait:
+		delete(d.started, key)
+		return "", 0
+	case s.attempt == next:
+		return "", 0
+	}
+	return s.attempt, directRecordWait - now.Sub(s.at)
+}
+
+// requested records that next was requested for sb at now.
+func (d *direct) requested(key string, sb *agentsv1alpha1.Sandbox, next string, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started == nil {
+		d.started = map[string]startedAttempt{}
+	}
+	d.started[key] = startedAttempt{uid: sb.UID, attempt: next, at: now}
+}
+
+// forget drops what is remembered of a sandbox that is gone.
+func (d *direct) forget(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.started, key)
 }
 
 // podOwnerHandler maps a pod event to its sandbox's key (same name).
@@ -66,6 +128,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	}
 	sb, err := d.sandboxes.Sandboxes(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		d.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -112,6 +175,13 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return nil // this revision already ran (and failed, or is finishing)
 	}
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
+	if prev, wait := d.unrecorded(key, sb, next, time.Now()); wait > 0 {
+		logger.V(2).Info("Wait: the direct attempt requested before is not recorded yet", "previous", prev, "recheckIn", wait)
+		if d.later != nil {
+			d.later(key, wait)
+		}
+		return nil
+	}
 	failed, failedReason, resumes := upgrade.FailedAttempt(sb)
 	version := sb.ResourceVersion // the cache's copy holds the template the attempt is for
 	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || resumes {
@@ -142,6 +212,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if err := d.publisher.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("request direct upgrade of sandbox %s: %w", key, err)
 	}
+	d.requested(key, sb, next, time.Now())
 	logger.Info("Direct upgrade requested: the template changed and spec.upgradePolicy is set", "revision", revision, "podRevision", pod.Labels[agentsv1alpha1.LabelPodTemplateHash])
 	return nil
 }

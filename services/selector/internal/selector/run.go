@@ -78,6 +78,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	podInformer := podFactory.Core().V1().Pods()
 	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub}
 	directCtl := controller.New("selector-direct", d.sync, controller.WithMetrics(queues))
+	d.later = directCtl.EnqueueAfter
 	if _, err := sandboxInformer.Informer().AddEventHandler(directCtl.Handler()); err != nil {
 		return fmt.Errorf("watch Sandboxes: %w", err)
 	}
