@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -106,4 +107,33 @@ func CheckpointSandboxLabel(name string) string {
 	}
 	sum := sha256.Sum256([]byte(name))
 	return name[:40] + "_" + hex.EncodeToString(sum[:8])
+}
+
+// ChangedImages lists the containers and init containers whose image tpl
+// changes from what pod runs, as "container <name>: <old> → <new>"; a
+// container only one of them has is not a change of image. A CheckpointRestore
+// cannot restore a checkpoint onto a new image: an ops's patch that sets one is
+// refused at apply (CEL), a direct attempt's template by the patcher with this.
+func ChangedImages(pod *corev1.Pod, tpl *corev1.PodTemplateSpec) []string {
+	if pod == nil || tpl == nil {
+		return nil
+	}
+	var out []string
+	for _, kind := range []struct {
+		name      string
+		running   []corev1.Container
+		templated []corev1.Container
+	}{
+		{"initContainer", pod.Spec.InitContainers, tpl.Spec.InitContainers},
+		{"container", pod.Spec.Containers, tpl.Spec.Containers},
+	} {
+		for _, want := range kind.templated {
+			for _, have := range kind.running {
+				if have.Name == want.Name && have.Image != want.Image {
+					out = append(out, kind.name+" "+want.Name+": "+have.Image+" → "+want.Image)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -1,8 +1,11 @@
 package upgrade
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -19,5 +22,27 @@ func TestWithNoteKeepsTheNextStep(t *testing.T) {
 	}
 	if !strings.Contains(note, "kubectl get cp -n team-a -l molt.dev/sandbox=box-0") {
 		t.Errorf("note %q does not say how to find the checkpoint", note)
+	}
+}
+
+func TestChangedImages(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "setup", Image: "tools:v1"}},
+		Containers:     []corev1.Container{{Name: "sandbox", Image: "app:v1"}, {Name: "sidecar", Image: "proxy:v1"}},
+	}}
+	tpl := &corev1.PodTemplateSpec{Spec: *pod.Spec.DeepCopy()}
+	if got := ChangedImages(pod, tpl); got != nil {
+		t.Fatalf("same template: %v", got)
+	}
+	tpl.Spec.Containers[0].Image = "app:v2"
+	tpl.Spec.InitContainers[0].Image = "tools:v2"
+	tpl.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
+	tpl.Spec.Containers = append(tpl.Spec.Containers, corev1.Container{Name: "new", Image: "extra:v1"})
+	want := []string{"initContainer setup: tools:v1 → tools:v2", "container sandbox: app:v1 → app:v2"}
+	if got := ChangedImages(pod, tpl); !slices.Equal(got, want) {
+		t.Fatalf("ChangedImages = %q, want %q", got, want)
+	}
+	if ChangedImages(nil, tpl) != nil {
+		t.Fatal("no pod: nothing to compare")
 	}
 }

@@ -281,3 +281,54 @@ func TestStreamDeletedMidUpgrade(t *testing.T) {
 		return done && o.Status.UpdatingReplicas == 0, fmt.Errorf("status %+v", o.Status)
 	})
 }
+
+// A direct CheckpointRestore (the sandbox's own upgradePolicy) whose template
+// changes an image is refused as an ops's patch is (a checkpoint cannot be
+// restored onto a new image): CheckpointFailed, no checkpoint, the pod
+// untouched. Switching the policy to Recreate then upgrades it.
+func TestDirectCheckpointRestoreRefusesANewImage(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "dcr", 1, "dcr-pool", func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeCheckpointRestore}
+	})
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "", "patch", "sandbox", "dcr-00", "-n", ns, "--type=merge", "-p",
+		`{"spec":{"template":{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v2"}]}}}}`)
+	testenv.Eventually(t, 2*time.Minute, "the direct CheckpointRestore refused", func() (bool, error) {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+		ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonCheckpointFailed && strings.Contains(up.Message, "cannot restore a checkpoint onto a new image")
+		return ok, fmt.Errorf("upgrading %+v", up)
+	})
+	pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
+	if err != nil || pod.UID != before.UID {
+		t.Fatalf("pod after the refusal: %v, %v; want the same pod %s", pod.UID, err, before.UID)
+	}
+	cps, err := s.agents.AgentsV1alpha1().Checkpoints(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(cps.Items) != 0 {
+		t.Fatalf("checkpoints after the refusal: %d, %v; want none", len(cps.Items), err)
+	}
+
+	kubectl(t, "", "patch", "sandbox", "dcr-00", "-n", ns, "--type=merge", "-p", `{"spec":{"upgradePolicy":{"type":"Recreate"}}}`)
+	testenv.Eventually(t, 2*time.Minute, "the Recreate upgrade to v2", func() (bool, error) {
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+		ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && pod.Spec.Containers[0].Image == "my-registry/sandbox-image:v2"
+		return ok, fmt.Errorf("upgrading %+v, pod image %s", up, pod.Spec.Containers[0].Image)
+	})
+}

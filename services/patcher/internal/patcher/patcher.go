@@ -132,10 +132,18 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if written != "" {
 			version = written
 		}
-	} else if written, err := p.pinDirectCheckpointRestore(ctx, sb, d.Attempt); err != nil {
-		return err
-	} else if written != "" {
-		version = written
+	} else {
+		if changed := upgrade.ChangedImages(pod, sb.Spec.Template); upgrade.ChecksPoint(sb, d.Attempt) && len(changed) > 0 &&
+			!upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
+			return p.failDirectCheckpoint(ctx, ev, changed)
+		}
+		written, err := p.pinDirectCheckpointRestore(ctx, sb, d.Attempt)
+		if err != nil {
+			return err
+		}
+		if written != "" {
+			version = written
+		}
 	}
 	revision, err := upgrade.Revision(target)
 	if err != nil {
@@ -280,6 +288,20 @@ func (p *Patcher) fail(ctx context.Context, in events.Event, message string) err
 // restored onto a new image.
 func (p *Patcher) failCheckpoint(ctx context.Context, in events.Event, ops *agentsv1alpha1.SandboxUpdateOps) error {
 	msg := fmt.Sprintf("SandboxUpdateOps %s changes a container image under CheckpointRestore, which cannot restore a checkpoint onto a new image; the sandbox was not changed: use updateStrategy.type Recreate", ops.Name)
+	klog.FromContext(ctx).Info("sandbox failed", "message", msg)
+	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
+		out.Stage = agentsv1alpha1.UpgradingReasonCheckpointing
+		out.Reason = agentsv1alpha1.UpgradingReasonCheckpointFailed
+		out.Message = msg
+	})
+}
+
+// failDirectCheckpoint refuses a direct CheckpointRestore attempt whose
+// template changes an image (the same rule as an ops's patch, which CEL
+// refuses at apply): nothing was checkpointed, patched or deleted.
+func (p *Patcher) failDirectCheckpoint(ctx context.Context, in events.Event, changed []string) error {
+	msg := agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the template changes an image (%s) under spec.upgradePolicy.type CheckpointRestore, which cannot restore a checkpoint onto a new image; nothing was changed and the pod keeps running: set spec.upgradePolicy.type Recreate (with preUpgrade/postUpgrade hooks to keep the workspace) for this change, or put the image back",
+		strings.Join(changed, ", ")))
 	klog.FromContext(ctx).Info("sandbox failed", "message", msg)
 	return p.publish(ctx, in, events.TypeFailed, func(out *events.Data) {
 		out.Stage = agentsv1alpha1.UpgradingReasonCheckpointing

@@ -370,7 +370,8 @@ func TestDirectCheckpointRestoreCleansUpAfterSuccess(t *testing.T) {
 	old := waitPodReady(t, ns, sb.Name, "")
 	sb = updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
 		s.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeCheckpointRestore}
-		s.Spec.Template.Spec.Containers[0].Image = "registry.example/sandbox:v2"
+		// Not the image: a CheckpointRestore cannot restore onto a new one.
+		s.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "v2"}}
 	})
 	target, err := upgrade.Revision(sb.Spec.Template)
 	if err != nil {
