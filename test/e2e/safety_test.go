@@ -215,7 +215,6 @@ func TestDeletingAnOpsMidUpgradeStrandsNothing(t *testing.T) {
 // time (the third attempt's events are not dropped as duplicates of the first's).
 func TestDirectUpgradeBackAndForth(t *testing.T) {
 	s := Stack(t)
-	ctx := context.Background()
 	ns := s.env.Namespace(t)
 	makeSandboxes(t, s, ns, "aba", 1, "aba-pool", func(sb *agentsv1alpha1.Sandbox) {
 		sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
@@ -223,20 +222,28 @@ func TestDirectUpgradeBackAndForth(t *testing.T) {
 	for _, image := range []string{"my-registry/sandbox-image:v2", "my-registry/sandbox-image:v1", "my-registry/sandbox-image:v2"} {
 		kubectl(t, "", "patch", "sandbox", "aba-00", "-n", ns, "--type=merge", "-p",
 			fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"sandbox","image":%q}]}}}}`, image))
-		testenv.Eventually(t, 2*time.Minute, "direct upgrade to "+image, func() (bool, error) {
-			sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "aba-00", metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "aba-00", metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
-			ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && sb.Status.Phase == agentsv1alpha1.SandboxRunning && pod.Spec.Containers[0].Image == image
-			return ok, fmt.Errorf("phase %s upgrading %+v pod image %s", sb.Status.Phase, up, pod.Spec.Containers[0].Image)
-		})
+		waitDirectUpgraded(t, s, ns, "aba-00", image)
 	}
+}
+
+// waitDirectUpgraded waits until sandbox ns/name's direct upgrade Succeeded
+// and it runs Running on a pod of image.
+func waitDirectUpgraded(t *testing.T, s *stack, ns, name, image string) {
+	t.Helper()
+	ctx := context.Background()
+	testenv.Eventually(t, 2*time.Minute, "direct upgrade of "+name+" to "+image, func() (bool, error) {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+		ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && sb.Status.Phase == agentsv1alpha1.SandboxRunning && pod.Spec.Containers[0].Image == image
+		return ok, fmt.Errorf("phase %s upgrading %+v pod image %s", sb.Status.Phase, up, pod.Spec.Containers[0].Image)
+	})
 }
 
 // The stream deleted mid-upgrade: every sandbox still reaches a terminal state (Succeeded
@@ -318,17 +325,5 @@ func TestDirectCheckpointRestoreRefusesANewImage(t *testing.T) {
 	}
 
 	kubectl(t, "", "patch", "sandbox", "dcr-00", "-n", ns, "--type=merge", "-p", `{"spec":{"upgradePolicy":{"type":"Recreate"}}}`)
-	testenv.Eventually(t, 2*time.Minute, "the Recreate upgrade to v2", func() (bool, error) {
-		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "dcr-00", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
-		ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && pod.Spec.Containers[0].Image == "my-registry/sandbox-image:v2"
-		return ok, fmt.Errorf("upgrading %+v, pod image %s", up, pod.Spec.Containers[0].Image)
-	})
+	waitDirectUpgraded(t, s, ns, "dcr-00", "my-registry/sandbox-image:v2")
 }

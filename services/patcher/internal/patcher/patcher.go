@@ -365,10 +365,7 @@ func (p *Patcher) pinDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || !upgrade.ChecksPoint(sb, attempt) || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == value {
 		return "", nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{upgrade.AnnotationUpgradeStrategy: value}}})
-	if err != nil {
-		return "", fmt.Errorf("encode the strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
-	}
+	patch := upgrade.AnnotationPatch(upgrade.AnnotationUpgradeStrategy, value)
 	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return "", fmt.Errorf("write the strategy mark %q of sandbox %s/%s: %w", value, sb.Namespace, sb.Name, err)

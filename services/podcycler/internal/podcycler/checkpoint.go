@@ -179,10 +179,7 @@ func (c *cycler) markDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 		sb.Annotations[upgrade.AnnotationUpgradeStrategy] == value {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{upgrade.AnnotationUpgradeStrategy: value}}})
-	if err != nil {
-		return fmt.Errorf("encode the upgrade strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
-	}
+	patch := upgrade.AnnotationPatch(upgrade.AnnotationUpgradeStrategy, value)
 	if _, err := c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("write the upgrade strategy mark %q of sandbox %s/%s before its checkpoint: %w", value, sb.Namespace, sb.Name, err)
 	}

@@ -2,7 +2,6 @@ package podcycler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -260,15 +259,8 @@ func (c *cycler) recordCreateRefusal(ctx context.Context, sb *agentsv1alpha1.San
 	if sb.Annotations[upgrade.AnnotationPodCreateError] == refusal {
 		return nil
 	}
-	var value any
-	if refusal != "" {
-		value = refusal
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{upgrade.AnnotationPodCreateError: value}}})
-	if err != nil {
-		return fmt.Errorf("encode the pod-create-error annotation of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
-	}
-	_, err = c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patch := upgrade.AnnotationPatch(upgrade.AnnotationPodCreateError, refusal)
+	_, err := c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("write the pod-create-error annotation of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
