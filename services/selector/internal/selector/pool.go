@@ -202,7 +202,10 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 			return err
 		}
 	}
-	if plan.needsTemplate() {
+	if plan.needsTemplate() || upgrade.TemplateRefusal(set, revision) != "" {
+		// A recorded refusal is checked again even when this sync needs no
+		// template (a scale-down): a refusal by quota or admission can clear,
+		// and the set's TemplateRefused condition must not outlive it.
 		refused, err := p.templateRefused(ctx, set, revision, baselineTemplate(live, revision), time.Now())
 		if err != nil {
 			return err

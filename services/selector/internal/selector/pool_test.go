@@ -510,3 +510,29 @@ func TestTemplateRefusedOnlyWhenTheMembersTemplateIsAccepted(t *testing.T) {
 		t.Fatalf("a template refused alone: refused %q, err %v; want the API server's words", refused, err)
 	}
 }
+
+// TestRecordedRefusalIsCheckedAgainWithNothingToReplace: a set scaled down
+// to its outdated members needs no template, yet its recorded refusal is
+// checked again once the verdict expires, and removed when the template is
+// accepted now; TemplateRefused must not outlive its cause.
+func TestRecordedRefusalIsCheckedAgainWithNothingToReplace(t *testing.T) {
+	set := warmSet("uid-1", "registry.example/agent:v2")
+	revision, err := upgrade.Revision(set.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.Annotations = map[string]string{upgrade.AnnotationTemplateCheck: upgrade.TemplateCheckValue(revision, "refused by quota")}
+	c := newCheckPool()
+	c.client = fake.NewSimpleClientset()
+	c.sandboxes = listers.NewSandboxLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
+	c.checks["team-a/warm"] = templateCheck{uid: set.UID, revision: revision, refused: "refused by quota", at: time.Now().Add(-templateRecheck)}
+	if err := c.reconcile(context.Background(), set, &expectation{}); err != nil {
+		t.Fatal(err)
+	}
+	if c.dryRuns != 1 {
+		t.Errorf("dry runs %d, want the expired refusal checked again once", c.dryRuns)
+	}
+	if got := set.Annotations[upgrade.AnnotationTemplateCheck]; got != "" {
+		t.Errorf("template check %q still recorded after the template was accepted", got)
+	}
+}
