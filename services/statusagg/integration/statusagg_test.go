@@ -414,3 +414,39 @@ func patchThatChangesNothingCompletes(t *testing.T, h *harness) {
 		}
 	}
 }
+
+// TestSandboxWithAnUndecodableTemplate: the API server stores a template
+// with a field of the wrong type (the CRD keeps no schema for it). The
+// sandbox says why it has no pod, the template is kept as written through
+// statusagg's writes, and a sandbox created after it is served as usual:
+// the one bad object does not stop statusagg's informers.
+func TestSandboxWithAnUndecodableTemplate(t *testing.T) {
+	h := start(t)
+	ns := h.env.Namespace(t)
+	ctx := context.Background()
+	raw := `{"apiVersion":"agents.kruise.io/v1alpha1","kind":"Sandbox","metadata":{"name":"bad"},
+	  "spec":{"template":{"spec":{"containers":[{"name":"main","image":5,"resources":{"limits":{"cpu":"1 core"}}}]}}}}`
+	if err := h.agents.AgentsV1alpha1().RESTClient().Post().Namespace(ns).Resource("sandboxes").
+		Body([]byte(raw)).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatalf("create the sandbox with a mistyped template: %v", err)
+	}
+	bad := h.waitSandbox(ns, "bad", "Ready=False PodCreateFailed", func(sb *agentsv1alpha1.Sandbox) bool {
+		c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionReady)
+		return c != nil && c.Reason == agentsv1alpha1.ReadyReasonPodCreateFailed
+	})
+	if c := meta.FindStatusCondition(bad.Status.Conditions, agentsv1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.template") || !strings.Contains(c.Message, "quantities") {
+		t.Errorf("Ready message %q, want the field and the decoder's cause", c.Message)
+	}
+	h.waitEvent(ns, "bad", agentsv1alpha1.ReadyReasonPodCreateFailed, "spec.template")
+
+	stored, err := h.agents.AgentsV1alpha1().RESTClient().Get().Namespace(ns).Resource("sandboxes").Name("bad").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stored), `"image":5`) {
+		t.Errorf("after statusagg's writes the sandbox is %s, want its template as written", stored)
+	}
+
+	h.runningSandbox(ns, "good", nil)
+	h.waitSandbox(ns, "good", "Running", func(sb *agentsv1alpha1.Sandbox) bool { return sb.Status.Phase == agentsv1alpha1.SandboxRunning })
+}

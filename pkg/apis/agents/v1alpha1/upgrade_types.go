@@ -110,6 +110,11 @@ type EmbeddedSandboxTemplate struct {
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:pruning:PreserveUnknownFields
 	VolumeClaimTemplates []corev1.PersistentVolumeClaim `json:"volumeClaimTemplates,omitempty"`
+
+	// Undecodable is set, and Template and VolumeClaimTemplates are nil,
+	// when the stored template does not decode into a pod template (a
+	// field of the wrong type): see TemplateProblem. Not a field of the API.
+	Undecodable *UndecodableTemplate `json:"-"`
 }
 
 // SandboxTemplateRef references the template a sandbox is built from.

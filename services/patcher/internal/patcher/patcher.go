@@ -121,6 +121,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 				return p.failCheckpoint(ctx, ev, ops)
 			}
 		}
+		if why := sb.Spec.TemplateProblem(); why != "" {
+			return p.fail(ctx, ev, fmt.Sprintf("sandbox %s: %s; SandboxUpdateOps %s was not applied to it, and its pod was not touched: fix the sandbox's spec.template, then create a new SandboxUpdateOps", sb.Name, why, ops.Name))
+		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))

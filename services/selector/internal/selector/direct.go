@@ -135,6 +135,9 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if sb.DeletionTimestamp != nil || sb.Spec.UpgradePolicy == nil || sb.Spec.Template == nil || sb.Spec.Paused {
+		if why := sb.Spec.TemplateProblem(); why != "" && sb.Spec.UpgradePolicy != nil {
+			klog.FromContext(ctx).Info("No direct upgrade: the template cannot be read", "sandbox", klog.KObj(sb), "cause", why)
+		}
 		return nil
 	}
 	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != "" {

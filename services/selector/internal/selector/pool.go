@@ -128,6 +128,9 @@ func (p *pool) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if set.Spec.Template == nil {
+		if why := set.Spec.TemplateProblem(); why != "" {
+			logger.V(2).Info("Skip: the template cannot be read (statusagg shows TemplateRefused)", "cause", why)
+		}
 		return nil
 	}
 	p.mu.Lock()

@@ -62,6 +62,10 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 	case pod == nil && paused:
 		st.Phase = agentsv1alpha1.SandboxPaused
 		ready.Reason, ready.Message = ReadyReasonPaused, "sandbox is paused"
+	case pod == nil && sb.Spec.TemplateProblem() != "":
+		st.Phase = agentsv1alpha1.SandboxPending
+		ready.Reason = agentsv1alpha1.ReadyReasonPodCreateFailed
+		ready.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s is not created: %s", sb.Name, sb.Spec.TemplateProblem()))
 	case pod == nil && sb.Annotations[upgrade.AnnotationPodCreateError] != "":
 		st.Phase = agentsv1alpha1.SandboxPending
 		ready.Reason, ready.Message = agentsv1alpha1.ReadyReasonPodCreateFailed, podCreateFailedMessage(sb)

@@ -54,7 +54,11 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 			st.UpdateRevision = rev
 		}
 	}
-	if why := upgrade.TemplateRefusal(set, st.UpdateRevision); why != "" && st.UpdateRevision != "" {
+	if why := set.Spec.TemplateProblem(); why != "" {
+		// The selector cannot even read it: the pool does nothing at all.
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionTrue,
+			Reason: TemplateReasonPodRefused, Message: "the pool creates, replaces and deletes nothing: " + why, ObservedGeneration: set.Generation})
+	} else if why := upgrade.TemplateRefusal(set, st.UpdateRevision); why != "" && st.UpdateRevision != "" {
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionTrue,
 			Reason: TemplateReasonPodRefused, Message: why, ObservedGeneration: set.Generation})
 	} else if meta.FindStatusCondition(st.Conditions, ConditionTemplateRefused) != nil {
