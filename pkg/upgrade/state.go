@@ -212,11 +212,20 @@ func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 		// A direct attempt has no claim to compare: one its sandbox's
 		// status shows superseded by a later direct attempt (a higher
 		// generation) is stale, a message that waited in a queue while
-		// the user edited the template again.
+		// the user edited the template again; so is one, behind an ops's
+		// attempt or none, whose target is no longer the template (an ops
+		// upgraded the sandbox since: a replayed old message must not
+		// recreate its pod).
 		cur := CurrentAttempt(sb)
 		gen, ok := DirectAttemptGeneration(attempt)
 		curGen, curOK := DirectAttemptGeneration(cur)
-		return cur == attempt || !ok || !curOK || curGen <= gen
+		switch {
+		case cur == attempt || !ok:
+			return true
+		case curOK:
+			return curGen <= gen
+		}
+		return DirectAttemptTargets(sb, attempt)
 	}
 	if attempt == "" {
 		return true
@@ -308,6 +317,18 @@ const DirectAttemptPrefix = "direct-"
 // sandbox's generation.
 func DirectAttempt(revision string, generation int64) string {
 	return DirectAttemptPrefix + revision + "-" + strconv.FormatInt(generation, 10)
+}
+
+// DirectAttemptTargets reports whether the direct attempt's target revision
+// (its id's) is the revision of sb's template.
+func DirectAttemptTargets(sb *agentsv1alpha1.Sandbox, attempt string) bool {
+	rest, ok := strings.CutPrefix(attempt, DirectAttemptPrefix)
+	i := strings.LastIndex(rest, "-")
+	if !ok || i < 0 || sb.Spec.Template == nil {
+		return false
+	}
+	rev, err := Revision(sb.Spec.Template)
+	return err == nil && rest[:i] == rev
 }
 
 // DirectAttemptGeneration returns the sandbox generation a direct attempt id was

@@ -227,6 +227,17 @@ func TestClaimedBy(t *testing.T) {
 		}
 		return sb
 	}
+	templated := func(sb *agentsv1alpha1.Sandbox, image string) *agentsv1alpha1.Sandbox {
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
+		return sb
+	}
+	direct := func(image string, gen int64) string {
+		rev, err := Revision(templated(sandbox("", ""), image).Spec.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return DirectAttempt(rev, gen)
+	}
 	for _, tc := range []struct {
 		name         string
 		sb           *agentsv1alpha1.Sandbox
@@ -243,10 +254,12 @@ func TestClaimedBy(t *testing.T) {
 		{"direct attempt on an unclaimed sandbox", sandbox("", ""), "", "d-1", true},
 		{"direct attempt on a sandbox an ops claimed since", sandbox("up", "up uid-1"), "", "d-1", false},
 		{"direct attempt the status shows", current(sandbox("", ""), "direct-r5-5"), "", "direct-r5-5", true},
-		{"direct attempt before the status shows any", sandbox("", ""), "", "direct-r5-5", true},
+		{"direct attempt before the status shows any", templated(sandbox("", ""), "v2"), "", direct("v2", 5), true},
+		{"direct attempt without a template to target", sandbox("", ""), "", direct("v2", 5), false},
 		{"direct attempt newer than the one shown", current(sandbox("", ""), "direct-r5-5"), "", "direct-r6-6", true},
 		{"direct attempt the user's next edit superseded", current(sandbox("", ""), "direct-r6-6"), "", "direct-r5-5", false},
-		{"direct attempt after an ops's attempt", current(sandbox("", ""), "uid-1"), "", "direct-r5-5", true},
+		{"direct attempt after an ops's attempt", current(templated(sandbox("", ""), "v2"), "uid-1"), "", direct("v2", 5), true},
+		{"an old direct attempt replayed after an ops upgraded the sandbox", current(templated(sandbox("", ""), "v3"), "uid-1"), "", direct("v2", 5), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ClaimedBy(tc.sb, tc.ops, tc.attempt); got != tc.want {

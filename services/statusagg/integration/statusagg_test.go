@@ -34,6 +34,7 @@ func TestStatusAggregation(t *testing.T) {
 	t.Run("LateEventStillTimesItsStage", func(t *testing.T) { lateEventStillTimesItsStage(t, h.with(t)) })
 	t.Run("DeletionSaysWhatItWaitsFor", func(t *testing.T) { deletionSaysWhatItWaitsFor(t, h.with(t)) })
 	t.Run("DirectEventBeforeItsRequestedWaits", func(t *testing.T) { directEventBeforeItsRequestedWaits(t, h.with(t)) })
+	t.Run("ReplayedDirectAttemptOfAnotherTemplateIsStale", func(t *testing.T) { replayedDirectAttemptOfAnotherTemplateIsStale(t, h.with(t)) })
 	t.Run("FailureOfAReplacedOpsAttemptEndsIt", func(t *testing.T) { failureOfAReplacedOpsAttemptEndsIt(t, h.with(t)) })
 }
 
@@ -43,10 +44,14 @@ func TestStatusAggregation(t *testing.T) {
 func directEventBeforeItsRequestedWaits(t *testing.T, h *harness) {
 	ns := h.env.Namespace(t)
 	sb := h.runningSandbox(ns, "direct1", nil)
+	rev, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ev := func(typ string) events.Event {
 		return events.Event{Type: typ, Data: events.Data{
 			Sandbox: events.SandboxRef{Namespace: ns, Name: sb.Name, UID: sb.UID},
-			Attempt: fmt.Sprintf("%sr2-%d", upgrade.DirectAttemptPrefix, sb.Generation),
+			Attempt: upgrade.DirectAttempt(rev, sb.Generation),
 		}}
 	}
 	delivered := h.deliveredCount()
@@ -60,6 +65,43 @@ func directEventBeforeItsRequestedWaits(t *testing.T, h *harness) {
 		return upgrading(got, agentsv1alpha1.UpgradingReasonSucceeded)
 	})
 }
+
+// A direct attempt's requested replayed after the sandbox's template moved on
+// (an ops upgraded it since; the consumer was created again and replays the
+// stream) does not start the sandbox over: only an attempt that targets the
+// template as it is now is recorded.
+func replayedDirectAttemptOfAnotherTemplateIsStale(t *testing.T, h *harness) {
+	ns := h.env.Namespace(t)
+	sb := h.runningSandbox(ns, "replayed", nil)
+	rev, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requested := func(attempt string) events.Event {
+		return events.Event{Type: events.TypeRequested, Data: events.Data{
+			Sandbox: events.SandboxRef{Namespace: ns, Name: sb.Name, UID: sb.UID}, Attempt: attempt,
+		}}
+	}
+	old := upgrade.DirectAttempt("0ld0ld0ld0", sb.Generation-1)
+	h.publish(requested(old))
+	h.drained()
+	time.Sleep(startWindow + time.Second) // an attempt's start is written within startWindow
+	got, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := upgrade.CurrentAttempt(got); a != "" || got.Status.Phase != agentsv1alpha1.SandboxRunning {
+		t.Fatalf("after the replayed %s: attempt %q, phase %s; want none recorded, Running", old, a, got.Status.Phase)
+	}
+	current := upgrade.DirectAttempt(rev, sb.Generation)
+	h.publish(requested(current))
+	h.waitSandbox(ns, sb.Name, "the current attempt recorded", func(got *agentsv1alpha1.Sandbox) bool {
+		return upgrade.CurrentAttempt(got) == current
+	})
+}
+
+// startWindow is statusagg's: how long an attempt's start waits for its write.
+const startWindow = 200 * time.Millisecond
 
 // An ops being deleted while a sandbox is in a stage (the selector's finalizer
 // keeps it until the attempt ends) says so on its status and in an Event,

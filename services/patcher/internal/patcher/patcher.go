@@ -323,8 +323,12 @@ func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill
 	return nil
 }
 
-// specPatch is the JSON patch of writeSpec: a test that the spec is still at
-// the generation read, then the template, the lifecycle and, for a
+// specPatch is the JSON patch of writeSpec: tests that the spec is still at
+// the generation read and that the sandbox is still claimed as read (the
+// ops's label, and its claim annotation when it has one: an ops deleted
+// meanwhile releases the sandbox, and a template patched after that would
+// never be rolled out, while a later ops with the same patch would find
+// nothing to do), then the template, the lifecycle and, for a
 // CheckpointRestore attempt, the strategy annotation.
 func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifecycle *agentsv1alpha1.SandboxLifecycle, checkpoint bool, attempt string) ([]byte, error) {
 	type op struct {
@@ -334,8 +338,12 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 	}
 	ops := []op{
 		{Op: "test", Path: "/metadata/generation", Value: sb.Generation},
-		{Op: "add", Path: "/spec/template", Value: target},
+		{Op: "test", Path: "/metadata/labels/" + jsonPointerEscape(agentsv1alpha1.LabelUpdateOps), Value: sb.Labels[agentsv1alpha1.LabelUpdateOps]},
 	}
+	if claim, ok := sb.Annotations[upgrade.AnnotationClaim]; ok {
+		ops = append(ops, op{Op: "test", Path: "/metadata/annotations/" + jsonPointerEscape(upgrade.AnnotationClaim), Value: claim})
+	}
+	ops = append(ops, op{Op: "add", Path: "/spec/template", Value: target})
 	switch {
 	case lifecycle != nil:
 		ops = append(ops, op{Op: "add", Path: "/spec/lifecycle", Value: lifecycle})

@@ -140,6 +140,11 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 			return outcome{skip: fmt.Sprintf("ops %s was replaced (uid %s, event for %s)", d.Ops.Name, ops.UID, d.Ops.UID), cacheSkip: !fresh}, nil, nil
 		}
 	}
+	if d.Ops.Name == "" && d.Attempt != upgrade.CurrentAttempt(&view) && !upgrade.ClaimedBy(&view, "", d.Attempt) {
+		// An old direct attempt's message replayed after a later attempt
+		// (a consumer created again): it must not start over.
+		return outcome{skip: fmt.Sprintf("direct attempt %s is superseded (status records %q)", d.Attempt, upgrade.CurrentAttempt(&view)), cacheSkip: !fresh}, nil, nil
+	}
 	target, err := stageOf(ev, &view)
 	if err != nil {
 		return outcome{}, nil, events.Permanent(fmt.Errorf("map event to a stage: %w", err))
