@@ -15,6 +15,7 @@ import (
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
 )
 
 // A pod read the API server does not answer is retried (an error), not
@@ -64,5 +65,31 @@ func TestHookPodRefusesAPodTheSandboxDoesNotControl(t *testing.T) {
 	h = &HookRunner{kube: fake.NewClientset(own)}
 	if pod, reason, err := h.hookPod(context.Background(), sb, preStep, d); err != nil || pod == nil || reason != "" {
 		t.Fatalf("hookPod of its own pod = %v, %q, %v; want the pod", pod, reason, err)
+	}
+}
+
+// The done mark of a hook that ran is written again while the API server
+// fails it, so a redelivery finds it and does not run the hook again.
+func TestDoneMarkIsRetriedAfterABlip(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
+	kube := fake.NewClientset(pod)
+	fails := 2
+	kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fails > 0 {
+			fails--
+			return true, nil, apierrors.NewServerTimeout(schema.GroupResource{Resource: "pods"}, "patch", 1)
+		}
+		return false, nil, nil
+	})
+	h := &HookRunner{kube: kube}
+	if err := h.markDoneRetrying(context.Background(), pod, preStep, "a1"); err != nil {
+		t.Fatalf("markDoneRetrying after two timeouts: %v", err)
+	}
+	got, err := kube.CoreV1().Pods("ns").Get(context.Background(), "box", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[upgrade.HookDoneAnnotation(preStep.stage)] != "a1" {
+		t.Errorf("pod annotations %v, want the done mark of attempt a1", got.Annotations)
 	}
 }

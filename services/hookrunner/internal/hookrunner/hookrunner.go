@@ -138,10 +138,45 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	code := res.ExitCode
 	next.Data.HookExitCode = &code
 	logger.Info("hook succeeded", "reattached", res.Reattached)
-	if err := h.markDone(ctx, pod, st, d.Attempt); err != nil {
-		return err
+	if err := h.markDoneRetrying(ctx, pod, st, d.Attempt); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// The hook ran to success: a redelivery would only call the
+		// agent-runtime again, and one that no longer knows the ended run
+		// would run the hook a second time. The attempt moves on; only a
+		// redelivery of this message, which the publish below makes
+		// unlikely, would miss the mark.
+		logger.Error(err, "Hook succeeded but its done mark was not written; passing the sandbox on", "pod", klog.KObj(pod))
 	}
 	return h.publish(ctx, next)
+}
+
+// markDoneAttempts bounds markDoneRetrying; the waits between them double
+// from markDoneWait.
+const (
+	markDoneAttempts = 5
+	markDoneWait     = 200 * time.Millisecond
+)
+
+// markDoneRetrying is markDone, made again while the API server fails it
+// (a blip, a timeout), so that a hook that ran is not run again for want of
+// its mark.
+func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st step, attempt string) error {
+	wait := markDoneWait
+	var err error
+	for i := 0; i < markDoneAttempts; i++ {
+		if err = h.markDone(ctx, pod, st, attempt); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+	return err
 }
 
 // skipReplaced is hookPod's reason for a preUpgrade whose pod this attempt
