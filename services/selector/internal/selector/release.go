@@ -93,6 +93,12 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			ResourceVersion: sb.ResourceVersion,
 			Labels:          map[string]*string{agentsv1alpha1.LabelUpdateOps: nil},
 		}}
+		if upgrade.StateFor(sb, ops.Name, ops.UID) == upgrade.Failed && sb.Labels[agentsv1alpha1.LabelUpgradeFailed] != "true" {
+			// It failed while the ops was being deleted, before
+			// syncFailedLabels marked it: marked here, or a retry ops
+			// selecting upgrade-failed=true would never find it.
+			patch.Metadata.Labels[agentsv1alpha1.LabelUpgradeFailed] = ptr("true")
+		}
 		for _, mark := range []string{agentsv1alpha1.AnnotationUpgradeResumeTrigger, upgrade.AnnotationClaim} {
 			if _, ok := sb.Annotations[mark]; ok {
 				if patch.Metadata.Annotations == nil {

@@ -401,3 +401,32 @@ func TestAdmissionSetsTheWakeMarkForThisAttempt(t *testing.T) {
 		t.Errorf("sbx-1 (failed in PreUpgrade) resumed by second: annotation %s = %q, want true: its backup is still to take", agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
 	}
 }
+
+// A sandbox whose attempt failed while its ops was being deleted, before
+// the failure label was synced, is released with upgrade-failed=true: a
+// retry ops selecting on it must find it.
+func TestReleaseMarksASandboxThatFailedMeanwhile(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, map[string]string{agentsv1alpha1.LabelUpdateOps: "upgrade"})
+	ops := f.ops("upgrade", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Finalizers = []string{agentsv1alpha1.FinalizerSandboxUpdateOpsProtection}
+	})
+	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	client := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns)
+	if err := client.Delete(ctx, ops.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleting, err := client.Get(ctx, ops.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Selector{client: f.agents, inflight: newInflight(), republishAfter: DefaultRepublishAfter}
+	if err := s.release(ctx, deleting); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	sb := f.getSandbox("sbx-0")
+	if _, ok := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ok || sb.Labels[agentsv1alpha1.LabelUpgradeFailed] != "true" {
+		t.Errorf("released sandbox labels %v, want no %s and %s=true", sb.Labels, agentsv1alpha1.LabelUpdateOps, agentsv1alpha1.LabelUpgradeFailed)
+	}
+}
