@@ -304,7 +304,8 @@ func computeNoNeed(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
 // batch would start in the namespace. Others wait in Pending until it ends.
 func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxUpdateOps {
 	started := func(o *agentsv1alpha1.SandboxUpdateOps) bool {
-		return o.Annotations[AnnotationPatchCheck] == PatchCheckOK
+		v, ok := PatchVerdict(o)
+		return ok && v == PatchCheckOK
 	}
 	var active *agentsv1alpha1.SandboxUpdateOps
 	for _, o := range list {

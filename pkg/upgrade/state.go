@@ -126,6 +126,25 @@ const PatchCheckOK = "ok"
 // another (nodeSelector for affinity) gets through. The digest is what tells.
 const AnnotationPatchDigest = "molt.dev/patch-digest"
 
+// AnnotationPatchCheckFor is the SandboxUpdateOps annotation the selector
+// writes with AnnotationPatchCheck: the UID of the ops the verdict is for.
+// An ops saved with `kubectl get -o yaml`, edited and applied again carries
+// the first one's annotations; their verdict is not the new ops's.
+const AnnotationPatchCheckFor = "molt.dev/patch-check-for"
+
+// PatchVerdict returns the selector's verdict on ops's patch
+// (AnnotationPatchCheck); ok is false when the patch was not checked yet,
+// or the verdict was recorded for another ops (AnnotationPatchCheckFor). A
+// verdict without AnnotationPatchCheckFor (an older molt's) is taken as
+// this ops's.
+func PatchVerdict(ops *agentsv1alpha1.SandboxUpdateOps) (verdict string, ok bool) {
+	verdict, ok = ops.Annotations[AnnotationPatchCheck]
+	if uid, recorded := ops.Annotations[AnnotationPatchCheckFor]; ok && recorded && uid != string(ops.UID) {
+		return "", false
+	}
+	return verdict, ok
+}
+
 // PatchDigest is the sha256 of a patch's JSON with its keys in order (hex).
 func PatchDigest(raw []byte) string {
 	var v any
@@ -163,6 +182,9 @@ func TemplateRefusal(set *agentsv1alpha1.SandboxSet, revision string) string {
 // PatchChanged reports whether ops's spec.patch differs from the one the
 // selector checked (AnnotationPatchDigest; false when none was recorded).
 func PatchChanged(ops *agentsv1alpha1.SandboxUpdateOps) bool {
+	if _, checked := PatchVerdict(ops); !checked {
+		return false
+	}
 	digest, ok := ops.Annotations[AnnotationPatchDigest]
 	return ok && digest != PatchDigest(ops.Spec.Patch.Raw)
 }
@@ -171,7 +193,7 @@ func PatchChanged(ops *agentsv1alpha1.SandboxUpdateOps) bool {
 // not checked yet: the check's verdict, or, when it passed, a spec.patch
 // changed since (AnnotationPatchDigest).
 func PatchProblem(ops *agentsv1alpha1.SandboxUpdateOps) string {
-	v, ok := ops.Annotations[AnnotationPatchCheck]
+	v, ok := PatchVerdict(ops)
 	if !ok {
 		return ""
 	}

@@ -186,6 +186,7 @@ func TestPatchProblemSeesAPatchChangedAfterItsCheck(t *testing.T) {
 	checked := []byte(`{"spec":{"nodeSelector":{"pool":"a"},"containers":[{"name":"main","image":"v2"}]}}`)
 	ops := func(annotations map[string]string, raw string) *agentsv1alpha1.SandboxUpdateOps {
 		o := &agentsv1alpha1.SandboxUpdateOps{}
+		o.UID = "uid-1"
 		o.Annotations = annotations
 		o.Spec.Patch.Raw = []byte(raw)
 		return o
@@ -202,6 +203,9 @@ func TestPatchProblemSeesAPatchChangedAfterItsCheck(t *testing.T) {
 		{"passed, the same patch with its keys in another order", ops(ok, `{"spec":{"containers":[{"image":"v2","name":"main"}],"nodeSelector":{"pool":"a"}}}`), ""},
 		{"passed, a key swapped for another since", ops(ok, `{"spec":{"affinity":{"pool":"a"},"containers":[{"name":"main","image":"v2"}]}}`), "spec.patch was changed after the selector checked it"},
 		{"passed before digests were recorded", ops(map[string]string{AnnotationPatchCheck: PatchCheckOK}, `{"spec":{}}`), ""},
+		{"refused for this ops", ops(map[string]string{AnnotationPatchCheck: "bad field", AnnotationPatchCheckFor: "uid-1"}, string(checked)), "bad field"},
+		{"a refusal copied from another ops's YAML", ops(map[string]string{AnnotationPatchCheck: "bad field", AnnotationPatchCheckFor: "uid-0"}, string(checked)), ""},
+		{"a pass copied from another ops's YAML, its patch fixed since", ops(map[string]string{AnnotationPatchCheck: PatchCheckOK, AnnotationPatchDigest: PatchDigest([]byte(`{"spec":{}}`)), AnnotationPatchCheckFor: "uid-0"}, string(checked)), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := PatchProblem(tc.ops)

@@ -30,7 +30,7 @@ import (
 // patchCheckTries of them, so that one unusual sandbox sorting first does not let a patch
 // through unchecked.
 func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, candidates []*agentsv1alpha1.Sandbox) (string, error) {
-	if _, ok := ops.Annotations[upgrade.AnnotationPatchCheck]; ok {
+	if _, ok := upgrade.PatchVerdict(ops); ok {
 		return upgrade.PatchProblem(ops), nil
 	}
 	problem := ""
@@ -51,8 +51,10 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 	if problem != "" {
 		value = problem
 	}
-	digest := upgrade.PatchDigest(ops.Spec.Patch.Raw)
-	patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationPatchCheck: &value, upgrade.AnnotationPatchDigest: &digest}}}
+	digest, uid := upgrade.PatchDigest(ops.Spec.Patch.Raw), string(ops.UID)
+	patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{
+		upgrade.AnnotationPatchCheck: &value, upgrade.AnnotationPatchDigest: &digest, upgrade.AnnotationPatchCheckFor: &uid,
+	}}}
 	if _, err := s.client.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Patch(ctx, ops.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
 		return "", fmt.Errorf("record the patch check on ops %s/%s: %w", ops.Namespace, ops.Name, err)
 	}
