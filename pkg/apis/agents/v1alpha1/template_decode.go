@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -32,7 +33,7 @@ func (t *EmbeddedSandboxTemplate) TemplateProblem() string {
 	if t.Undecodable == nil {
 		return ""
 	}
-	return fmt.Sprintf("spec.template or spec.volumeClaimTemplates is not a valid pod template: %s; molt builds, patches and upgrades nothing from it: fix the field's type (kubectl edit)", t.Undecodable.Err)
+	return fmt.Sprintf("a field of the wrong type in %s; molt builds, patches and upgrades nothing from this template until it is fixed (kubectl edit)", t.Undecodable.Err)
 }
 
 const (
@@ -68,8 +69,23 @@ func decodeSpec(data []byte, spec any, embedded *EmbeddedSandboxTemplate) error 
 		return err // something else is wrong too: the decoder's error stands
 	}
 	embedded.Template, embedded.VolumeClaimTemplates = nil, nil
-	embedded.Undecodable = &UndecodableTemplate{Template: tmpl, VolumeClaimTemplates: claims, Err: err.Error()}
+	embedded.Undecodable = &UndecodableTemplate{Template: tmpl, VolumeClaimTemplates: claims, Err: whichField(tmpl, claims, err)}
 	return nil
+}
+
+// whichField names the field that did not decode in err's message.
+func whichField(tmpl, claims json.RawMessage, err error) string {
+	if tmpl != nil {
+		if terr := kjson.UnmarshalCaseSensitivePreserveInts(tmpl, &corev1.PodTemplateSpec{}); terr != nil {
+			return "spec.template: " + terr.Error()
+		}
+	}
+	if claims != nil {
+		if cerr := kjson.UnmarshalCaseSensitivePreserveInts(claims, &[]corev1.PersistentVolumeClaim{}); cerr != nil {
+			return "spec.volumeClaimTemplates: " + cerr.Error()
+		}
+	}
+	return err.Error()
 }
 
 // encodeSpec is the JSON of a spec whose encoding without this file's
