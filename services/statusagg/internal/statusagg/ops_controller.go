@@ -22,7 +22,7 @@ import (
 )
 
 // syncOps recomputes one SandboxUpdateOps' status:
-//  1. load the ops (gone → drop its metrics);
+//  1. load the ops (gone → drop its metrics and what is remembered of it);
 //  2. skip a finished ops (Completed or Failed: its counters are frozen,
 //     its sandboxes move on) and one being deleted, keeping their gauges;
 //     one being deleted says which sandboxes its deletion waits for
@@ -45,6 +45,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.metrics.forgetOps(ns, name)
 		s.opsWrites.forget(key)
 		s.opsTails.forget(key)
+		s.deleted.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -84,10 +85,10 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.opsTails.forget(key)
 	}
 	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
-	notes := s.deleted.peek(key)
+	notes := s.deleted.peek(key, ops.UID)
 	withDeletedNotes(&want, notes, ops.Generation)
 	if equality.Semantic.DeepEqual(ops.Status, want) {
-		s.deleted.drop(key, notes)
+		s.deleted.drop(key, ops.UID, notes)
 		s.metrics.setOps(ops, want)
 		return nil
 	}
@@ -107,7 +108,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	case err != nil:
 		return fmt.Errorf("update status of ops %s: %w", key, err)
 	}
-	s.deleted.drop(key, notes)
+	s.deleted.drop(key, ops.UID, notes)
 	s.opsWrites.wrote(key)
 	logger.V(2).Info("Updated ops status", "phase", want.Phase, "total", want.Replicas,
 		"updated", want.UpdatedReplicas, "updating", want.UpdatingReplicas, "failed", want.FailedReplicas)

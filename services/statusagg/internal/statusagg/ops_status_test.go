@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
@@ -96,18 +97,19 @@ func TestFailureMessageNamesUpToTen(t *testing.T) {
 
 func TestDeletedNotes(t *testing.T) {
 	var d deletedNotes
-	d.drop("ns/ops", nil) // nothing recorded yet: no panic
-	d.drop("ns/ops", []string{"a (PreUpgrade)"})
-	d.add("ns/ops", "a (PreUpgrade)")
-	d.add("ns/ops", "a (PreUpgrade)")
-	d.add("ns/ops", "b (UpgradePod)")
-	notes := d.peek("ns/ops")
+	const key, uid = "ns/ops", types.UID("ops-uid")
+	d.drop(key, uid, nil) // nothing recorded yet: no panic
+	d.drop(key, uid, []string{"a (PreUpgrade)"})
+	d.add(key, uid, "a (PreUpgrade)")
+	d.add(key, uid, "a (PreUpgrade)")
+	d.add(key, uid, "b (UpgradePod)")
+	notes := d.peek(key, uid)
 	if len(notes) != 2 {
 		t.Fatalf("peek = %v, want two notes", notes)
 	}
-	d.add("ns/ops", "c (admitted)") // arrives between the peek and the write
-	d.drop("ns/ops", notes)
-	if got := d.peek("ns/ops"); len(got) != 1 || got[0] != "c (admitted)" {
+	d.add(key, uid, "c (admitted)") // arrives between the peek and the write
+	d.drop(key, uid, notes)
+	if got := d.peek(key, uid); len(got) != 1 || got[0] != "c (admitted)" {
 		t.Fatalf("after drop: %v, want only the note the write did not carry", got)
 	}
 	var st agentsv1alpha1.SandboxUpdateOpsStatus
