@@ -2,7 +2,9 @@ package statusagg
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -138,38 +140,121 @@ func (s *server) deletedHandler() cache.ResourceEventHandler {
 // deletedNote is how the SandboxesDeleted condition names a sandbox deleted at stage.
 func deletedNote(name, stage string) string { return fmt.Sprintf("%s (%s)", name, stage) }
 
+// The SandboxesDeleted condition's message keeps its counts apart from its list of
+// notes, so that a list cut to the condition's length never loses a count:
+//
+//	3 deleted during the upgrade, 2 of them after it succeeded (still counted as updated): a (Succeeded), b (PreUpgrade), c (Succeeded)
+//
+// The list keeps the newest notes that fit, oldest first; "…" in its place says older
+// ones were left out (the Warning Event of each names it too). statusagg reads the counts
+// back from the message at every write (it keeps nothing in memory across restarts), so
+// the format below is parsed as well as printed: change both together.
+const (
+	deletedCounts = "%d deleted during the upgrade, %d of them after it succeeded (still counted as updated): "
+	deletedElided = "…"
+	deletedSep    = ", "
+	// deletedLegacyPrefix began the message before it carried counts; such a message
+	// (written by an older statusagg) is read by counting its notes.
+	deletedLegacyPrefix = "deleted during their upgrade: "
+)
+
+var deletedCountsRE = regexp.MustCompile(`^(\d+) deleted during the upgrade, (\d+) of them after it succeeded \(still counted as updated\): `)
+
+// deletedRecord is what a SandboxesDeleted condition says: how many sandboxes were
+// deleted during the ops, how many of them after their upgrade succeeded, and the
+// newest notes, oldest first.
+type deletedRecord struct {
+	total, updated int
+	notes          []string
+}
+
+// readDeleted reads st's SandboxesDeleted condition (the zero record without one).
+func readDeleted(st agentsv1alpha1.SandboxUpdateOpsStatus) deletedRecord {
+	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	if c == nil {
+		return deletedRecord{}
+	}
+	var r deletedRecord
+	switch m := deletedCountsRE.FindStringSubmatch(c.Message); {
+	case m != nil:
+		r.total, _ = strconv.Atoi(m[1])
+		r.updated, _ = strconv.Atoi(m[2])
+		r.notes = strings.Split(c.Message[len(m[0]):], deletedSep)
+		r.notes = slices.DeleteFunc(r.notes, func(n string) bool { return n == deletedElided || n == "" })
+	case strings.HasPrefix(c.Message, deletedLegacyPrefix):
+		r.notes = strings.Split(strings.TrimPrefix(c.Message, deletedLegacyPrefix), deletedSep)
+		// A legacy message cut to the condition's length ends in part of a note.
+		if last := r.notes[len(r.notes)-1]; !strings.HasSuffix(last, ")") {
+			r.notes = r.notes[:len(r.notes)-1]
+		}
+		r.total = len(r.notes)
+		for _, n := range r.notes {
+			if isUpdatedNote(n) {
+				r.updated++
+			}
+		}
+	}
+	return r
+}
+
+// isUpdatedNote is true for the note of a sandbox deleted after its upgrade succeeded.
+func isUpdatedNote(note string) bool {
+	return strings.HasSuffix(note, " ("+agentsv1alpha1.UpgradingReasonSucceeded+")")
+}
+
+// message renders r within a condition message's length: the counts, then as many of
+// the newest notes as fit, after "…" when some are left out (fewer notes than the total:
+// cut now, or in an earlier message).
+func (r deletedRecord) message() string {
+	head := fmt.Sprintf(deletedCounts, r.total, r.updated)
+	for notes := r.notes; len(notes) > 0; notes = notes[1:] {
+		list := strings.Join(notes, deletedSep)
+		if len(notes) < r.total {
+			list = deletedElided + deletedSep + list
+		}
+		if len(head)+len(list) <= agentsv1alpha1.MaxConditionMessageLength {
+			return head + list
+		}
+	}
+	return head + deletedElided
+}
+
 // withDeletedNotes adds notes to st's SandboxesDeleted condition (kept across writes).
+//
+// A note is counted when it is added to the list, and only when the list does not
+// already hold it, so a note applied twice (a status write that reached the API server
+// but returned an error, two statusagg processes during a leader hand-over) is counted
+// once. That guarantee lasts only as long as the note is among those the message keeps,
+// the newest that fit in the condition's 1024 bytes: some 20 notes of 30-character
+// names, as few as 3 of the longest a sandbox may have. Both repeats come within about
+// one status write of the first, so a note is counted twice only if more notes than
+// that were added in between; perfect de-duplication would need every note stored, which
+// a condition message cannot hold. The limit is the other way too: two sandboxes of the
+// same name deleted at the same stage in one ops (deleted, created again, claimed again)
+// are counted once while the first is still listed. A delete statusagg never saw (it was
+// not running) is not counted here at all; desiredOpsStatus keeps updated from going
+// down for those.
 func withDeletedNotes(st *agentsv1alpha1.SandboxUpdateOpsStatus, notes []string, gen int64) {
 	if len(notes) == 0 {
 		return
 	}
-	var all []string
-	if c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted); c != nil {
-		all = strings.Split(strings.TrimPrefix(c.Message, deletedPrefix), ", ")
-	}
+	r := readDeleted(*st)
 	for _, n := range notes {
-		if !slices.Contains(all, n) {
-			all = append(all, n)
+		if slices.Contains(r.notes, n) {
+			continue
+		}
+		r.notes = append(r.notes, n)
+		r.total++
+		if isUpdatedNote(n) {
+			r.updated++
 		}
 	}
 	setCondition(&st.Conditions, metav1.Condition{Type: ConditionSandboxesDeleted, Status: metav1.ConditionTrue,
-		Reason: DeletedReasonDuringUpgrade, Message: deletedPrefix + strings.Join(all, ", "), ObservedGeneration: gen})
+		Reason: DeletedReasonDuringUpgrade, Message: r.message(), ObservedGeneration: gen})
 }
 
-const deletedPrefix = "deleted during their upgrade: "
-
-// updatedDeparted counts the sandboxes st's SandboxesDeleted condition names as deleted
-// after their upgrade succeeded: they stay counted as updated.
+// updatedDeparted counts the sandboxes st's SandboxesDeleted condition records as
+// deleted after their upgrade succeeded: they stay counted as updated.
 func updatedDeparted(st agentsv1alpha1.SandboxUpdateOpsStatus) int {
-	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
-	if c == nil {
-		return 0
-	}
-	n := 0
-	for _, note := range strings.Split(strings.TrimPrefix(c.Message, deletedPrefix), ", ") {
-		if strings.HasSuffix(note, " ("+agentsv1alpha1.UpgradingReasonSucceeded+")") {
-			n++
-		}
-	}
-	return n
+	return readDeleted(st).updated
 }

@@ -2,6 +2,7 @@ package statusagg
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	"molt.dev/pkg/controller"
 	"molt.dev/pkg/generated/clientset/versioned/fake"
 	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // An ops deleted and applied again under the same name (the user guide's retry) starts
@@ -130,6 +132,62 @@ func TestDeletedNotesBelongToOneOps(t *testing.T) {
 	d.forget(key)
 	if got := d.peek(key, "second"); got != nil {
 		t.Fatalf("after forget: %v", got)
+	}
+}
+
+// UPDATED and TOTAL keep counting the sandboxes deleted after their upgrade however long
+// the SandboxesDeleted message grows: the count is apart from the list of names, which
+// alone is cut to the condition's length. A note applied again is counted once, and the
+// count survives being read back from the message (statusagg restarts keep nothing else).
+func TestDeletedCountSurvivesALongList(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "ops", Generation: 1}}
+	const deleted = 80
+	name := func(i int) string { return fmt.Sprintf("sandbox-with-a-rather-long-name-%03d", i) }
+	// One sandbox after another is updated, then deleted, as syncOps writes it: the
+	// counters from the selection, then the note. One more upgrades throughout.
+	for i := range deleted {
+		note := deletedNote(name(i), agentsv1alpha1.UpgradingReasonSucceeded)
+		ops.Status = desiredOpsStatus(ops, ops, selection(1, upgrade.Updated, upgrade.Updating), nil)
+		ops.Status = desiredOpsStatus(ops, ops, selection(1, upgrade.Updating), nil) // deleted: it left the selection
+		withDeletedNotes(&ops.Status, []string{note}, 1)
+		if i%7 == 2 { // a note applied again two deletes later (a write whose outcome was unknown)
+			ops.Status = desiredOpsStatus(ops, ops, selection(1, upgrade.Updating), nil)
+			withDeletedNotes(&ops.Status, []string{deletedNote(name(i-2), agentsv1alpha1.UpgradingReasonSucceeded), note}, 1)
+		}
+	}
+	withDeletedNotes(&ops.Status, []string{deletedNote("x", agentsv1alpha1.UpgradingReasonPreUpgrade)}, 1)
+	if got := updatedDeparted(ops.Status); got != deleted {
+		t.Errorf("updatedDeparted = %d, want %d", got, deleted)
+	}
+	// The last one upgrading succeeds: UPDATED moves on, past every deleted one.
+	if st := desiredOpsStatus(ops, ops, selection(1, upgrade.Updated), nil); st.UpdatedReplicas != deleted+1 || st.Replicas != deleted+1 {
+		t.Errorf("after the last success: UPDATED %d, TOTAL %d; want %d and %d", st.UpdatedReplicas, st.Replicas, deleted+1, deleted+1)
+	}
+	c := meta.FindStatusCondition(ops.Status.Conditions, ConditionSandboxesDeleted)
+	if len(c.Message) > agentsv1alpha1.MaxConditionMessageLength {
+		t.Errorf("message is %d bytes, over the condition's cap", len(c.Message))
+	}
+	if want := fmt.Sprintf("%d deleted during the upgrade, %d of them after it succeeded (still counted as updated): …, ", deleted+1, deleted); !strings.HasPrefix(c.Message, want) {
+		t.Errorf("message %q does not begin %q", c.Message, want)
+	}
+	if !strings.HasSuffix(c.Message, name(deleted-1)+" (Succeeded), x (PreUpgrade)") {
+		t.Errorf("message %q does not end with the newest notes", c.Message)
+	}
+}
+
+// A message written by an older statusagg (no counts, maybe cut mid-note) is read by
+// counting its notes, and carries on in the counted form.
+func TestDeletedLegacyMessageIsCounted(t *testing.T) {
+	var st agentsv1alpha1.SandboxUpdateOpsStatus
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSandboxesDeleted, Status: metav1.ConditionTrue, Reason: DeletedReasonDuringUpgrade,
+		Message: "deleted during their upgrade: a (Succeeded), b (PreUpgrade), c (Succ"})
+	if got := updatedDeparted(st); got != 1 {
+		t.Fatalf("updatedDeparted of a legacy message = %d, want 1", got)
+	}
+	withDeletedNotes(&st, []string{"a (Succeeded)", "d (Succeeded)"}, 1)
+	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	if want := "3 deleted during the upgrade, 2 of them after it succeeded (still counted as updated): a (Succeeded), b (PreUpgrade), d (Succeeded)"; c.Message != want {
+		t.Fatalf("message %q, want %q", c.Message, want)
 	}
 }
 

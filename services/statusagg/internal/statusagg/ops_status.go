@@ -53,8 +53,9 @@ const (
 	ProgressingReasonInvalidPatch = "InvalidPatch"
 
 	// ConditionSandboxesDeleted is True once a sandbox the ops was upgrading
-	// was deleted mid-attempt; the message names them. They leave the
-	// counters; an updated one stays counted as updated.
+	// was deleted mid-attempt (or after it succeeded); the message counts them,
+	// and how many had succeeded, then names the newest (deletedRecord). They
+	// leave the counters; an updated one stays counted as updated.
 	ConditionSandboxesDeleted = "SandboxesDeleted"
 	// DeletedReasonDuringUpgrade: SandboxesDeleted=True.
 	DeletedReasonDuringUpgrade = "DeletedDuringUpgrade"
@@ -101,7 +102,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	st := *ops.Status.DeepCopy()
 	gen := ops.Generation
 	st.ObservedGeneration = gen
-	// Updated sandboxes deleted since: those the SandboxesDeleted condition names,
+	// Updated sandboxes deleted since: those the SandboxesDeleted condition counts,
 	// and at least as many as keep updated from going down (a delete statusagg did
 	// not see, as it was not running).
 	departed := max(updatedDeparted(ops.Status), int(ops.Status.UpdatedReplicas)-sel.Updated, 0)

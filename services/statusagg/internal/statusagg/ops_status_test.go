@@ -116,7 +116,7 @@ func TestDeletedNotes(t *testing.T) {
 	withDeletedNotes(&st, notes, 1)
 	withDeletedNotes(&st, []string{"c (admitted)", "a (PreUpgrade)"}, 1)
 	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
-	if c == nil || c.Message != "deleted during their upgrade: a (PreUpgrade), b (UpgradePod), c (admitted)" {
+	if c == nil || c.Message != "3 deleted during the upgrade, 0 of them after it succeeded (still counted as updated): a (PreUpgrade), b (UpgradePod), c (admitted)" {
 		t.Fatalf("SandboxesDeleted = %+v", c)
 	}
 }
