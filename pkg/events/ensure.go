@@ -70,6 +70,10 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 }
 
 // streamDrift lists the fields molt sets whose running value differs from the wanted one.
+// allow_direct is among them though molt leaves it false: on a stream that allows direct
+// gets, nats.go reads a message through $JS.API.DIRECT.GET.<stream>..., which a NATS user
+// must be allowed to publish to (deploy/nats/auth.conf allows statusagg both that and
+// MSG.GET; a config made before it may not).
 func streamDrift(running, want jetstream.StreamConfig) []drift {
 	var d differ
 	d.add("subjects", sortedSet(running.Subjects), sortedSet(want.Subjects))
@@ -80,6 +84,7 @@ func streamDrift(running, want jetstream.StreamConfig) []drift {
 	d.add("duplicate_window", running.Duplicates, want.Duplicates)
 	d.add("num_replicas", running.Replicas, want.Replicas)
 	d.add("discard", running.Discard, want.Discard)
+	d.add("allow_direct", running.AllowDirect, want.AllowDirect)
 	return d
 }
 

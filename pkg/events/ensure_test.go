@@ -67,6 +67,7 @@ func TestStreamDrift(t *testing.T) {
 			c.Retention, c.Storage, c.Discard, c.Duplicates = jetstream.WorkQueuePolicy, jetstream.MemoryStorage, jetstream.DiscardNew, time.Minute
 		}, []drift{{"retention", "WorkQueue", "Limits"}, {"storage", "Memory", "File"}, {"duplicate_window", "1m0s", "2m0s"},
 			{"discard", "DiscardNew", "DiscardOld"}}},
+		{"direct gets allowed", func(c *jetstream.StreamConfig) { c.AllowDirect = true }, []drift{{"allow_direct", "true", "false"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,7 +169,7 @@ func TestEnsureStreamKeepsOperatorChanges(t *testing.T) {
 	}
 
 	operated := s.CachedInfo().Config // as `nats stream edit` would
-	operated.MaxAge, operated.MaxBytes = 30*24*time.Hour, 4<<30
+	operated.MaxAge, operated.MaxBytes, operated.AllowDirect = 30*24*time.Hour, 4<<30, true
 	if _, err := js.UpdateStream(ctx, operated); err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +183,17 @@ func TestEnsureStreamKeepsOperatorChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := info.Config; c.MaxAge != 30*24*time.Hour || c.MaxBytes != 4<<30 {
-		t.Errorf("running max age, max bytes = %s, %d; want the operator's 720h, 4GiB", c.MaxAge, c.MaxBytes)
+	if c := info.Config; c.MaxAge != 30*24*time.Hour || c.MaxBytes != 4<<30 || !c.AllowDirect {
+		t.Errorf("running max age, max bytes, allow direct = %s, %d, %v; want the operator's 720h, 4GiB, true", c.MaxAge, c.MaxBytes, c.AllowDirect)
 	}
-	for _, field := range []string{"max_age", "max_bytes"} {
-		if v, n := driftGauge(m, objectStream, StreamName, field); v != 1 || n != 2 {
-			t.Errorf("drift{%s} = %v with %d series, want 1 with 2", field, v, n)
+	for _, field := range []string{"max_age", "max_bytes", "allow_direct"} {
+		if v, n := driftGauge(m, objectStream, StreamName, field); v != 1 || n != 3 {
+			t.Errorf("drift{%s} = %v with %d series, want 1 with 3", field, v, n)
 		}
 	}
 
 	// Back to molt's values: the drift is gone.
-	operated.MaxAge, operated.MaxBytes = DefaultMaxAge, DefaultMaxBytes
+	operated.MaxAge, operated.MaxBytes, operated.AllowDirect = DefaultMaxAge, DefaultMaxBytes, false
 	if _, err := js.UpdateStream(ctx, operated); err != nil {
 		t.Fatal(err)
 	}

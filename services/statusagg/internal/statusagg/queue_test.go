@@ -53,35 +53,7 @@ func TestLocate(t *testing.T) {
 // permissions are proven too), where a stage's input is: queued behind others, in flight,
 // acknowledged, of another attempt, or never published.
 func TestQueueLookOnJetStream(t *testing.T) {
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw, err := devcluster.LoadNATSPasswords(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range pw.ServerEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	srv, err := testenv.StartNATS(devcluster.NATSAuthConf(root), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	connect := func(user string) jetstream.JetStream {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, pw.Password(user)), nats.CustomInboxPrefix(service.InboxPrefix(user)))
-		if err != nil {
-			t.Fatalf("connect as %s: %v", user, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
+	connect := startNATS(t)
 	ctx := context.Background()
 	admin := connect("admin")
 	if _, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
@@ -91,19 +63,7 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := events.NewPublisher(admin, "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	publish := func(typ, name, attempt string) {
-		ev := events.Event{Type: typ, Data: events.Data{
-			Sandbox: events.SandboxRef{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
-			Ops:     events.OpsRef{Name: "ops", UID: types.UID(attempt)}, Attempt: attempt, TargetRevision: "r2",
-		}}
-		if err := pub.Publish(ctx, ev); err != nil {
-			t.Fatalf("publish %s for %s: %v", typ, name, err)
-		}
-	}
+	publish := publisher(t, admin)
 	patched := func(name, attempt string) { publish(events.TypePatched, name, attempt) }
 	for _, n := range []string{"a", "b", "c"} {
 		patched(n, "att")
@@ -189,5 +149,106 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	}
 	if !waiting("c", "att") {
 		t.Error("c's patched is not seen queued after its consumer moved again")
+	}
+}
+
+// TestQueueLookOnADirectGetStream: on a stream that allows direct gets (set outside molt:
+// `nats stream edit MOLT_EVENTS --allow-direct`, or a stream made with `nats stream add`),
+// nats.go reads the last message of a subject from $JS.API.DIRECT.GET.MOLT_EVENTS.<subject>
+// instead of $JS.API.STREAM.MSG.GET.MOLT_EVENTS. auth.conf lets statusagg ask that too, so
+// the watchdog still finds a stage's queued input instead of timing out on a permissions
+// violation.
+func TestQueueLookOnADirectGetStream(t *testing.T) {
+	connect := startNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := connect("admin")
+	s, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowDirect = true
+	if _, err := admin.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("allow direct gets on stream %s: %v", events.StreamName, err)
+	}
+	if _, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	publish := publisher(t, admin)
+	publish(events.TypePatched, "a", "att")
+
+	q := newQueues(connect("statusagg"), time.Now)
+	l := q.look()
+	defer l.done()
+	// A refused request is answered by nobody: it waits out lookCtx.
+	lookCtx, cancelLook := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelLook()
+	where, ok, err := l.waiting(lookCtx, "ns", "a", "att", agentsv1alpha1.UpgradingReasonPreUpgrade, time.Minute)
+	if err != nil {
+		t.Fatalf("statusagg looks for a's patched on a stream with allow_direct: %v", err)
+	}
+	if !l.stream.CachedInfo().Config.AllowDirect {
+		t.Fatal("statusagg's view of the stream does not allow direct gets: the look did not use DIRECT.GET and proves nothing")
+	}
+	if !ok {
+		t.Errorf("a's patched, published and not delivered, is not seen queued on a stream with allow_direct")
+	}
+	t.Logf("a: waiting %v %s", ok, where)
+}
+
+// startNATS starts an in-process NATS with JetStream and deploy/nats/auth.conf's users and
+// permissions, and returns how to connect to it as one of them; both end with the test.
+func startNATS(t *testing.T) (connect func(user string) jetstream.JetStream) {
+	t.Helper()
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := devcluster.LoadNATSPasswords(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range pw.ServerEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv, err := testenv.StartNATS(devcluster.NATSAuthConf(root), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return func(user string) jetstream.JetStream {
+		t.Helper()
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, pw.Password(user)), nats.CustomInboxPrefix(service.InboxPrefix(user)))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+}
+
+// publisher returns how to publish an event of type typ for sandbox ns/name of attempt
+// through js.
+func publisher(t *testing.T, js jetstream.JetStream) (publish func(typ, name, attempt string)) {
+	t.Helper()
+	pub, err := events.NewPublisher(js, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(typ, name, attempt string) {
+		t.Helper()
+		ev := events.Event{Type: typ, Data: events.Data{
+			Sandbox: events.SandboxRef{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Ops:     events.OpsRef{Name: "ops", UID: types.UID(attempt)}, Attempt: attempt, TargetRevision: "r2",
+		}}
+		if err := pub.Publish(context.Background(), ev); err != nil {
+			t.Fatalf("publish %s for %s: %v", typ, name, err)
+		}
 	}
 }
