@@ -1,14 +1,17 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"k8s.io/klog/v2"
 )
 
 // NATSAuth is how a service logs in to NATS: a user with a password file,
@@ -93,19 +96,22 @@ func readPassword(path string) (string, error) {
 
 // connectNATS connects as opts say, retrying for ever in the background
 // (JetStream holds the work meanwhile), including after an authorization
-// error: a password being rotated is refused until both sides have it.
-func connectNATS(opts Options) (*nats.Conn, error) {
+// error: a password being rotated is refused until both sides have it. What
+// happens to the connection (refused logins and subjects, disconnects,
+// reconnects) is logged through ctx's logger (connLog).
+func connectNATS(ctx context.Context, opts Options) (*nats.Conn, error) {
 	auth, err := opts.NATSAuth.options()
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(opts.NATSURL, append(auth,
-		nats.Name("molt-"+opts.Name),
+	logs := newConnLog(klog.FromContext(ctx), opts)
+	nc, err := nats.Connect(opts.NATSURL, slices.Concat(auth, logs.options(), []nats.Option{
+		nats.Name("molt-" + opts.Name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+		nats.ReconnectWait(500 * time.Millisecond),
 		nats.IgnoreAuthErrorAbort(),
-	)...)
+	})...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s (flag --nats-url): %w", RedactURL(opts.NATSURL), err)
 	}

@@ -136,7 +136,7 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 		return fmt.Errorf("build agents client: %w", err)
 	}
 
-	nc, err := connectNATS(opts)
+	nc, err := connectNATS(ctx, opts)
 	if err != nil {
 		return err
 	}
