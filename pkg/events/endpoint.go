@@ -93,15 +93,18 @@ func (e *Endpoint) connect(ctx context.Context) error {
 	return nil
 }
 
-// attach ensures the stream, then the consumer, with the config Open was given.
+// attach ensures the stream, then the consumer, with the config Open was given. An error
+// says what the NATS connection last reported when that explains it (withConnError): a
+// refused login or subject otherwise shows only as a timeout.
 func (e *Endpoint) attach(ctx context.Context) (jetstream.Consumer, error) {
 	if _, err := EnsureStream(ctx, e.js, e.stream); err != nil {
-		return nil, err
+		return nil, withConnError(e.js, err)
 	}
 	if e.consumer.PublishOnly {
 		return nil, nil
 	}
-	return EnsureConsumer(ctx, e.js, e.name, e.consumer)
+	c, err := EnsureConsumer(ctx, e.js, e.name, e.consumer)
+	return c, withConnError(e.js, err)
 }
 
 // Consume runs Consume on the endpoint's consumer, with its metrics, until ctx is cancelled,

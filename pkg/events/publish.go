@@ -34,7 +34,9 @@ func NewPublisher(js jetstream.JetStream, source string, m *Metrics) (*Publisher
 // it on its sandbox subject as a structured-mode CloudEvent with Nats-Msg-Id = ID. It returns
 // once the stream has acknowledged it. A copy published again within the duplicate window
 // (a redelivered handler publishing the same outcome) is dropped by the server and reported
-// as success. When the stream does not exist, the error says so.
+// as success. When the stream does not exist, the error says so; when the NATS connection is
+// down or the server refused the subject to this user, it says what the connection last
+// reported.
 func (p *Publisher) Publish(ctx context.Context, ev Event) error {
 	ev.Source = p.source
 	ev.ID = MessageID(ev)
@@ -61,7 +63,7 @@ func (p *Publisher) Publish(ctx context.Context, ev Event) error {
 			return fmt.Errorf("publish %s to %s: stream %s does not exist (a consuming service creates it again when it re-attaches): %w",
 				ev.Type, subject, StreamName, err)
 		}
-		return fmt.Errorf("publish %s to %s: %w", ev.Type, subject, err)
+		return fmt.Errorf("publish %s to %s: %w", ev.Type, subject, withConnError(p.js, err))
 	}
 	result := publishStored
 	if ack.Duplicate {
