@@ -60,8 +60,9 @@ const (
 	ExcludedDeleting = "Deleting"
 	// ExcludedFinished: the sandbox is in phase Succeeded or Failed.
 	ExcludedFinished = "Finished"
-	// ExcludedPoolMember: a SandboxSet controls it; the set's own rolling
-	// update upgrades it.
+	// ExcludedPoolMember: it is in a SandboxSet's warm pool (PoolOf: the
+	// set controls it and it is not labelled claimed); the set's own
+	// rolling update upgrades it.
 	ExcludedPoolMember = "PoolMember"
 	// ExcludedOtherOps: another active ops claims it.
 	ExcludedOtherOps = "ClaimedByOtherOps"
@@ -115,8 +116,8 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			exclude(sb, ExcludedFinished, string(sb.Status.Phase))
 			continue
 		}
-		if pool := poolOf(sb); pool != "" {
-			exclude(sb, ExcludedPoolMember, pool)
+		if pool := PoolOf(sb); pool != nil {
+			exclude(sb, ExcludedPoolMember, pool.Name)
 			continue
 		}
 		if claimedBy != "" && otherActive != nil && otherActive(claimedBy) {
@@ -204,16 +205,6 @@ func IsResumable(sb *agentsv1alpha1.Sandbox) bool {
 		}
 	}
 	return false
-}
-
-// poolOf is the name of the SandboxSet that controls sb, "" when none does.
-func poolOf(sb *agentsv1alpha1.Sandbox) string {
-	for _, ref := range sb.OwnerReferences {
-		if ref.Kind == "SandboxSet" && ref.Controller != nil && *ref.Controller {
-			return ref.Name
-		}
-	}
-	return ""
 }
 
 // noNeedToUpdate is true when the patched template equals the current one

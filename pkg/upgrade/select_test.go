@@ -35,6 +35,12 @@ func TestSelectSaysWhyASandboxIsExcluded(t *testing.T) {
 		box("e-claimed", agentsv1alpha1.SandboxRunning, func(sb *agentsv1alpha1.Sandbox) { sb.Labels[agentsv1alpha1.LabelUpdateOps] = "busy" }),
 		box("f-done", agentsv1alpha1.SandboxSucceeded, nil),
 		box("g-same", agentsv1alpha1.SandboxRunning, func(sb *agentsv1alpha1.Sandbox) { sb.Spec.Template.Spec.Containers[0].Image = "img:v2" }),
+		// Claimed by a user (label) while the set still controls it: not in
+		// the pool any more, so ops upgrade it like any claimed sandbox.
+		box("h-user", agentsv1alpha1.SandboxRunning, func(sb *agentsv1alpha1.Sandbox) {
+			sb.Labels[agentsv1alpha1.LabelSandboxClaimed] = "true"
+			sb.OwnerReferences = []metav1.OwnerReference{{Kind: "SandboxSet", Name: "warm", Controller: &yes}}
+		}),
 	}
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
 	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}
@@ -43,8 +49,8 @@ func TestSelectSaysWhyASandboxIsExcluded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sel.Candidates) != 1 || sel.Candidates[0].Sandbox.Name != "a-run" {
-		t.Fatalf("candidates = %+v, want a-run alone", sel.Candidates)
+	if len(sel.Candidates) != 2 || sel.Candidates[0].Sandbox.Name != "a-run" || sel.Candidates[1].Sandbox.Name != "h-user" {
+		t.Fatalf("candidates = %+v, want a-run and h-user", sel.Candidates)
 	}
 	want := map[string]string{"b-other": ExcludedSelector, "c-paused": ExcludedStateFilter, "d-pool": ExcludedPoolMember,
 		"e-claimed": ExcludedOtherOps, "f-done": ExcludedFinished, "g-same": ExcludedNoNeed}

@@ -30,14 +30,15 @@ const (
 	// LabelSandboxClaimed is the Sandbox label "true"/"false": whether the
 	// sandbox was claimed out of its pool by a user. Written "false" by
 	// selector on the pool members it creates, "true" by whoever claims (who
-	// also removes the SandboxSet's controller reference, which is what
-	// makes a sandbox leave the pool); part of the SandboxSet's
+	// also removes the SandboxSet's controller reference; either alone makes
+	// the sandbox leave the pool, upgrade.PoolOf); part of the SandboxSet's
 	// status.selector (statusagg).
 	LabelSandboxClaimed = Prefix + "sandbox-claimed"
 
 	// LabelSandboxPool is the Sandbox label naming the SandboxSet that
 	// created it. Written by selector (pool.go); read by selector and
-	// statusagg to find a set's members (with the controller reference).
+	// statusagg to find a set's members (with the controller reference and
+	// LabelSandboxClaimed: upgrade.PoolOf).
 	LabelSandboxPool = Prefix + "sandbox-pool"
 
 	// LabelSandboxTemplate is the Sandbox label naming the SandboxSet

@@ -25,9 +25,10 @@ import (
 
 // pool keeps each SandboxSet's warm pool: spec.replicas unclaimed sandboxes
 // on the set's current template. A member is a Sandbox whose controller is
-// the set (a claimed sandbox has that owner reference removed and leaves the
-// pool). The selector is the pool's only writer of members; statusagg
-// writes the set's status.
+// the set and that is not labelled claimed (upgrade.IsPoolMember): a
+// sandbox labelled sandbox-claimed=true, or whose owner reference was
+// removed, has been claimed and leaves the pool. The selector is the pool's
+// only writer of members; statusagg writes the set's status.
 type pool struct {
 	client       versioned.Interface
 	sets         listers.SandboxSetLister
@@ -88,7 +89,8 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 //  1. load the set; gone or being deleted → forget its expectations and
 //     template verdict, and do nothing else (the garbage collector removes
 //     its members through their owner references);
-//  2. its members (controller = the set, not being deleted) and its revision
+//  2. its members (upgrade.IsPoolMember: controller = the set, not labelled
+//     claimed, not being deleted) and its revision
 //     (upgrade.Revision of its template);
 //  3. delete dead members (phase Succeeded or Failed);
 //  4. plan the rest (planPool): the outdated members to replace, the surplus
@@ -309,7 +311,9 @@ func planPool(live []*agentsv1alpha1.Sandbox, revision string, limits poolLimits
 	return plan
 }
 
-// members lists the sandboxes the set controls.
+// members lists the members of the set's pool (upgrade.IsPoolMember): a
+// sandbox labelled claimed is left out even while the set still controls
+// it, so that no rolling update or scale-down deletes a user's sandbox.
 func (p *pool) members(set *agentsv1alpha1.SandboxSet) ([]*agentsv1alpha1.Sandbox, error) {
 	all, err := p.sandboxes.Sandboxes(set.Namespace).List(labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelSandboxPool: set.Name}))
 	if err != nil {
@@ -317,7 +321,7 @@ func (p *pool) members(set *agentsv1alpha1.SandboxSet) ([]*agentsv1alpha1.Sandbo
 	}
 	var out []*agentsv1alpha1.Sandbox
 	for _, sb := range all {
-		if ref := metav1.GetControllerOf(sb); ref != nil && ref.UID == set.UID && sb.DeletionTimestamp == nil {
+		if upgrade.IsPoolMember(sb, set) {
 			out = append(out, sb)
 		}
 	}

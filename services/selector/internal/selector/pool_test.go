@@ -536,3 +536,69 @@ func TestRecordedRefusalIsCheckedAgainWithNothingToReplace(t *testing.T) {
 		t.Errorf("template check %q still recorded after the template was accepted", got)
 	}
 }
+
+// TestReconcileLeavesAClaimedSandboxAlone: a sandbox labelled
+// sandbox-claimed=true is a user's even while the set still controls it (a
+// claim written in two steps, or by hand): neither the rolling update nor a
+// scale-down deletes it, and it does not count towards spec.replicas.
+func TestReconcileLeavesAClaimedSandboxAlone(t *testing.T) {
+	set := warmSet("uid-1", "registry.example/agent:v2")
+	revision, err := upgrade.Revision(set.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		replicas int32
+		members  []*agentsv1alpha1.Sandbox // besides warm-claimed, on claimedRev
+		claimed  string                    // warm-claimed's revision
+		want     []string
+	}{
+		{
+			// The oldest outdated member (first by name) is the claimed one.
+			name: "rolling update", replicas: 2, members: members("warm-old", 2, "r1", running), claimed: "r1",
+			want: []string{"delete warm-old-0", "create"},
+		},
+		{
+			name: "scale down", replicas: 1, members: members("warm-new", 1, revision, running), claimed: revision,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := set.DeepCopy()
+			set.Spec.Replicas = tt.replicas
+			user := member("warm-claimed", tt.claimed, running)
+			user.Labels[agentsv1alpha1.LabelSandboxClaimed] = "true"
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			var objs []runtime.Object
+			for _, sb := range append(tt.members, user) {
+				sb.Namespace = "team-a"
+				sb.Labels[agentsv1alpha1.LabelSandboxPool] = set.Name
+				sb.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(set, agentsv1alpha1.SchemeGroupVersion.WithKind("SandboxSet"))}
+				if err := indexer.Add(sb); err != nil {
+					t.Fatal(err)
+				}
+				objs = append(objs, sb)
+			}
+			c := newCheckPool()
+			client := fake.NewSimpleClientset(objs...)
+			c.client = client
+			c.sandboxes = listers.NewSandboxLister(indexer)
+			if err := c.reconcile(context.Background(), set, &expectation{}); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, a := range client.Actions() {
+				switch a := a.(type) {
+				case clienttesting.DeleteAction:
+					got = append(got, "delete "+a.GetName())
+				case clienttesting.CreateAction:
+					got = append(got, "create")
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("writes %v, want %v (warm-claimed is the user's)", got, tt.want)
+			}
+		})
+	}
+}

@@ -32,7 +32,8 @@ const (
 )
 
 // desiredSetStatus recomputes a SandboxSet's status from its members (the
-// sandboxes it controls that are not being deleted), recounted at every
+// sandboxes it controls that are not labelled claimed nor being deleted:
+// upgrade.IsPoolMember), recounted at every
 // write so that scaling and rolling never leave a counter stale:
 //   - replicas: the members (creating and available; claimed ones left);
 //   - availableReplicas: members Running;
@@ -104,7 +105,7 @@ func (s *server) syncSet(ctx context.Context, key string) error {
 	}
 	var members []*agentsv1alpha1.Sandbox
 	for _, sb := range all {
-		if ref := metav1.GetControllerOf(sb); ref != nil && ref.UID == set.UID && sb.DeletionTimestamp == nil {
+		if upgrade.IsPoolMember(sb, set) {
 			members = append(members, sb)
 		}
 	}

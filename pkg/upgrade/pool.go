@@ -1,0 +1,37 @@
+package upgrade
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// PoolOf is the controller reference of the SandboxSet whose warm pool sb
+// is in, nil when it is in none. A sandbox is in a pool while that set
+// controls it and it is not claimed: a sandbox labelled
+// agents.kruise.io/sandbox-claimed=true has left the pool even if the set
+// still controls it, as upstream OpenKruise Agents has it (claimed = the
+// label "true" or no controller). A claim written in two steps, or by hand,
+// may set the label before it removes the owner reference; the pool must
+// not replace, scale away or count the claimed sandbox meanwhile.
+//
+// This is the one test of pool membership: the selector's pool (which
+// members it keeps) and its ops selection (a member is left to its set),
+// and statusagg (which members a set's status counts) ask it.
+func PoolOf(sb *agentsv1alpha1.Sandbox) *metav1.OwnerReference {
+	if sb.Labels[agentsv1alpha1.LabelSandboxClaimed] == "true" {
+		return nil
+	}
+	ref := metav1.GetControllerOf(sb)
+	if ref == nil || ref.Kind != "SandboxSet" {
+		return nil
+	}
+	return ref
+}
+
+// IsPoolMember reports whether sb is a member of set's pool now: in it
+// (PoolOf names set, by UID) and not being deleted.
+func IsPoolMember(sb *agentsv1alpha1.Sandbox, set *agentsv1alpha1.SandboxSet) bool {
+	ref := PoolOf(sb)
+	return ref != nil && ref.UID == set.UID && sb.DeletionTimestamp == nil
+}

@@ -1,0 +1,64 @@
+package statusagg
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/generated/clientset/versioned/fake"
+	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+)
+
+// TestSetStatusLeavesOutClaimedSandboxes: a sandbox labelled
+// sandbox-claimed=true is not counted in its set's status even while the
+// set still controls it (a claim written in two steps, or by hand), nor is
+// one whose owner reference was removed.
+func TestSetStatusLeavesOutClaimedSandboxes(t *testing.T) {
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: "ns", UID: "set-uid", Generation: 1}}
+	set.Spec.Replicas = 1
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+	owned := []metav1.OwnerReference{*metav1.NewControllerRef(set, agentsv1alpha1.SchemeGroupVersion.WithKind("SandboxSet"))}
+	box := func(name, claimed string, refs []metav1.OwnerReference) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", OwnerReferences: refs, Labels: map[string]string{
+			agentsv1alpha1.LabelSandboxPool:    "warm",
+			agentsv1alpha1.LabelSandboxClaimed: claimed,
+		}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		return sb
+	}
+	sets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	sandboxes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	objs := []runtime.Object{set}
+	if err := sets.Add(set); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []*agentsv1alpha1.Sandbox{
+		box("warm-idle", "false", owned),
+		box("warm-labelled", "true", owned), // claimed: label written, owner reference not yet removed
+		box("warm-released", "true", nil),   // claimed both ways
+	} {
+		if err := sandboxes.Add(sb); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, sb)
+	}
+	client := fake.NewSimpleClientset(objs...)
+	s := &server{agents: client, sets: listers.NewSandboxSetLister(sets), sandboxes: listers.NewSandboxLister(sandboxes), recorder: record.NewFakeRecorder(10)}
+	ctx := context.Background()
+	if err := s.syncSet(ctx, "ns/warm"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.AgentsV1alpha1().SandboxSets("ns").Get(ctx, "warm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := got.Status; st.Replicas != 1 || st.AvailableReplicas != 1 || st.UpdatedReplicas != 0 {
+		t.Errorf("status replicas %d, available %d, updated %d; want 1, 1, 0 (warm-idle alone)", st.Replicas, st.AvailableReplicas, st.UpdatedReplicas)
+	}
+}
