@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,23 @@ func PodRefusal(err error) string {
 		return err.Error()
 	}
 	return ""
+}
+
+// quotaExceeded matches the words of ResourceQuota admission refusing a
+// pod that would take the namespace past a quota: a Forbidden, `pods
+// "<name>" is forbidden: exceeded quota: <quota>, requested: ..., used: ...,
+// limited: ...` (k8s.io/apiserver's resourcequota plugin).
+var quotaExceeded = regexp.MustCompile(`^\S+( "[^"]*")? is forbidden: exceeded quota: `)
+
+// QuotaExceeded reports whether refused, the API server's words for a pod
+// (PodRefusal, DryRunCreatePod), is a ResourceQuota's "exceeded quota": the
+// namespace has no room for the pod now. ResourceQuota admission runs after
+// validation and every other admission check, webhooks included, so
+// nothing else refuses such a pod. Any other refusal is not one: Invalid,
+// Pod Security, a webhook (whatever its words), or a quota the pod does not
+// satisfy ("failed quota: ...: must specify ...").
+func QuotaExceeded(refused string) bool {
+	return quotaExceeded.MatchString(refused)
 }
 
 // isRBACDenial tells the authorizer's refusal ("... cannot create resource

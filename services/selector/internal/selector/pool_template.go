@@ -50,11 +50,15 @@ func (c templateCheck) holds(uid types.UID, revision string, now time.Time) bool
 //  2. an image the kubelet cannot parse (upgrade.ImageProblem): the API
 //     server accepts it, and the member would sit in InvalidImageName;
 //  3. a server-side dry run of the pod (upgrade.DryRunCreatePod): Invalid,
-//     or Forbidden by admission, quota or pod security; unless a pod from
-//     baseline (an outdated member's template, nil when there is none) is
-//     refused too: then the cause is not the template but the namespace (a
-//     pool sized to its pod quota refuses every new pod until an outdated
-//     member is deleted), and the pool goes on as before the check.
+//     or Forbidden by admission, quota or pod security; unless the refusal
+//     is a ResourceQuota's "exceeded quota" (upgrade.QuotaExceeded) and a
+//     pod from baseline (an outdated member's template, nil when there is
+//     none) is refused by an exceeded quota too: then the cause is not the
+//     template but a full namespace (a pool sized to its pod quota refuses
+//     every new pod until an outdated member is deleted), and the pool goes
+//     on as before the check. Any other refusal stands, even when the
+//     baseline is refused too (Pod Security tightened, a webhook refusing
+//     both): deleting a member would not make room for its replacement.
 //
 // The verdict is recorded on the set (recordVerdict), for statusagg to
 // show; a refused set is synced again after templateRecheck. An error is
@@ -65,8 +69,16 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 	p.mu.Lock()
 	last, seen := p.checks[key]
 	p.mu.Unlock()
+	// record keeps the set's annotation in line with the verdict refused.
+	record := func(refused string) error {
+		msg := ""
+		if refused != "" {
+			msg = templateRefusedMessage(set, revision, refused, baseline == nil && upgrade.QuotaExceeded(refused))
+		}
+		return p.recordVerdict(ctx, set, revision, msg)
+	}
 	if seen && last.holds(set.UID, revision, now) {
-		return last.refused, p.recordVerdict(ctx, set, revision, last.refused)
+		return last.refused, record(last.refused)
 	}
 	refused := upgrade.ImageProblem(&set.Spec.Template.Spec)
 	if refused == "" {
@@ -75,13 +87,13 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 		if err != nil {
 			return "", fmt.Errorf("check the template (revision %s) of SandboxSet %s before replacing or creating members: %w", revision, key, err)
 		}
-		if refused != "" && baseline != nil {
+		if baseline != nil && upgrade.QuotaExceeded(refused) {
 			before, err := p.dryRun(ctx, upgrade.PodFrom(set.Namespace, set.Name, baseline))
 			if err != nil {
 				return "", fmt.Errorf("check the earlier template of SandboxSet %s's members against the API server: %w", key, err)
 			}
-			if before != "" {
-				klog.FromContext(ctx).Info("The API server refuses a pod from the members' earlier template too: not the template's fault, the pool goes on", "revision", revision, "cause", refused)
+			if upgrade.QuotaExceeded(before) {
+				klog.FromContext(ctx).Info("A ResourceQuota refuses a pod from the members' earlier template too: the namespace is full, not the template at fault; the rolling update goes on, deleting a member before creating one", "revision", revision, "cause", refused)
 				refused = ""
 			}
 		}
@@ -101,17 +113,18 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 	case wasRefused:
 		logger.Info("The template is accepted now; the pool resumes", "revision", revision)
 	}
-	return refused, p.recordVerdict(ctx, set, revision, refused)
+	return refused, record(refused)
 }
 
 // recordVerdict keeps the set's upgrade.AnnotationTemplateCheck in line
-// with the verdict: the refusal's message while refused, no annotation
-// otherwise. statusagg, which owns the set's status and Events, shows it.
-// Written only when it differs from what the cache shows.
-func (p *pool) recordVerdict(ctx context.Context, set *agentsv1alpha1.SandboxSet, revision, refused string) error {
+// with the verdict: message (templateRefusedMessage) while the template at
+// revision is refused, no annotation when message is "". statusagg, which
+// owns the set's status and Events, shows it. Written only when it differs
+// from what the cache shows.
+func (p *pool) recordVerdict(ctx context.Context, set *agentsv1alpha1.SandboxSet, revision, message string) error {
 	want := ""
-	if refused != "" {
-		want = upgrade.TemplateCheckValue(revision, templateRefusedMessage(set, revision, refused))
+	if message != "" {
+		want = upgrade.TemplateCheckValue(revision, message)
 	}
 	if set.Annotations[upgrade.AnnotationTemplateCheck] == want {
 		return nil
@@ -134,11 +147,26 @@ func baselineTemplate(live []*agentsv1alpha1.Sandbox, revision string) *corev1.P
 	return nil
 }
 
-// templateRefusedMessage is the TemplateRefused Event's message: what was
-// refused and why, what the pool did about it, and what to do.
-func templateRefusedMessage(set *agentsv1alpha1.SandboxSet, revision, cause string) string {
-	return fmt.Sprintf("SandboxSet %s/%s: a pod from spec.template (revision %s) would not run: %s; "+
-		"no idle sandbox was replaced and none is created from this revision (checked again every %s: a quota refusal can clear by itself); "+
-		"fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
-		set.Namespace, set.Name, revision, cause, templateRecheck, set.Name, set.Namespace)
+// templateRefusedMessage is the TemplateRefused condition's and Event's
+// message: what was refused and why (cause, the API server's words), what
+// the pool did about it, and what to do. quotaFull says the cause is a
+// ResourceQuota's "exceeded quota" with no member on an earlier template
+// (a refill after a claim or a scale-up): the namespace is full, and the
+// next step is to raise its quota, not to fix the template. The cause is
+// cut so that the message, next step included, fits in a condition
+// (MaxConditionMessageLength).
+func templateRefusedMessage(set *agentsv1alpha1.SandboxSet, revision, cause string, quotaFull bool) string {
+	if quotaFull {
+		return upgrade.WithNote(
+			fmt.Sprintf("SandboxSet %s/%s: the namespace's ResourceQuota is full: it refuses a pod from spec.template (revision %s): %s",
+				set.Namespace, set.Name, revision, cause),
+			fmt.Sprintf("no sandbox is created until the quota has room (checked again every %s); "+
+				"raise the ResourceQuota (`kubectl describe resourcequota -n %s` shows what is used) or free room in the namespace",
+				templateRecheck, set.Namespace))
+	}
+	return upgrade.WithNote(
+		fmt.Sprintf("SandboxSet %s/%s: a pod from spec.template (revision %s) would not run: %s", set.Namespace, set.Name, revision, cause),
+		fmt.Sprintf("no idle sandbox was replaced and none is created from this revision (checked again every %s: a quota refusal can clear by itself); "+
+			"fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
+			templateRecheck, set.Name, set.Namespace))
 }

@@ -289,7 +289,7 @@ func TestTemplateRefusedByTheAPIServer(t *testing.T) {
 		t.Fatalf("refused %q, err %v; want the API server's words", refused, err)
 	}
 	ev := c.event()
-	for _, want := range []string{"r2 SandboxSet team-a/warm", "revision r2", "exceeded quota", "no idle sandbox was replaced", "kubectl patch sbs warm -n team-a"} {
+	for _, want := range []string{"r2 SandboxSet team-a/warm", "revision r2", "exceeded quota", "ResourceQuota is full", "kubectl describe resourcequota -n team-a"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("recorded %q lacks %q", ev, want)
 		}
@@ -598,6 +598,160 @@ func TestReconcileLeavesAClaimedSandboxAlone(t *testing.T) {
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("writes %v, want %v (warm-claimed is the user's)", got, tt.want)
+			}
+		})
+	}
+}
+
+// Refusals as the API server words them (upgrade.PodRefusal of its errors).
+const (
+	quotaFull   = `pods "warm-x7k2p" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10`
+	podSecurity = `pods "warm-x7k2p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "sandbox" must set securityContext.allowPrivilegeEscalation=false)`
+	webhook     = `admission webhook "policy.example.com" denied the request: images must come from registry.internal`
+)
+
+// TestTemplateRefusedUnlessBothAreOverQuota: a refusal of the members' own
+// template excuses the new template's only when both are a full
+// ResourceQuota (deleting a member makes room for its replacement). Pod
+// Security tightened, or a webhook refusing both, leaves the new template
+// refused: its replacements would be refused too (rule 8).
+func TestTemplateRefusedUnlessBothAreOverQuota(t *testing.T) {
+	tests := []struct {
+		name        string
+		newT, oldT  string // the API server's answer for each template ("" accepted)
+		wantRefused string
+		wantDryRuns int
+	}{
+		{name: "both over quota: the namespace is full", newT: quotaFull, oldT: quotaFull, wantDryRuns: 2},
+		{name: "pod security refuses both", newT: podSecurity, oldT: podSecurity, wantRefused: podSecurity, wantDryRuns: 1},
+		{name: "a webhook refuses both", newT: webhook, oldT: webhook, wantRefused: webhook, wantDryRuns: 1},
+		{name: "new over quota, old refused by pod security", newT: quotaFull, oldT: podSecurity, wantRefused: quotaFull, wantDryRuns: 2},
+		{name: "new refused by pod security, old over quota", newT: podSecurity, oldT: quotaFull, wantRefused: podSecurity, wantDryRuns: 1},
+		{name: "new over quota, old accepted", newT: quotaFull, wantRefused: quotaFull, wantDryRuns: 2},
+	}
+	set := warmSet("uid-1", "registry.example/agent:v2")
+	old := warmSet("uid-1", "registry.example/agent:v1").Spec.Template
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCheckPool()
+			c.dryRun = func(_ context.Context, pod *corev1.Pod) (string, error) {
+				c.dryRuns++
+				if pod.Spec.Containers[0].Image == "registry.example/agent:v2" {
+					return tt.newT, nil
+				}
+				return tt.oldT, nil
+			}
+			refused, err := c.templateRefused(context.Background(), set.DeepCopy(), "r2", old, time.Now())
+			if err != nil || refused != tt.wantRefused {
+				t.Errorf("refused %q, err %v; want %q", refused, err, tt.wantRefused)
+			}
+			if c.dryRuns != tt.wantDryRuns {
+				t.Errorf("%d dry runs, want %d", c.dryRuns, tt.wantDryRuns)
+			}
+		})
+	}
+}
+
+// TestReconcileKeepsMembersWhenBothTemplatesAreRefused: Pod Security
+// tightened in the namespace refuses the members' template and the new
+// one alike; the pool deletes no Running member (its replacement would be
+// refused) and shows the refusal.
+func TestReconcileKeepsMembersWhenBothTemplatesAreRefused(t *testing.T) {
+	set := warmSet("uid-1", "registry.example/agent:v2")
+	set.Spec.Replicas = 4
+	revision, err := upgrade.Revision(set.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := warmSet("uid-1", "registry.example/agent:v1").Spec.Template
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	var objs []runtime.Object
+	for _, sb := range members("warm-old", 4, "r1", running) {
+		sb.Namespace = "team-a"
+		sb.Labels[agentsv1alpha1.LabelSandboxPool] = set.Name
+		sb.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(set, agentsv1alpha1.SchemeGroupVersion.WithKind("SandboxSet"))}
+		sb.Spec.Template = old.DeepCopy()
+		if err := indexer.Add(sb); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, sb)
+	}
+	c := newCheckPool()
+	c.refuse = podSecurity // every template, the members' own too
+	client := fake.NewSimpleClientset(objs...)
+	c.client = client
+	c.sandboxes = listers.NewSandboxLister(indexer)
+	if err := c.reconcile(context.Background(), set, &expectation{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "delete" || a.GetVerb() == "create" {
+			t.Errorf("the pool wrote %s %v while every replacement would be refused", a.GetVerb(), a)
+		}
+	}
+	if why := upgrade.TemplateRefusal(set, revision); !strings.Contains(why, "PodSecurity") || !strings.Contains(why, "fix spec.template") {
+		t.Errorf("recorded refusal %q, want the Pod Security refusal and to fix spec.template", why)
+	}
+}
+
+// TestTemplateRefusedMessage: a full quota with no member on an earlier
+// template (a refill) says to raise the quota, not to fix the template;
+// and however long the API server's words, the message keeps its next step
+// within a condition's length.
+func TestTemplateRefusedMessage(t *testing.T) {
+	set := warmSet("uid-1", "registry.example/agent:v2")
+	long := func(cause string) string { return cause + strings.Repeat(" and a very long admission message", 100) }
+	tests := []struct {
+		name      string
+		cause     string
+		baseline  bool
+		want      []string
+		wantNot   []string
+		wantSuffx string
+	}{
+		{name: "quota full, refill", cause: quotaFull,
+			want:      []string{"ResourceQuota is full", "exceeded quota", "revision r2", "kubectl describe resourcequota -n team-a"},
+			wantNot:   []string{"fix spec.template", "kubectl patch"},
+			wantSuffx: "or free room in the namespace"},
+		{name: "quota full, refill, long words", cause: long(quotaFull), wantSuffx: "or free room in the namespace"},
+		{name: "pod security, refill", cause: podSecurity, want: []string{"PodSecurity", "fix spec.template"}, wantSuffx: `--type merge -p '{"spec":{"template":...}}'` + "`"},
+		{name: "quota, members on an earlier template accepted", cause: quotaFull, baseline: true,
+			want: []string{"exceeded quota", "fix spec.template"}, wantSuffx: `--type merge -p '{"spec":{"template":...}}'` + "`"},
+		{name: "webhook, long words", cause: long(webhook), wantSuffx: `--type merge -p '{"spec":{"template":...}}'` + "`"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCheckPool()
+			c.dryRun = func(_ context.Context, pod *corev1.Pod) (string, error) {
+				if pod.Spec.Containers[0].Image == "registry.example/agent:v2" {
+					return tt.cause, nil
+				}
+				return "", nil
+			}
+			var baseline *corev1.PodTemplateSpec
+			if tt.baseline {
+				baseline = warmSet("uid-1", "registry.example/agent:v1").Spec.Template
+			}
+			set := set.DeepCopy()
+			if refused, err := c.templateRefused(context.Background(), set, "r2", baseline, time.Now()); err != nil || refused == "" {
+				t.Fatalf("refused %q, err %v; want a refusal", refused, err)
+			}
+			msg := upgrade.TemplateRefusal(set, "r2")
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q lacks %q", msg, w)
+				}
+			}
+			for _, w := range tt.wantNot {
+				if strings.Contains(msg, w) {
+					t.Errorf("message %q says %q", msg, w)
+				}
+			}
+			if !strings.HasSuffix(msg, tt.wantSuffx) {
+				t.Errorf("message %q does not end with its next step %q", msg, tt.wantSuffx)
+			}
+			if len(msg) > agentsv1alpha1.MaxConditionMessageLength {
+				t.Errorf("message is %d bytes, more than a condition holds (%d)", len(msg), agentsv1alpha1.MaxConditionMessageLength)
 			}
 		})
 	}

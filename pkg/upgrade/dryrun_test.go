@@ -1,0 +1,40 @@
+package upgrade
+
+import (
+	"errors"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// TestQuotaExceeded: only ResourceQuota's "exceeded quota" Forbidden is a
+// full namespace; every other refusal is about the pod.
+func TestQuotaExceeded(t *testing.T) {
+	pods := schema.GroupResource{Resource: "pods"}
+	forbidden := func(name, why string) error { return apierrors.NewForbidden(pods, name, errors.New(why)) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "pod count quota", err: forbidden("warm-x7k2p", "exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10"), want: true},
+		{name: "cpu quota, no name", err: forbidden("", "exceeded quota: compute, requested: requests.cpu=2, used: requests.cpu=9, limited: requests.cpu=10"), want: true},
+		{name: "pod lacks what a quota needs", err: forbidden("warm-x7k2p", "failed quota: compute: must specify limits.cpu for: sandbox")},
+		{name: "pod security", err: forbidden("warm-x7k2p", `violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false`)},
+		{name: "webhook quoting a quota", err: forbidden("warm-x7k2p", `admission webhook "policy.example" denied the request: pods "x" is forbidden: exceeded quota: fake`)},
+		{name: "invalid", err: apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "warm-x7k2p", field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("image"), "", "exceeded quota: no")})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			refused := PodRefusal(tt.err)
+			if refused == "" {
+				t.Fatalf("PodRefusal(%v) = \"\", want a refusal", tt.err)
+			}
+			if got := QuotaExceeded(refused); got != tt.want {
+				t.Errorf("QuotaExceeded(%q) = %v, want %v", refused, got, tt.want)
+			}
+		})
+	}
+}
