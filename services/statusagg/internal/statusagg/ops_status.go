@@ -180,6 +180,9 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			progressing.Reason = ProgressingReasonPaused
 		}
 		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d updating, %d failed", sel.Updated, sel.Total(), sel.Updating, sel.Failed)
+		if ops.Spec.Paused {
+			progressing.Message += fmt.Sprintf("; paused: no sandbox is started until spec.paused is false (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')", ops.Name, ops.Namespace)
+		}
 	}
 	setCondition(&st.Conditions, progressing)
 	return st
@@ -217,6 +220,10 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 	if active.DeletionTimestamp != nil {
 		return fmt.Sprintf("waiting for SandboxUpdateOps %s, being deleted, to end the attempts it started", active.Name)
+	}
+	if active.Spec.Paused {
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s to finish; it is paused, so it finishes only once resumed (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}') or deleted",
+			active.Name, active.Name, active.Namespace)
 	}
 	return fmt.Sprintf("waiting for SandboxUpdateOps %s to finish", active.Name)
 }

@@ -196,3 +196,18 @@ func TestPatchChangedAfterItsCheckWaitsForTheTail(t *testing.T) {
 		t.Fatalf("with none in a stage: phase %s, want Failed", st.Phase)
 	}
 }
+
+// A paused ops, and one waiting behind a paused ops, say how it resumes.
+func TestPausedOpsSaysHowToResume(t *testing.T) {
+	paused := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: "team"}}
+	paused.Spec.Paused = true
+	waiting := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: "team"}}
+	st := desiredOpsStatus(waiting, paused, selection(1, upgrade.NotStarted), nil)
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionWaitingForNamespace); c == nil || !strings.Contains(c.Message, "first") || !strings.Contains(c.Message, "paused") || !strings.Contains(c.Message, `"paused":false`) {
+		t.Errorf("WaitingForNamespace = %+v, want it to say first is paused and how to resume it", c)
+	}
+	st = desiredOpsStatus(paused, paused, selection(1, upgrade.NotStarted), nil)
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonPaused || !strings.Contains(c.Message, "kubectl patch suo first -n team") {
+		t.Errorf("Progressing = %+v, want Paused with how to resume", c)
+	}
+}
