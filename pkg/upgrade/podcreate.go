@@ -39,3 +39,16 @@ var quotaUsed = regexp.MustCompile(`, used: \S*, limited: `)
 func PodCreateErrorValue(err error) string {
 	return agentsv1alpha1.TruncateConditionMessageTo(quotaUsed.ReplaceAllString(err.Error(), ", limited: "), maxPodCreateError)
 }
+
+// AnnotationMemberCreateError is the SandboxSet annotation the selector
+// writes while the API server refuses to create the set's members
+// (PodCreateRefused's kinds: a ResourceQuota on sandboxes, an admission
+// webhook, the selector's RBAC), with the server's words, and removes once
+// a member is created or none is needed. The pool keeps retrying
+// meanwhile. statusagg shows it as the set's MemberCreateRefused condition
+// and a Warning Event of that name.
+const AnnotationMemberCreateError = "molt.dev/member-create-error"
+
+// MemberCreateErrorValue is AnnotationMemberCreateError's value for the
+// refusal err, without what changes from one retry to the next.
+func MemberCreateErrorValue(err error) string { return PodCreateErrorValue(err) }

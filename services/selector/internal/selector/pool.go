@@ -39,7 +39,8 @@ type pool struct {
 	dryRun func(ctx context.Context, pod *corev1.Pod) (refused string, err error)
 	// record writes a set's upgrade.AnnotationTemplateCheck: value, or
 	// nothing (the annotation removed) when value is "".
-	record func(ctx context.Context, set *agentsv1alpha1.SandboxSet, value string) error
+	// record writes the set's annotation key ("" removes it).
+	record func(ctx context.Context, set *agentsv1alpha1.SandboxSet, key, value string) error
 
 	mu sync.Mutex
 	// expect holds, per set, the creates and deletes of its last sync until
@@ -235,7 +236,39 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 	if created > 0 {
 		logger.Info("Created pool members", "count", created, "revision", revision, "replicas", limits.replicas)
 	}
+	if rerr := p.recordCreateRefusal(ctx, set, created, plan.create, err); rerr != nil && err == nil {
+		err = rerr
+	}
 	return err
+}
+
+// recordCreateRefusal keeps the set's upgrade.AnnotationMemberCreateError in
+// line with this sync's creates: the API server's refusal (Forbidden,
+// Invalid, BadRequest: a ResourceQuota on sandboxes, an admission webhook,
+// the selector's RBAC) while no member could be created, no annotation once
+// one was or none is needed. statusagg shows it as the set's
+// MemberCreateRefused condition and Event; the sync is retried meanwhile.
+func (p *pool) recordCreateRefusal(ctx context.Context, set *agentsv1alpha1.SandboxSet, created, wanted int, err error) error {
+	want := ""
+	if err != nil && created == 0 && upgrade.PodCreateRefused(err) {
+		want = upgrade.MemberCreateErrorValue(err)
+	}
+	_, recorded := set.Annotations[upgrade.AnnotationMemberCreateError]
+	switch {
+	case want != "" && set.Annotations[upgrade.AnnotationMemberCreateError] == want:
+		return nil
+	case want == "" && (!recorded || (err != nil && created == 0 && wanted > 0)):
+		// Nothing recorded, or a failure that says nothing new (a
+		// timeout): the record stands until a create succeeds.
+		return nil
+	}
+	if want != "" {
+		klog.FromContext(ctx).Info("The API server refuses the pool's new members; retrying", "cause", want)
+	}
+	if err := p.record(ctx, set, upgrade.AnnotationMemberCreateError, want); err != nil {
+		return fmt.Errorf("record the refused member create of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	return nil
 }
 
 // poolLimits bound what one sync may do to a set's live members.

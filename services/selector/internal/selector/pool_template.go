@@ -129,7 +129,7 @@ func (p *pool) recordVerdict(ctx context.Context, set *agentsv1alpha1.SandboxSet
 	if set.Annotations[upgrade.AnnotationTemplateCheck] == want {
 		return nil
 	}
-	if err := p.record(ctx, set, want); err != nil {
+	if err := p.record(ctx, set, upgrade.AnnotationTemplateCheck, want); err != nil {
 		return fmt.Errorf("record the template check of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
 	}
 	return nil

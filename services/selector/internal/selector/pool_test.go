@@ -10,8 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clienttesting "k8s.io/client-go/testing"
@@ -198,6 +200,7 @@ type checkPool struct {
 	refuse    string
 	transient error
 	records   []string // the template check values recorded on the set
+	others    []string // the other annotations recorded on the set, key=value
 	requeues  []time.Duration
 }
 
@@ -205,16 +208,20 @@ func newCheckPool() *checkPool {
 	c := &checkPool{}
 	c.pool = &pool{
 		// The record lands on the set as the cache would show it next.
-		record: func(_ context.Context, set *agentsv1alpha1.SandboxSet, value string) error {
-			c.records = append(c.records, value)
+		record: func(_ context.Context, set *agentsv1alpha1.SandboxSet, key, value string) error {
+			if key == upgrade.AnnotationTemplateCheck {
+				c.records = append(c.records, value)
+			} else {
+				c.others = append(c.others, key+"="+value)
+			}
 			if value == "" {
-				delete(set.Annotations, upgrade.AnnotationTemplateCheck)
+				delete(set.Annotations, key)
 				return nil
 			}
 			if set.Annotations == nil {
 				set.Annotations = map[string]string{}
 			}
-			set.Annotations[upgrade.AnnotationTemplateCheck] = value
+			set.Annotations[key] = value
 			return nil
 		},
 		checks:       map[string]templateCheck{},
@@ -754,5 +761,48 @@ func TestTemplateRefusedMessage(t *testing.T) {
 				t.Errorf("message is %d bytes, more than a condition holds (%d)", len(msg), agentsv1alpha1.MaxConditionMessageLength)
 			}
 		})
+	}
+}
+
+// A member create the API server refuses (here a ResourceQuota on
+// sandboxes) is recorded on the set, with the server's words, for statusagg
+// to show; a transient failure leaves the record as it is; the first
+// member created removes it.
+func TestRefusedMemberCreateIsRecordedUntilOneIsCreated(t *testing.T) {
+	set := warmSet("uid-1", "registry.example/agent:v1")
+	set.Spec.Replicas = 1
+	c := newCheckPool()
+	client := fake.NewSimpleClientset()
+	c.client = client
+	c.sandboxes = listers.NewSandboxLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
+	var refuse error = apierrors.NewForbidden(schema.GroupResource{Group: "agents.kruise.io", Resource: "sandboxes"}, "warm-x",
+		errors.New("exceeded quota: sandboxes, requested: count/sandboxes.agents.kruise.io=1, used: count/sandboxes.agents.kruise.io=10, limited: count/sandboxes.agents.kruise.io=10"))
+	client.PrependReactor("create", "sandboxes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if refuse != nil {
+			return true, nil, refuse
+		}
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	if err := c.reconcile(ctx, set, &expectation{}); err == nil {
+		t.Fatal("reconcile with a refused create: no error, want one so the sync is retried")
+	}
+	got := set.Annotations[upgrade.AnnotationMemberCreateError]
+	if !strings.Contains(got, "exceeded quota") || strings.Contains(got, "used:") {
+		t.Errorf("recorded %q, want the quota refusal without its changing counts", got)
+	}
+	refuse = apierrors.NewServerTimeout(schema.GroupResource{Group: "agents.kruise.io", Resource: "sandboxes"}, "create", 1)
+	if err := c.reconcile(ctx, set, &expectation{}); err == nil {
+		t.Fatal("reconcile with a timed-out create: no error")
+	}
+	if set.Annotations[upgrade.AnnotationMemberCreateError] != got {
+		t.Errorf("a timeout changed the record to %q", set.Annotations[upgrade.AnnotationMemberCreateError])
+	}
+	refuse = nil
+	if err := c.reconcile(ctx, set, &expectation{}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if v, ok := set.Annotations[upgrade.AnnotationMemberCreateError]; ok {
+		t.Errorf("record %q kept after a member was created", v)
 	}
 }

@@ -93,12 +93,12 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 		dryRun: func(ctx context.Context, pod *corev1.Pod) (string, error) {
 			return upgrade.DryRunCreatePod(ctx, kube, pod)
 		},
-		record: func(ctx context.Context, set *agentsv1alpha1.SandboxSet, value string) error {
+		record: func(ctx context.Context, set *agentsv1alpha1.SandboxSet, key, value string) error {
 			var v *string
 			if value != "" {
 				v = &value
 			}
-			patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationTemplateCheck: v}}}
+			patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{key: v}}}
 			_, err := client.AgentsV1alpha1().SandboxSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 			if apierrors.IsNotFound(err) {
 				return nil

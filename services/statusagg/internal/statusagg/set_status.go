@@ -31,6 +31,28 @@ const (
 	TemplateReasonAccepted = "Accepted"
 )
 
+// ConditionMemberCreateRefused is True on a SandboxSet while the API server
+// refuses to create its members (the selector's
+// upgrade.AnnotationMemberCreateError): the pool stays short of
+// spec.replicas and keeps retrying. A Warning Event of the same name says
+// so when it turns True.
+const (
+	ConditionMemberCreateRefused = "MemberCreateRefused"
+	// MemberReasonRefused: MemberCreateRefused=True; the message has the
+	// API server's words and what to do.
+	MemberReasonRefused = "Refused"
+	// MemberReasonCreated: MemberCreateRefused=False once a member is
+	// created again, or none is needed.
+	MemberReasonCreated = "Created"
+)
+
+// memberCreateRefusedMessage is MemberCreateRefused's message for the
+// selector's record why.
+func memberCreateRefusedMessage(set *agentsv1alpha1.SandboxSet, why string) string {
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the API server refuses new members of SandboxSet %s: %s; the pool stays short of spec.replicas and keeps trying: "+
+		"fix what refuses them (a ResourceQuota on sandboxes: kubectl describe resourcequota -n %s; an admission webhook; the selector's RBAC)", set.Name, why, set.Namespace))
+}
+
 // desiredSetStatus recomputes a SandboxSet's status from its members (the
 // sandboxes it controls that are not labelled claimed nor being deleted:
 // upgrade.IsPoolMember), recounted at every
@@ -65,6 +87,13 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 	} else if meta.FindStatusCondition(st.Conditions, ConditionTemplateRefused) != nil {
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionFalse,
 			Reason: TemplateReasonAccepted, Message: "the current template is accepted", ObservedGeneration: set.Generation})
+	}
+	if why := set.Annotations[upgrade.AnnotationMemberCreateError]; why != "" {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionMemberCreateRefused, Status: metav1.ConditionTrue,
+			Reason: MemberReasonRefused, Message: memberCreateRefusedMessage(set, why), ObservedGeneration: set.Generation})
+	} else if meta.FindStatusCondition(st.Conditions, ConditionMemberCreateRefused) != nil {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionMemberCreateRefused, Status: metav1.ConditionFalse,
+			Reason: MemberReasonCreated, Message: "members are created again, or none is needed", ObservedGeneration: set.Generation})
 	}
 	st.Replicas, st.AvailableReplicas, st.UpdatedReplicas, st.UpdatedAvailableReplicas = 0, 0, 0, 0
 	for _, sb := range members {
@@ -122,9 +151,11 @@ func (s *server) syncSet(ctx context.Context, key string) error {
 		}
 		return fmt.Errorf("update status of SandboxSet %s: %w", key, err)
 	}
-	if c := meta.FindStatusCondition(want.Conditions, ConditionTemplateRefused); c != nil && c.Status == metav1.ConditionTrue &&
-		!meta.IsStatusConditionTrue(set.Status.Conditions, ConditionTemplateRefused) {
-		s.recorder.Event(written, corev1.EventTypeWarning, ConditionTemplateRefused, c.Message)
+	for _, cond := range []string{ConditionTemplateRefused, ConditionMemberCreateRefused} {
+		if c := meta.FindStatusCondition(want.Conditions, cond); c != nil && c.Status == metav1.ConditionTrue &&
+			(!meta.IsStatusConditionTrue(set.Status.Conditions, cond) || meta.FindStatusCondition(set.Status.Conditions, cond).Message != c.Message) {
+			s.recorder.Event(written, corev1.EventTypeWarning, cond, c.Message)
+		}
 	}
 	klog.FromContext(ctx).V(2).Info("Updated SandboxSet status", "sandboxset", klog.KObj(set),
 		"replicas", want.Replicas, "available", want.AvailableReplicas, "updated", want.UpdatedReplicas, "revision", want.UpdateRevision)

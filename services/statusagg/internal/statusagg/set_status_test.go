@@ -2,9 +2,11 @@ package statusagg
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -13,6 +15,7 @@ import (
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/generated/clientset/versioned/fake"
 	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // TestSetStatusLeavesOutClaimedSandboxes: a sandbox labelled
@@ -60,5 +63,24 @@ func TestSetStatusLeavesOutClaimedSandboxes(t *testing.T) {
 	}
 	if st := got.Status; st.Replicas != 1 || st.AvailableReplicas != 1 || st.UpdatedReplicas != 0 {
 		t.Errorf("status replicas %d, available %d, updated %d; want 1, 1, 0 (warm-idle alone)", st.Replicas, st.AvailableReplicas, st.UpdatedReplicas)
+	}
+}
+
+// The selector's record of a refused member create shows as
+// MemberCreateRefused=True with the server's words and what to do, and
+// turns False once the record is gone.
+func TestSetStatusShowsARefusedMemberCreate(t *testing.T) {
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: "ns", Generation: 1,
+		Annotations: map[string]string{upgrade.AnnotationMemberCreateError: "exceeded quota: sandboxes, limited: count/sandboxes.agents.kruise.io=10"}}}
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+	st := desiredSetStatus(set, nil)
+	c := meta.FindStatusCondition(st.Conditions, ConditionMemberCreateRefused)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "exceeded quota") || !strings.Contains(c.Message, "kubectl describe resourcequota -n ns") {
+		t.Fatalf("MemberCreateRefused = %+v, want True with the cause and the next step", c)
+	}
+	set.Status = st
+	delete(set.Annotations, upgrade.AnnotationMemberCreateError)
+	if c := meta.FindStatusCondition(desiredSetStatus(set, nil).Conditions, ConditionMemberCreateRefused); c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("after the record is gone: MemberCreateRefused = %+v, want False", c)
 	}
 }
