@@ -16,7 +16,8 @@ import (
 //   - err is a timeout and the server last refused a subject to this user: a refused
 //     request is answered by nobody.
 //
-// Both errors stay matchable with errors.Is. A nil err stays nil.
+// Both errors stay matchable with errors.Is; the message says that a permissions
+// violation may be an earlier call's. A nil err stays nil.
 func withConnError(js jetstream.JetStream, err error) error {
 	if err == nil {
 		return nil
@@ -32,7 +33,8 @@ func withConnError(js jetstream.JetStream, err error) error {
 	case status != nats.CONNECTED:
 		return fmt.Errorf("%w (NATS connection %s)", err, status)
 	case errors.Is(last, nats.ErrPermissionViolation) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)):
-		return fmt.Errorf("%w (the NATS server last refused this user: %w)", err, last)
+		// The violation may be an earlier call's: said as a likely cause.
+		return fmt.Errorf("%w (the NATS server refused this user a subject earlier on this connection, perhaps this call's: %w)", err, last)
 	}
 	return err
 }

@@ -16,13 +16,15 @@ import (
 // server-side dry run under a name generated from pod's (its own name may
 // still be taken by the pod it replaces). It returns the server's words
 // when it refuses the pod for good (see PodRefusal), and an error for
-// anything a retry may fix.
+// anything a retry may fix. The words are the same from one call to the
+// next while the cause is (StableRefusal), so a recorded refusal is not
+// written, nor announced, again for nothing.
 func DryRunCreatePod(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) (refused string, err error) {
 	probe := pod.DeepCopy()
 	probe.GenerateName, probe.Name = pod.Name+"-", ""
 	_, err = kube.CoreV1().Pods(pod.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if r := PodRefusal(err); r != "" {
-		return r, nil
+		return StableRefusal(r, pod.Name), nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("dry-run create of pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -45,6 +47,15 @@ func PodRefusal(err error) string {
 		return err.Error()
 	}
 	return ""
+}
+
+// StableRefusal is refused, a dry run's refusal of a pod named after name,
+// without what changes from one call to the next: the name the server
+// generated for the probe, and a ResourceQuota's "used" amounts.
+func StableRefusal(refused, name string) string {
+	generated := regexp.MustCompile(`^(\S+) "` + regexp.QuoteMeta(name) + `-[a-z0-9]+"`)
+	refused = generated.ReplaceAllString(refused, `$1 "`+name+`"`)
+	return quotaUsed.ReplaceAllString(refused, ", limited: ")
 }
 
 // quotaExceeded matches the words of ResourceQuota admission refusing a

@@ -38,3 +38,21 @@ func TestQuotaExceeded(t *testing.T) {
 		})
 	}
 }
+
+// A refusal reads the same from one dry run to the next while its cause
+// does: the probe's generated name and the quota's used amounts are left
+// out, and QuotaExceeded still recognises it.
+func TestStableRefusal(t *testing.T) {
+	a := StableRefusal(`pods "warm-x7k2p" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=4, limited: pods=4`, "warm")
+	b := StableRefusal(`pods "warm-q9zz1" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=5, limited: pods=4`, "warm")
+	if a != b || a != `pods "warm" is forbidden: exceeded quota: pods, requested: pods=1, limited: pods=4` {
+		t.Errorf("StableRefusal = %q and %q, want one stable message", a, b)
+	}
+	if !QuotaExceeded(a) {
+		t.Errorf("QuotaExceeded(%q) = false", a)
+	}
+	other := `pods "warmer-x7k2p" is forbidden: violates PodSecurity "restricted:latest"`
+	if got := StableRefusal(other, "warm"); got != other {
+		t.Errorf("StableRefusal changed another pod's name: %q", got)
+	}
+}

@@ -234,20 +234,22 @@ func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 		// A direct attempt has no claim to compare: one its sandbox's
 		// status shows superseded by a later direct attempt (a higher
 		// generation) is stale, a message that waited in a queue while
-		// the user edited the template again; so is one, behind an ops's
-		// attempt or none, whose target is no longer the template (an ops
-		// upgraded the sandbox since: a replayed old message must not
-		// recreate its pod).
+		// the user edited the template again; so is one older than the
+		// ops attempt the status records (an ops upgraded the sandbox
+		// since, at a higher generation: a replayed old message must not
+		// recreate its pod). A direct attempt started after that ops's
+		// (the user's later edit) has a generation at least the one the
+		// ops attempt's last transition saw.
 		cur := CurrentAttempt(sb)
 		gen, ok := DirectAttemptGeneration(attempt)
 		curGen, curOK := DirectAttemptGeneration(cur)
 		switch {
-		case cur == attempt || !ok:
+		case cur == attempt || !ok || cur == "":
 			return true
 		case curOK:
 			return curGen <= gen
 		}
-		return DirectAttemptTargets(sb, attempt)
+		return meta.FindStatusCondition(sb.Status.Conditions, ConditionAttempt).ObservedGeneration <= gen
 	}
 	if attempt == "" {
 		return true
@@ -339,18 +341,6 @@ const DirectAttemptPrefix = "direct-"
 // sandbox's generation.
 func DirectAttempt(revision string, generation int64) string {
 	return DirectAttemptPrefix + revision + "-" + strconv.FormatInt(generation, 10)
-}
-
-// DirectAttemptTargets reports whether the direct attempt's target revision
-// (its id's) is the revision of sb's template.
-func DirectAttemptTargets(sb *agentsv1alpha1.Sandbox, attempt string) bool {
-	rest, ok := strings.CutPrefix(attempt, DirectAttemptPrefix)
-	i := strings.LastIndex(rest, "-")
-	if !ok || i < 0 || sb.Spec.Template == nil {
-		return false
-	}
-	rev, err := Revision(sb.Spec.Template)
-	return err == nil && rest[:i] == rev
 }
 
 // DirectAttemptGeneration returns the sandbox generation a direct attempt id was

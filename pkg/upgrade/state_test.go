@@ -217,8 +217,11 @@ func TestPatchProblemSeesAPatchChangedAfterItsCheck(t *testing.T) {
 }
 
 func TestClaimedBy(t *testing.T) {
-	current := func(sb *agentsv1alpha1.Sandbox, attempt string) *agentsv1alpha1.Sandbox {
+	current := func(sb *agentsv1alpha1.Sandbox, attempt string, generation ...int64) *agentsv1alpha1.Sandbox {
 		sb.Status.Conditions = []metav1.Condition{{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: attempt}}
+		if len(generation) > 0 {
+			sb.Status.Conditions[0].ObservedGeneration = generation[0]
+		}
 		return sb
 	}
 	sandbox := func(label, claim string) *agentsv1alpha1.Sandbox {
@@ -258,12 +261,13 @@ func TestClaimedBy(t *testing.T) {
 		{"direct attempt on an unclaimed sandbox", sandbox("", ""), "", "d-1", true},
 		{"direct attempt on a sandbox an ops claimed since", sandbox("up", "up uid-1"), "", "d-1", false},
 		{"direct attempt the status shows", current(sandbox("", ""), "direct-r5-5"), "", "direct-r5-5", true},
-		{"direct attempt before the status shows any", templated(sandbox("", ""), "v2"), "", direct("v2", 5), true},
-		{"direct attempt without a template to target", sandbox("", ""), "", direct("v2", 5), false},
+		{"direct attempt before the status shows any", sandbox("", ""), "", direct("v2", 5), true},
+		{"direct attempt before the status shows any, the template edited again since", templated(sandbox("", ""), "v3"), "", direct("v2", 5), true},
 		{"direct attempt newer than the one shown", current(sandbox("", ""), "direct-r5-5"), "", "direct-r6-6", true},
 		{"direct attempt the user's next edit superseded", current(sandbox("", ""), "direct-r6-6"), "", "direct-r5-5", false},
-		{"direct attempt after an ops's attempt", current(templated(sandbox("", ""), "v2"), "uid-1"), "", direct("v2", 5), true},
-		{"an old direct attempt replayed after an ops upgraded the sandbox", current(templated(sandbox("", ""), "v3"), "uid-1"), "", direct("v2", 5), false},
+		{"direct attempt after an ops's attempt", current(sandbox("", ""), "uid-1", 4), "", direct("v2", 5), true},
+		{"direct attempt after an ops's attempt that saw the user's edit", current(sandbox("", ""), "uid-1", 5), "", direct("v2", 5), true},
+		{"an old direct attempt replayed after an ops upgraded the sandbox", current(sandbox("", ""), "uid-1", 6), "", direct("v2", 5), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ClaimedBy(tc.sb, tc.ops, tc.attempt); got != tc.want {

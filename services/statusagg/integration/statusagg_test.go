@@ -66,13 +66,24 @@ func directEventBeforeItsRequestedWaits(t *testing.T, h *harness) {
 	})
 }
 
-// A direct attempt's requested replayed after the sandbox's template moved on
-// (an ops upgraded it since; the consumer was created again and replays the
-// stream) does not start the sandbox over: only an attempt that targets the
-// template as it is now is recorded.
+// A direct attempt's requested replayed after an ops upgraded the sandbox
+// (the consumer was created again and replays the stream) does not start
+// the sandbox over; a direct attempt of the user's edit after that ops is
+// recorded.
 func replayedDirectAttemptOfAnotherTemplateIsStale(t *testing.T, h *harness) {
 	ns := h.env.Namespace(t)
-	sb := h.runningSandbox(ns, "replayed", nil)
+	claimed := map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-r"}
+	sb := h.runningSandbox(ns, "replayed", claimed)
+	ops := h.createOps(ns, "ops-r", imageV2, 1)
+	h.publish(event(events.TypeRequested, sb, ops))
+	h.waitSandbox(ns, sb.Name, "the ops attempt recorded", func(got *agentsv1alpha1.Sandbox) bool {
+		return upgrade.CurrentAttempt(got) == string(ops.UID)
+	})
+	// The ops is done with it: its label goes, as on release.
+	if _, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Patch(context.Background(), sb.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+agentsv1alpha1.LabelUpdateOps+`":null}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	rev, err := upgrade.Revision(sb.Spec.Template)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +93,7 @@ func replayedDirectAttemptOfAnotherTemplateIsStale(t *testing.T, h *harness) {
 			Sandbox: events.SandboxRef{Namespace: ns, Name: sb.Name, UID: sb.UID}, Attempt: attempt,
 		}}
 	}
-	old := upgrade.DirectAttempt("0ld0ld0ld0", sb.Generation-1)
+	old := upgrade.DirectAttempt("0ld0ld0ld0", sb.Generation-1) // before the ops's attempt
 	h.publish(requested(old))
 	h.drained()
 	time.Sleep(startWindow + time.Second) // an attempt's start is written within startWindow
@@ -90,8 +101,8 @@ func replayedDirectAttemptOfAnotherTemplateIsStale(t *testing.T, h *harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := upgrade.CurrentAttempt(got); a != "" || got.Status.Phase != agentsv1alpha1.SandboxRunning {
-		t.Fatalf("after the replayed %s: attempt %q, phase %s; want none recorded, Running", old, a, got.Status.Phase)
+	if a := upgrade.CurrentAttempt(got); a != string(ops.UID) {
+		t.Fatalf("after the replayed %s: attempt %q; want the ops's %s still", old, a, ops.UID)
 	}
 	current := upgrade.DirectAttempt(rev, sb.Generation)
 	h.publish(requested(current))

@@ -173,6 +173,21 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		ObjectMeta: metav1.ObjectMeta{Name: newName, Namespace: ns, Labels: ops.Labels, Annotations: map[string]string{AnnotationRetryOf: name}},
 		Spec:       spec,
 	}
+	if postOnly {
+		list, err := agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list the sandboxes of namespace %s to check what the retry would resume (nothing was changed): %w", ns, err)
+		}
+		if others := alsoResumed(next, list.Items, reasons[agentsv1alpha1.UpgradingReasonPostUpgradeFailed]); len(others) > 0 {
+			// Without preUpgrade, a sandbox that failed before its backup
+			// would have its pod replaced with no backup taken.
+			next.Spec = *ops.Spec.DeepCopy()
+			next.Spec.Paused = false
+			postOnly = false
+			fmt.Fprintf(a.out, "note: a postUpgrade-only retry would also resume %s, which did not fail in PostUpgrade under %s; retrying with the same patch and hooks instead, so their backup is taken\n",
+				strings.Join(others, ", "), name)
+		}
+	}
 	// Refused by the API server before anything is deleted.
 	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		return fmt.Errorf("dry-run create of the retry ops %s/%s (nothing was changed): %w", ns, newName, err)
@@ -205,6 +220,28 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return a.status(ctx, newName, statusOptions{watch: true, interval: time.Second, slowest: 5, color: "auto"})
 	}
 	return nil
+}
+
+// alsoResumed names the sandboxes the retry ops next would start or resume
+// besides own (the failed ops's PostUpgradeFailed sandboxes), as the
+// selector would select them: another ops's failed sandboxes that match the
+// same selector, or sandboxes not started.
+func alsoResumed(next *agentsv1alpha1.SandboxUpdateOps, all []agentsv1alpha1.Sandbox, own []string) []string {
+	sandboxes := make([]*agentsv1alpha1.Sandbox, len(all))
+	for i := range all {
+		sandboxes[i] = &all[i]
+	}
+	sel, err := upgrade.Select(next, sandboxes, nil)
+	if err != nil {
+		return nil // the selector is the failed ops's, which selected before
+	}
+	var others []string
+	for _, c := range sel.Candidates {
+		if (c.State == upgrade.NotStarted || c.State == upgrade.Failed) && !slices.Contains(own, c.Sandbox.Name) {
+			others = append(others, c.Sandbox.Name)
+		}
+	}
+	return others
 }
 
 func phaseOf(ops *agentsv1alpha1.SandboxUpdateOps) string {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -188,5 +189,39 @@ func TestFinalCountsFromTheSandboxes(t *testing.T) {
 	// Updated sandboxes that have left the ops keep the status's count.
 	if updated, _, _ := finalCounts(summarize(ops, sandboxes[5:], t0.Add(3*time.Minute), 5)); updated != 4 {
 		t.Errorf("finalCounts without box-0 to box-4 = %d updated, want the status's 4", updated)
+	}
+}
+
+// A postUpgrade-only retry would also resume another ops's sandbox that
+// failed before its backup: alsoResumed names it, so the retry keeps
+// preUpgrade. The failed ops's own sandboxes and up-to-date ones are not named.
+func TestAlsoResumedNamesOtherFailedSandboxes(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{}
+	next := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up-retry", Namespace: "ns"}}
+	next.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
+	next.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: hook}
+	box := func(name, opsLabel, reason string) agentsv1alpha1.Sandbox {
+		sb := agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"pool": "p"}}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v2"}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		if opsLabel != "" {
+			sb.Labels[agentsv1alpha1.LabelUpdateOps] = opsLabel
+		}
+		if reason != "" {
+			sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+			sb.Status.Conditions = []metav1.Condition{{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason}}
+		}
+		return sb
+	}
+	all := []agentsv1alpha1.Sandbox{
+		box("own", "up", agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
+		box("others-pre", "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed),
+		box("fine", "", ""),
+	}
+	if got := alsoResumed(next, all, []string{"own"}); !slices.Equal(got, []string{"others-pre"}) {
+		t.Errorf("alsoResumed = %v, want [others-pre]", got)
+	}
+	if got := alsoResumed(next, all[:1], []string{"own"}); len(got) != 0 {
+		t.Errorf("alsoResumed with only the ops's own sandbox = %v, want none", got)
 	}
 }

@@ -100,10 +100,11 @@ func encodeSpec(data []byte, embedded *EmbeddedSandboxTemplate) ([]byte, error) 
 	if err := json.Unmarshal(data, &fields); err != nil {
 		return nil, err
 	}
-	if u.Template != nil {
+	// Put back only what no code has set since it was decoded.
+	if _, set := fields[fieldTemplate]; u.Template != nil && !set {
 		fields[fieldTemplate] = u.Template
 	}
-	if u.VolumeClaimTemplates != nil {
+	if _, set := fields[fieldVolumeClaimTemplates]; u.VolumeClaimTemplates != nil && !set {
 		fields[fieldVolumeClaimTemplates] = u.VolumeClaimTemplates
 	}
 	return json.Marshal(fields)

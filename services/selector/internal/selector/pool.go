@@ -236,7 +236,7 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 	if created > 0 {
 		logger.Info("Created pool members", "count", created, "revision", revision, "replicas", limits.replicas)
 	}
-	if rerr := p.recordCreateRefusal(ctx, set, created, plan.create, err); rerr != nil && err == nil {
+	if rerr := p.recordCreateRefusal(ctx, set, err); rerr != nil && err == nil {
 		err = rerr
 	}
 	return err
@@ -245,21 +245,23 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 // recordCreateRefusal keeps the set's upgrade.AnnotationMemberCreateError in
 // line with this sync's creates: the API server's refusal (Forbidden,
 // Invalid, BadRequest: a ResourceQuota on sandboxes, an admission webhook,
-// the selector's RBAC) while no member could be created, no annotation once
-// one was or none is needed. statusagg shows it as the set's
+// the selector's RBAC) while a create is refused, even after others
+// succeeded (a quota with room for fewer than the pool needs), no
+// annotation once every create wanted succeeded or none is wanted. statusagg shows it as the set's
 // MemberCreateRefused condition and Event; the sync is retried meanwhile.
-func (p *pool) recordCreateRefusal(ctx context.Context, set *agentsv1alpha1.SandboxSet, created, wanted int, err error) error {
+func (p *pool) recordCreateRefusal(ctx context.Context, set *agentsv1alpha1.SandboxSet, err error) error {
 	want := ""
-	if err != nil && created == 0 && upgrade.PodCreateRefused(err) {
+	if err != nil && upgrade.PodCreateRefused(err) {
 		want = upgrade.MemberCreateErrorValue(err)
 	}
 	_, recorded := set.Annotations[upgrade.AnnotationMemberCreateError]
 	switch {
 	case want != "" && set.Annotations[upgrade.AnnotationMemberCreateError] == want:
 		return nil
-	case want == "" && (!recorded || (err != nil && created == 0 && wanted > 0)):
+	case want == "" && (!recorded || err != nil):
 		// Nothing recorded, or a failure that says nothing new (a
-		// timeout): the record stands until a create succeeds.
+		// timeout): the record stands until every create this sync
+		// wanted succeeds, or none is wanted.
 		return nil
 	}
 	if want != "" {

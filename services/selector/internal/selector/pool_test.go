@@ -798,11 +798,35 @@ func TestRefusedMemberCreateIsRecordedUntilOneIsCreated(t *testing.T) {
 	if set.Annotations[upgrade.AnnotationMemberCreateError] != got {
 		t.Errorf("a timeout changed the record to %q", set.Annotations[upgrade.AnnotationMemberCreateError])
 	}
+	// Room for one of two: the record stands (it is not removed and
+	// written again for each member the quota lets through).
+	set.Spec.Replicas = 2
+	quota := refuse
+	allowed := 1
 	refuse = nil
+	n := 0
+	client.PrependReactor("create", "sandboxes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if allowed == 0 {
+			return true, nil, quota
+		}
+		allowed--
+		n++ // the tracker generates no names
+		sb := a.(clienttesting.CreateAction).GetObject().(*agentsv1alpha1.Sandbox)
+		sb.Name = fmt.Sprintf("%s%d", sb.GenerateName, n)
+		return false, nil, nil
+	})
+	c.others = nil
+	if err := c.reconcile(ctx, set, &expectation{}); err == nil {
+		t.Fatal("reconcile with the second create refused: no error")
+	}
+	if len(c.others) != 0 || set.Annotations[upgrade.AnnotationMemberCreateError] == "" {
+		t.Errorf("room for one of two: writes %v, record %q; want the record kept as it was", c.others, set.Annotations[upgrade.AnnotationMemberCreateError])
+	}
+	allowed = 2
 	if err := c.reconcile(ctx, set, &expectation{}); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
 	if v, ok := set.Annotations[upgrade.AnnotationMemberCreateError]; ok {
-		t.Errorf("record %q kept after a member was created", v)
+		t.Errorf("record %q kept after every member was created", v)
 	}
 }
