@@ -53,6 +53,9 @@ type watchdog struct {
 	// every stalled stage again before it fails any, so a stage is never failed for a time
 	// no watchdog was looking, nor before its input was actually re-published.
 	driven map[string]drives
+	// watching is when this process began to watch (as leader): giveUpAfter counts from
+	// it at the earliest.
+	watching time.Time
 }
 
 // drives is how many times a stage was re-driven, the last at last.
@@ -66,7 +69,15 @@ const (
 	verdictWait    = iota // within its deadline, or of the last re-drive
 	verdictRedrive        // re-drive it (once more)
 	verdictFail           // re-driven as often as allowed, a deadline ago: fail it
+	verdictGiveUp         // watched for giveUpAfter deadlines without progress: fail it, re-driven or not
 )
+
+// giveUpAfter is how many deadlines, beyond the re-drives', a stage may stay without
+// progress under this process's watch before it is failed even though its re-drives could
+// not be published, or whether its input is still queued could not be told (NATS
+// unreachable, a permission refused): every stage ends (rule 10), and a brief NATS error
+// never fails one that is only queued.
+const giveUpAfter = 3
 
 // judge decides what the watchdog does with a stage entered at entered, of deadline d,
 // that this process re-drove as done says, allowing redrives re-drives. The stage waits a
@@ -74,7 +85,20 @@ const (
 // re-drive's deadline passed. Time before a re-drive of this process counts once at most,
 // so a new leader that finds a stage entered long ago re-drives it first (its input may
 // have sat with the old leader) and never fails it at once.
-func judge(now, entered time.Time, d time.Duration, done drives, redrives int) int {
+//
+// Two rules bound that: uncertain says whether the stage's input is still queued could
+// not be told in this check, and such a stage is not failed then (at most re-driven); and
+// a stage without progress for redrives+giveUpAfter deadlines of this process's watch
+// (watching is when it began, a new leader's start) is given up on whatever the re-drive
+// count, which does not move while re-drives cannot be published.
+func judge(now, entered time.Time, d time.Duration, done drives, redrives int, watching time.Time, uncertain bool) int {
+	watched := entered
+	if watching.After(watched) {
+		watched = watching
+	}
+	if now.Sub(watched) >= time.Duration(redrives+giveUpAfter)*d {
+		return verdictGiveUp
+	}
 	since := entered
 	if done.n > 0 {
 		since = done.last
@@ -84,6 +108,8 @@ func judge(now, entered time.Time, d time.Duration, done drives, redrives int) i
 		return verdictWait
 	case done.n < redrives:
 		return verdictRedrive
+	case uncertain:
+		return verdictWait
 	default:
 		return verdictFail
 	}
@@ -127,6 +153,7 @@ func (w *watchdog) check(ctx context.Context) {
 	}
 	queued := map[string]int{}
 	queueErrLogged := false
+	publishBroken := false // a re-drive's publish failed in this check: NATS is not taking them
 	defer func() {
 		for _, stage := range []string{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonPostUpgrade} {
 			w.s.metrics.queued.WithLabelValues(stage).Set(float64(queued[stage]))
@@ -157,8 +184,10 @@ func (w *watchdog) check(ctx context.Context) {
 			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: %s, so nothing drives this attempt any more; the sandbox is left as it is: create a new SandboxUpdateOps to resume it",
 				stage, stalled.Round(time.Second), orphan))
 		default:
+			uncertain := false
 			if look != nil {
 				where, ok, qerr := look.waiting(ctx, sb.Namespace, sb.Name, attempt, stage, deadline)
+				uncertain = qerr != nil
 				if ok {
 					queued[stage]++
 					logger.V(2).Info("Past its deadline but queued, not stalled", "stalledFor", stalled.Round(time.Second), "input", where)
@@ -169,12 +198,20 @@ func (w *watchdog) check(ctx context.Context) {
 					logger.Info("Could not tell whether stages' inputs are still queued; judging them as stalled in this check", "err", qerr)
 				}
 			}
-			switch judge(now, entered, deadline, done, w.cfg.Redrives) {
+			switch judge(now, entered, deadline, done, w.cfg.Redrives, w.watching, uncertain) {
 			case verdictRedrive:
-				err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled)
+				if publishBroken {
+					continue // each publish would wait its timeout: the next check tries again
+				}
+				if err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled); err != nil {
+					publishBroken = true
+				}
 			case verdictFail:
 				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times): %s",
 					stage, stalled.Round(time.Second), deadline, done.n, w.missing(sb, stage)))
+			case verdictGiveUp:
+				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s): re-driven %d of %d times, the others could not be published, or whether its input was still queued could not be told: check that molt's services reach NATS (their /readyz and logs); %s",
+					stage, stalled.Round(time.Second), deadline, done.n, w.cfg.Redrives, w.missing(sb, stage)))
 			}
 		}
 		if err != nil {

@@ -14,29 +14,62 @@ func TestJudge(t *testing.T) {
 		now  time.Time
 		done drives
 		want int
+		// watching is when this process began to watch (t0 when zero).
+		watching time.Time
 	}{
-		{"within the deadline", at(9), drives{}, verdictWait},
-		{"a deadline after entering: re-drive 1", at(10), drives{}, verdictRedrive},
-		{"a deadline after re-drive 1: re-drive 2", at(20), drives{n: 1, last: at(10)}, verdictRedrive},
-		{"within the deadline of re-drive 1", at(19), drives{n: 1, last: at(10)}, verdictWait},
-		{"a deadline after the last re-drive: fail", at(30), drives{n: 2, last: at(20)}, verdictFail},
-		{"within the deadline of the last re-drive", at(29), drives{n: 2, last: at(20)}, verdictWait},
+		{"within the deadline", at(9), drives{}, verdictWait, time.Time{}},
+		{"a deadline after entering: re-drive 1", at(10), drives{}, verdictRedrive, time.Time{}},
+		{"a deadline after re-drive 1: re-drive 2", at(20), drives{n: 1, last: at(10)}, verdictRedrive, time.Time{}},
+		{"within the deadline of re-drive 1", at(19), drives{n: 1, last: at(10)}, verdictWait, time.Time{}},
+		{"a deadline after the last re-drive: fail", at(30), drives{n: 2, last: at(20)}, verdictFail, time.Time{}},
+		{"within the deadline of the last re-drive", at(29), drives{n: 2, last: at(20)}, verdictWait, time.Time{}},
 		// A new leader, a restarted or a resumed statusagg finds a stage entered many
 		// deadlines ago that it never re-drove: the old leader may hold its input. It
 		// re-drives first and never fails it at once.
-		{"entered long ago, never re-driven here: re-drive, not fail", at(100), drives{}, verdictRedrive},
-		{"entered long ago, re-driven once here just now", at(101), drives{n: 1, last: at(100)}, verdictWait},
-		{"entered long ago, re-driven twice here, a deadline ago", at(120), drives{n: 2, last: at(110)}, verdictFail},
+		{"entered long ago, never re-driven here: re-drive, not fail", at(100), drives{}, verdictRedrive, at(100)},
+		{"entered long ago, re-driven once here just now", at(101), drives{n: 1, last: at(100)}, verdictWait, at(100)},
+		{"entered long ago, re-driven twice here, a deadline ago", at(120), drives{n: 2, last: at(110)}, verdictFail, at(100)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := judge(tc.now, t0, d, tc.done, 2); got != tc.want {
+			watching := tc.watching
+			if watching.IsZero() {
+				watching = t0
+			}
+			if got := judge(tc.now, t0, d, tc.done, 2, watching, false); got != tc.want {
 				t.Fatalf("judge = %d, want %d", got, tc.want)
 			}
 		})
 	}
 	t.Run("no re-drives allowed: fail a deadline after entering", func(t *testing.T) {
-		if got := judge(at(10), t0, d, drives{}, 0); got != verdictFail {
+		if got := judge(at(10), t0, d, drives{}, 0, t0, false); got != verdictFail {
 			t.Fatalf("judge = %d, want fail", got)
+		}
+	})
+	// Whether the input is still queued could not be told (a NATS error in this
+	// check): re-driven as before, never failed for it.
+	t.Run("uncertain: re-drive", func(t *testing.T) {
+		if got := judge(at(10), t0, d, drives{}, 2, t0, true); got != verdictRedrive {
+			t.Fatalf("judge = %d, want re-drive", got)
+		}
+	})
+	t.Run("uncertain, re-driven as often as allowed: wait, not fail", func(t *testing.T) {
+		if got := judge(at(30), t0, d, drives{n: 2, last: at(20)}, 2, t0, true); got != verdictWait {
+			t.Fatalf("judge = %d, want wait", got)
+		}
+	})
+	// Re-drives that cannot be published do not count: given up on after
+	// redrives+giveUpAfter deadlines of this process's watch, so the stage ends.
+	t.Run("never re-driven (NATS down), watched long enough: give up", func(t *testing.T) {
+		if got := judge(at(49), t0, d, drives{}, 2, t0, false); got != verdictRedrive {
+			t.Fatalf("judge at 49s = %d, want re-drive", got)
+		}
+		if got := judge(at(50), t0, d, drives{}, 2, t0, true); got != verdictGiveUp {
+			t.Fatalf("judge at 50s = %d, want give up", got)
+		}
+	})
+	t.Run("a new leader does not give up on a stage entered long ago", func(t *testing.T) {
+		if got := judge(at(1000), t0, d, drives{}, 2, at(990), false); got != verdictRedrive {
+			t.Fatalf("judge = %d, want re-drive", got)
 		}
 	})
 }
