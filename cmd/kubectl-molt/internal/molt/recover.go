@@ -2,6 +2,7 @@ package molt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
@@ -41,7 +43,14 @@ its failed stage (a new ops resumes it); the ones never started are upgraded.
 
 When every failed sandbox failed in PostUpgrade and none was left unstarted, the new
 ops carries only the postUpgrade hook (no patch, no preUpgrade), as the guides' restore
-flow does: the new pods are kept and preUpgrade is not run again.
+flow does: the new pods are kept and preUpgrade is not run again. If that ops would also
+resume other sandboxes of the namespace (another ops's failures that match the selector),
+it keeps the patch and both hooks instead, so their backup is taken.
+
+Nothing is changed, and retry says why, when the ops failed because its patch cannot
+work (create a new ops with a fixed patch), when another ops of the namespace has not
+finished, or when a retry of the ops exists already. If the new ops cannot be created
+after the failed one was deleted, retry prints it as YAML to apply yourself.
 
 The new ops is named OPS-retry (OPS-retry-2, ... if taken) unless --name says.`,
 		Example: `  kubectl molt retry upgrade-my-sandboxes
@@ -142,6 +151,14 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is %s, not Failed: retry is for a Failed ops; watch it with `kubectl molt status %s -n %s -w`, or stop it with `kubectl molt abort %s -n %s`",
 			ns, name, phaseOf(ops), name, ns, name, ns)}
 	}
+	if problem := upgrade.PatchProblem(ops); problem != "" {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s failed because its patch cannot work (%s); a retry would fail the same way, and spec.patch cannot be changed: create a new SandboxUpdateOps with a fixed patch (`kubectl molt plan` checks one first)", ns, name, problem)}
+	}
+	if blocking, err := retryBlockedBy(ctx, agents, ops); err != nil {
+		return err
+	} else if blocking != "" {
+		return &exitError{code: ExitError, msg: blocking}
+	}
 	claimed, err := claimedSandboxes(ctx, agents, ops)
 	if err != nil {
 		return err
@@ -193,10 +210,10 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return fmt.Errorf("dry-run create of the retry ops %s/%s (nothing was changed): %w", ns, newName, err)
 	}
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
-		return err
+		return fmt.Errorf("%w\n%s", err, applyYourself(next))
 	}
 	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so `kubectl molt plan` or a new ops can resume them): %w", ns, newName, name, err)
+		return fmt.Errorf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so a new ops resumes them): %w\n%s", ns, newName, name, err, applyYourself(next))
 	}
 	var parts []string
 	keys := make([]string, 0, len(reasons))
@@ -220,6 +237,38 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return a.status(ctx, newName, statusOptions{watch: true, interval: time.Second, slowest: 5, color: "auto"})
 	}
 	return nil
+}
+
+// applyYourself is the retry ops next as YAML for the user to apply, once the
+// failed ops is deleted and the retry could not create it: its spec is not
+// lost with the failed ops.
+func applyYourself(next *agentsv1alpha1.SandboxUpdateOps) string {
+	out, err := yaml.Marshal(next)
+	if err != nil {
+		return ""
+	}
+	return "the retry ops was not created; apply it yourself once the failed ops is gone (kubectl apply -f -):\n---\n" + string(out)
+}
+
+// retryBlockedBy says why ops may not be retried now, "" when it may: another
+// ops of its namespace is not finished (the retry would wait behind it, or
+// race it), or a retry of it exists already.
+func retryBlockedBy(ctx context.Context, agents versioned.Interface, ops *agentsv1alpha1.SandboxUpdateOps) (string, error) {
+	list, err := agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list the SandboxUpdateOps of namespace %s (nothing was changed): %w", ops.Namespace, err)
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		switch {
+		case o.UID == ops.UID:
+		case o.Annotations[AnnotationRetryOf] == ops.Name:
+			return fmt.Sprintf("SandboxUpdateOps %s/%s already retries %s (phase %s): nothing was changed; watch it with `kubectl molt status %s -n %s -w`", o.Namespace, o.Name, ops.Name, phaseOf(o), o.Name, o.Namespace), nil
+		case !upgrade.IsFinished(o):
+			return fmt.Sprintf("SandboxUpdateOps %s/%s is %s in namespace %s, and only one ops runs there at a time: nothing was changed; retry %s once it has finished, or stop it with `kubectl molt abort %s -n %s`", o.Namespace, o.Name, phaseOf(o), o.Namespace, ops.Name, o.Name, o.Namespace), nil
+		}
+	}
+	return "", nil
 }
 
 // alsoResumed names the sandboxes the retry ops next would start or resume
@@ -290,7 +339,8 @@ func deleteAndWait(ctx context.Context, agents versioned.Interface, ops *agentsv
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete SandboxUpdateOps %s/%s: %w", ops.Namespace, ops.Name, err)
 	}
-	return poll(ctx, timeout, func() (bool, error) {
+	what := fmt.Sprintf("waiting for the deleted SandboxUpdateOps %s/%s to go (its finalizer is removed once its sandboxes are released): it is deleted all the same; `kubectl get suo %s -n %s` shows when it is gone", ops.Namespace, ops.Name, ops.Name, ops.Namespace)
+	return poll(ctx, timeout, what, func() (bool, error) {
 		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Get(ctx, ops.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
 			return true, nil
@@ -304,12 +354,16 @@ func deleteAndWait(ctx context.Context, agents versioned.Interface, ops *agentsv
 
 // poll calls cond every second until it is true, the context ends or
 // timeout passes (then the error is what timedOut says).
-func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error), timedOut func() string) error {
+func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error), timedOut func() string) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, err := cond()
 		if ok {
 			return nil
+		}
+		var stop stopPolling
+		if errors.As(err, &stop) {
+			return &exitError{code: ExitError, msg: stop.msg}
 		}
 		if time.Now().After(deadline) {
 			msg := timedOut()
@@ -320,11 +374,17 @@ func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error),
 		}
 		select {
 		case <-ctx.Done():
-			return &exitError{code: ExitError, msg: "interrupted: " + timedOut()}
+			return &exitError{code: ExitError, msg: "interrupted while " + what}
 		case <-time.After(time.Second):
 		}
 	}
 }
+
+// stopPolling is an error of poll's cond that waiting longer cannot mend:
+// poll ends at once with its message.
+type stopPolling struct{ msg string }
+
+func (s stopPolling) Error() string { return s.msg }
 
 func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	agents, ns, ops, err := a.loadOps(ctx, name)
@@ -339,12 +399,22 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	}
 	last := ""
 	var s Summary
-	err = poll(ctx, o.timeout, func() (bool, error) {
+	what := fmt.Sprintf("waiting for the sandboxes in flight of SandboxUpdateOps %s/%s: it stays paused; run abort again to finish, or resume it with `kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}'`", ns, name, name, ns)
+	err = poll(ctx, o.timeout, what, func() (bool, error) {
 		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil // deleted meanwhile (another abort, a retry, kubectl delete): nothing left to wait for
+		}
+		if apierrors.IsForbidden(err) {
+			return false, stopPolling{fmt.Sprintf("cannot read SandboxUpdateOps %s/%s: %v; abort needs get on sandboxupdateops and list on sandboxes in namespace %s", ns, name, err, ns)}
+		}
 		if err != nil {
 			return false, err
 		}
 		claimed, err := claimedSandboxes(ctx, agents, cur)
+		if apierrors.IsForbidden(err) {
+			return false, stopPolling{fmt.Sprintf("%v; abort needs list on sandboxes in namespace %s", err, ns)}
+		}
 		if err != nil {
 			return false, err
 		}
