@@ -184,20 +184,32 @@ func (l *queueLook) last(ctx context.Context, ns, name, eventType, attempt strin
 	return msg, nil
 }
 
-// reported says whether the stage already reported its end (stageOutputs) for attempt less
-// than limit ago: its handler acknowledged the input after publishing that, and statusagg
-// has not applied it yet. Without this, the moment between the two would be taken for a
-// stall and re-driven. A report older than limit that statusagg did not act on is not
-// waited for: the stage is judged as usual.
+// reported says whether the stage already reported its end (stageOutputs) for attempt,
+// and statusagg has not applied it yet: less than limit ago, or at any age while
+// statusagg's own consumer has not acknowledged it (statusagg is behind: failing the
+// stage now would make the success that waits in its queue too late, final failures
+// being final). Without this, the moment between the two would be taken for a stall and
+// re-driven. A report statusagg handled without acting on it is not waited for: the
+// stage is judged as usual.
 func (l *queueLook) reported(ctx context.Context, ns, name, attempt, stage string, limit time.Duration) (string, bool, error) {
 	for _, out := range stageOutputs[stage] {
 		msg, err := l.last(ctx, ns, name, out, attempt)
 		if err != nil {
 			return "", false, err
 		}
-		if msg != nil && l.q.now().Sub(msg.Time) < limit {
-			tok, _ := events.TokenFor(out)
+		if msg == nil {
+			continue
+		}
+		tok, _ := events.TokenFor(out)
+		if l.q.now().Sub(msg.Time) < limit {
 			return fmt.Sprintf("%s (stream sequence %d) was published at %s and is not applied yet", tok, msg.Sequence, msg.Time.UTC().Format(time.RFC3339)), true, nil
+		}
+		c, err := l.consumer(ctx, events.ConsumerStatusAgg)
+		if err != nil {
+			return "", false, err
+		}
+		if msg.Sequence > c.ackFloor {
+			return fmt.Sprintf("%s (stream sequence %d) was published at %s and waits at statusagg's own consumer (acknowledged up to %d)", tok, msg.Sequence, msg.Time.UTC().Format(time.RFC3339), c.ackFloor), true, nil
 		}
 	}
 	return "", false, nil

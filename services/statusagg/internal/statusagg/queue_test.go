@@ -63,6 +63,10 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	self, err := events.EnsureConsumer(ctx, admin, events.ConsumerStatusAgg, events.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	publish := publisher(t, admin)
 	patched := func(name, attempt string) { publish(events.TypePatched, name, attempt) }
 	for _, n := range []string{"a", "b", "c"} {
@@ -136,7 +140,28 @@ func TestQueueLookOnJetStream(t *testing.T) {
 		t.Error("b's patched, held by a handler for two deadlines, is still seen in flight: a hung handler would hold the stage forever")
 	}
 	// (Each look is one watchdog check, which forgets what it did not see in flight: a is
-	// asked after b.)
+	// asked after b.) a's prehook-done is two deadlines old, but statusagg's own consumer
+	// has not reached it: statusagg is behind, and the success waits in its queue.
+	if !waiting("a", "att") {
+		t.Error("a's prehook-done, not yet acknowledged by statusagg's consumer, is taken for a stall")
+	}
+	// statusagg handles everything published so far.
+	handled, err := self.Fetch(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range handled.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "statusagg's consumer acknowledged the 5 messages", func() (bool, error) {
+		info, err := self.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		return info.AckFloor.Stream >= 5, fmt.Errorf("ack floor %d", info.AckFloor.Stream)
+	})
 	if waiting("a", "att") {
 		t.Error("a's prehook-done, published two deadlines ago and not applied, still holds its stage")
 	}
