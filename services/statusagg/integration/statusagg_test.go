@@ -466,6 +466,16 @@ func patchThatChangesNothingCompletes(t *testing.T, h *harness) {
 			t.Errorf("ops JSON lacks %s: %s", field, raw)
 		}
 	}
+
+	// Edited once finished, it stays Completed and says it saw the edit, so a tool
+	// that waits for observedGeneration does not wait for ever.
+	edited, err := h.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Patch(context.Background(), "ops-f", types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitOps(ns, "ops-f", "observedGeneration of the edit", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.ObservedGeneration == edited.Generation && o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted
+	})
 }
 
 // TestSandboxWithAnUndecodableTemplate: the API server stores a template

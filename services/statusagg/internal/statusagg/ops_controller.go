@@ -59,7 +59,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		if ops.DeletionTimestamp != nil {
 			return s.sayWhyDeletionWaits(ctx, ops, sandboxes)
 		}
-		return nil
+		return s.observeFinishedEdit(ctx, ops)
 	}
 
 	all, err := s.ops.SandboxUpdateOps(ns).List(labels.Everything())
@@ -313,6 +313,23 @@ func (s *server) namespaceHandler() cache.ResourceEventHandler {
 		},
 		DeleteFunc: func(obj any) { enqueue(obj, opsRecountDelay) },
 	}
+}
+
+// observeFinishedEdit records, on a finished ops edited since (an edit changes nothing:
+// it is final), that statusagg has seen its generation: tools that judge health by
+// status.observedGeneration (kstatus, Argo CD, kubectl wait) would otherwise take it for
+// in progress for ever.
+func (s *server) observeFinishedEdit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps) error {
+	if ops.Status.ObservedGeneration == ops.Generation {
+		return nil
+	}
+	updated := ops.DeepCopy()
+	updated.Status.ObservedGeneration = ops.Generation
+	_, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("record observedGeneration %d of the finished ops %s/%s: %w", ops.Generation, ops.Namespace, ops.Name, err)
+	}
+	return nil
 }
 
 // sayWhyDeletionWaits writes, on an ops being deleted, the Deleting condition naming
