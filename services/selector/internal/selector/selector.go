@@ -196,6 +196,13 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if ops.Spec.Paused {
+		// The patch is checked all the same (once): an ops created paused, to
+		// look before it starts, says at once that its patch cannot work.
+		if sel.NotStarted > 0 {
+			if _, err := s.checkPatch(ctx, ops, notStarted(sel)); err != nil {
+				return err
+			}
+		}
 		logger.V(4).Info("Skip admission: ops is paused")
 		return nil
 	}

@@ -111,6 +111,29 @@ func TestPausedOpsAdmitsNothingUntilResumed(t *testing.T) {
 	f.waitRequested("sbx-0")
 }
 
+// An ops created paused has its patch checked all the same, so one that
+// cannot work says so before anyone resumes it; nothing is claimed.
+func TestPausedOpsHasItsPatchChecked(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	f.ops("typo", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Paused = true
+		o.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"main","imagee":"registry.example/agent:v2"}]}}`)
+	})
+	testenv.Eventually(t, 30*time.Second, "the paused ops's patch check recorded", func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "typo", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		problem := upgrade.PatchProblem(o)
+		return strings.Contains(problem, "imagee"), fmt.Errorf("patch problem %q", problem)
+	})
+	if got, err := f.claimed("typo"); err != nil || len(got) != 0 {
+		t.Errorf("claimed %v (err %v) under a paused ops with a patch that cannot work", got, err)
+	}
+}
+
 func TestSecondOpsWaitsForTheActiveOne(t *testing.T) {
 	f := newFixture(t)
 	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, map[string]string{"group": "a"})
