@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"errors"
 	"regexp"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,5 +51,16 @@ func PodCreateErrorValue(err error) string {
 const AnnotationMemberCreateError = "molt.dev/member-create-error"
 
 // MemberCreateErrorValue is AnnotationMemberCreateError's value for the
-// refusal err, without what changes from one retry to the next.
-func MemberCreateErrorValue(err error) string { return PodCreateErrorValue(err) }
+// refusal err of a member of the set named set: the API server's words,
+// without what changes from one retry to the next (the name generated for
+// the member, a quota's used amounts).
+func MemberCreateErrorValue(err error, set string) string {
+	msg := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		msg = status.Status().Message
+	}
+	generated := regexp.MustCompile(`"` + regexp.QuoteMeta(set) + `-[a-z0-9]+"`)
+	msg = generated.ReplaceAllString(msg, `"`+set+`-…"`)
+	return agentsv1alpha1.TruncateConditionMessageTo(quotaUsed.ReplaceAllString(msg, ", limited: "), maxPodCreateError)
+}

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,5 +26,17 @@ func TestPodCreateErrorValueIsStableAcrossRetries(t *testing.T) {
 	}
 	if PodCreateRefused(apierrors.NewAlreadyExists(pods, "box-0")) || PodCreateRefused(apierrors.NewServiceUnavailable("busy")) {
 		t.Error("AlreadyExists and a busy server are not refusals")
+	}
+}
+
+// A refused member create reads the same from one retry to the next: the
+// generated name and the wrapping are left out.
+func TestMemberCreateErrorValueIsStable(t *testing.T) {
+	refusal := func(name string) error {
+		return fmt.Errorf("create a member of SandboxSet ns/warm: %w", apierrors.NewForbidden(schema.GroupResource{Group: "agents.kruise.io", Resource: "sandboxes"}, name, errors.New("denied by policy freeze")))
+	}
+	a, b := MemberCreateErrorValue(refusal("warm-b9ppj"), "warm"), MemberCreateErrorValue(refusal("warm-6n7wd"), "warm")
+	if a != b || a != `sandboxes.agents.kruise.io "warm-…" is forbidden: denied by policy freeze` {
+		t.Errorf("MemberCreateErrorValue = %q and %q, want one stable message", a, b)
 	}
 }

@@ -252,7 +252,7 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 func (p *pool) recordCreateRefusal(ctx context.Context, set *agentsv1alpha1.SandboxSet, err error) error {
 	want := ""
 	if err != nil && upgrade.PodCreateRefused(err) {
-		want = upgrade.MemberCreateErrorValue(err)
+		want = upgrade.MemberCreateErrorValue(err, set.Name)
 	}
 	_, recorded := set.Annotations[upgrade.AnnotationMemberCreateError]
 	switch {
