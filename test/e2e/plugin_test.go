@@ -264,6 +264,7 @@ func TestPluginHistory(t *testing.T) {
 	ctx := context.Background()
 	ns := s.env.Namespace(t)
 	makeSandboxes(t, s, ns, "hi", 1, "hi-pool", nil)
+	makeSandboxes(t, s, ns, "quiet", 1, "quiet-pool", nil) // never upgraded
 	kubectl(t, hookOps("hi-bad", "hi-pool", "my-registry/sandbox-image:v2", `echo "no space left on /backup" >&2; exit 2`, "", 30), "apply", "-n", ns, "-f", "-")
 	waitOps(t, s, ns, "hi-bad", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
 	kubectl(t, "", "delete", "suo", "hi-bad", "-n", ns, "--wait=true", "--timeout=60s")
@@ -325,10 +326,16 @@ func TestPluginHistory(t *testing.T) {
 		t.Errorf("history --follow did not print the recreated pod:\n%s", followOut.String())
 	}
 
-	// A sandbox without events says so; a refused login names the flags.
-	out, _, code = molt(t, "", append([]string{"history", ns + "/nobody"}, natsViewerFlags(t)...)...)
+	// A sandbox without events says so; a sandbox that does not exist (a
+	// typo) is an error that says to check the name; a refused login names
+	// the flags.
+	out, _, code = molt(t, "", append([]string{"history", ns + "/quiet-00"}, natsViewerFlags(t)...)...)
 	if code != 0 || !strings.Contains(out, "no events") {
 		t.Errorf("history of a sandbox without events: exit %d\n%s", code, out)
+	}
+	_, errOut, code = molt(t, "", append([]string{"history", ns + "/nobody"}, natsViewerFlags(t)...)...)
+	if code != 2 || !strings.Contains(errOut, "no such sandbox") {
+		t.Errorf("history of a sandbox that does not exist: exit %d, stderr %s", code, errOut)
 	}
 	bad := filepath.Join(t.TempDir(), "wrong")
 	if err := os.WriteFile(bad, []byte("wrong\n"), 0o600); err != nil {

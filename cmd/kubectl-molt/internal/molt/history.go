@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -219,7 +221,14 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 		}
 		if caughtUp && !o.follow {
 			if h.count == 0 && !h.json {
-				fmt.Fprintf(a.out, "no events: sandbox %s/%s has not been upgraded since the stream's history began (it keeps %s)\n", ns, name, "7 days by default")
+				if a.sandboxMissing(ctx, ns, name) {
+					return &exitError{code: ExitError, msg: fmt.Sprintf("no events for sandbox %s/%s, and no such sandbox in the cluster: check the namespace and the name (`kubectl get sbx -n %s`)", ns, name, ns)}
+				}
+				keeps := "as long as the stream keeps events"
+				if age := stream.CachedInfo().Config.MaxAge; age > 0 {
+					keeps = "it keeps " + age.String()
+				}
+				fmt.Fprintf(a.out, "no events: sandbox %s/%s has not been upgraded since the stream's history began (%s)\n", ns, name, keeps)
 			}
 			return nil
 		}
@@ -227,6 +236,17 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 			return nil
 		}
 	}
+}
+
+// sandboxMissing reports whether the API server says there is no sandbox
+// ns/name; false when it cannot be asked (history needs only NATS).
+func (a *app) sandboxMissing(ctx context.Context, ns, name string) bool {
+	agents, _, _, err := a.clients()
+	if err != nil {
+		return false
+	}
+	_, err = agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 // historyPrinter prints events grouped by attempt, and each attempt's
