@@ -53,9 +53,22 @@ func PodRefusal(err error) string {
 // without what changes from one call to the next: the name the server
 // generated for the probe, and a ResourceQuota's "used" amounts.
 func StableRefusal(refused, name string) string {
-	generated := regexp.MustCompile(`^(\S+) "` + regexp.QuoteMeta(name) + `-[a-z0-9]+"`)
+	generated := regexp.MustCompile(`^(\S+) "` + GeneratedNamePattern(name+"-") + `"`)
 	refused = generated.ReplaceAllString(refused, `$1 "`+name+`"`)
 	return quotaUsed.ReplaceAllString(refused, ", limited: ")
+}
+
+// maxGeneratedBase is how much of a generateName the API server keeps before it adds
+// its random suffix (k8s.io/apiserver's names.SimpleNameGenerator).
+const maxGeneratedBase = 58
+
+// GeneratedNamePattern is a regular expression matching the names the API server
+// generates from generateName base.
+func GeneratedNamePattern(base string) string {
+	if len(base) > maxGeneratedBase {
+		base = base[:maxGeneratedBase]
+	}
+	return regexp.QuoteMeta(base) + `[a-z0-9]{5}`
 }
 
 // quotaExceeded matches the words of ResourceQuota admission refusing a

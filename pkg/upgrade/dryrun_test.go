@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,5 +55,16 @@ func TestStableRefusal(t *testing.T) {
 	other := `pods "warmer-x7k2p" is forbidden: violates PodSecurity "restricted:latest"`
 	if got := StableRefusal(other, "warm"); got != other {
 		t.Errorf("StableRefusal changed another pod's name: %q", got)
+	}
+}
+
+// The API server keeps 58 characters of a generateName: a long name's
+// refusal is made stable all the same.
+func TestStableRefusalOfALongName(t *testing.T) {
+	name := strings.Repeat("a", 60)
+	generated := (name + "-")[:58] + "x7k2p" // 58 characters of "name-", then the suffix
+	got := StableRefusal(`pods "`+generated+`" is forbidden: violates PodSecurity "restricted:latest"`, name)
+	if want := `pods "` + name + `" is forbidden: violates PodSecurity "restricted:latest"`; got != want {
+		t.Errorf("StableRefusal = %q, want %q", got, want)
 	}
 }

@@ -60,7 +60,7 @@ func MemberCreateErrorValue(err error, set string) string {
 	if errors.As(err, &status) {
 		msg = status.Status().Message
 	}
-	generated := regexp.MustCompile(`"` + regexp.QuoteMeta(set) + `-[a-z0-9]+"`)
+	generated := regexp.MustCompile(`"` + GeneratedNamePattern(set+"-") + `"`)
 	msg = generated.ReplaceAllString(msg, `"`+set+`-…"`)
 	return agentsv1alpha1.TruncateConditionMessageTo(quotaUsed.ReplaceAllString(msg, ", limited: "), maxPodCreateError)
 }

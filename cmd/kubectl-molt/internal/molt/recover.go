@@ -210,10 +210,16 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return fmt.Errorf("dry-run create of the retry ops %s/%s (nothing was changed): %w", ns, newName, err)
 	}
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
-		return fmt.Errorf("%w\n%s", err, applyYourself(next))
+		var waited *exitError
+		if errors.As(err, &waited) {
+			// Deleted, and then the wait ended (a timeout, Ctrl-C): the spec
+			// lives on only in what is printed here.
+			return &exitError{code: waited.code, msg: waited.msg + "\n" + applyYourself(next)}
+		}
+		return err // not deleted: nothing was changed
 	}
 	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so a new ops resumes them): %w\n%s", ns, newName, name, err, applyYourself(next))
+		return &exitError{code: ExitError, msg: fmt.Sprintf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so a new ops resumes them): %v\n%s", ns, newName, name, err, applyYourself(next))}
 	}
 	var parts []string
 	keys := make([]string, 0, len(reasons))
@@ -262,7 +268,8 @@ func retryBlockedBy(ctx context.Context, agents versioned.Interface, ops *agents
 		o := &list.Items[i]
 		switch {
 		case o.UID == ops.UID:
-		case o.Annotations[AnnotationRetryOf] == ops.Name:
+		case o.Annotations[AnnotationRetryOf] == ops.Name && !o.CreationTimestamp.Before(&ops.CreationTimestamp):
+			// (An older retry of an earlier ops of the same name does not count.)
 			return fmt.Sprintf("SandboxUpdateOps %s/%s already retries %s (phase %s): nothing was changed; watch it with `kubectl molt status %s -n %s -w`", o.Namespace, o.Name, ops.Name, phaseOf(o), o.Name, o.Namespace), nil
 		case !upgrade.IsFinished(o):
 			return fmt.Sprintf("SandboxUpdateOps %s/%s is %s in namespace %s, and only one ops runs there at a time: nothing was changed; retry %s once it has finished, or stop it with `kubectl molt abort %s -n %s`", o.Namespace, o.Name, phaseOf(o), o.Namespace, ops.Name, o.Name, o.Namespace), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,6 +23,11 @@ func TestRetryBlockedBy(t *testing.T) {
 	running.Status.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
 	retried := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up-retry", Namespace: "ns", UID: "u3", Annotations: map[string]string{AnnotationRetryOf: "up"}}}
 	retried.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+	failed.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	retried.CreationTimestamp = metav1.NewTime(failed.CreationTimestamp.Add(time.Minute))
+	earlier := retried.DeepCopy() // the retry of an earlier ops of the same name, weeks ago
+	earlier.Name, earlier.UID = "up-retry-old", "u4"
+	earlier.CreationTimestamp = metav1.NewTime(failed.CreationTimestamp.Add(-14 * 24 * time.Hour))
 	for _, tc := range []struct {
 		name   string
 		others []*agentsv1alpha1.SandboxUpdateOps
@@ -30,6 +36,7 @@ func TestRetryBlockedBy(t *testing.T) {
 		{"alone, beside finished ones", []*agentsv1alpha1.SandboxUpdateOps{done}, ""},
 		{"another ops updating", []*agentsv1alpha1.SandboxUpdateOps{done, running}, "ns/other is Updating"},
 		{"retried already", []*agentsv1alpha1.SandboxUpdateOps{retried}, "ns/up-retry already retries up"},
+		{"a finished retry of an earlier ops of the same name", []*agentsv1alpha1.SandboxUpdateOps{earlier}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewSimpleClientset()

@@ -33,6 +33,16 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 	if _, ok := upgrade.PatchVerdict(ops); ok {
 		return upgrade.PatchProblem(ops), nil
 	}
+	problem, err := s.decidePatch(ctx, ops, candidates)
+	if err != nil {
+		return "", err
+	}
+	return problem, s.recordPatchCheck(ctx, ops, problem)
+}
+
+// decidePatch is checkPatch's verdict on ops's patch, not recorded: why it cannot work,
+// "" when it passed (or no candidate could decide).
+func (s *Selector) decidePatch(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, candidates []*agentsv1alpha1.Sandbox) (string, error) {
 	problem := ""
 	for i, sb := range candidates {
 		if i == patchCheckTries {
@@ -47,6 +57,11 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 			break
 		}
 	}
+	return problem, nil
+}
+
+// recordPatchCheck records the verdict problem ("" for a pass) on ops.
+func (s *Selector) recordPatchCheck(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, problem string) error {
 	value := upgrade.PatchCheckOK
 	if problem != "" {
 		value = problem
@@ -56,12 +71,12 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 		upgrade.AnnotationPatchCheck: &value, upgrade.AnnotationPatchDigest: &digest, upgrade.AnnotationPatchCheckFor: &uid,
 	}}}
 	if _, err := s.client.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Patch(ctx, ops.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
-		return "", fmt.Errorf("record the patch check on ops %s/%s: %w", ops.Namespace, ops.Name, err)
+		return fmt.Errorf("record the patch check on ops %s/%s: %w", ops.Namespace, ops.Name, err)
 	}
 	if problem != "" {
 		klog.FromContext(ctx).Info("Refused the ops: its patch cannot work; no sandbox was touched", "problem", problem)
 	}
-	return problem, nil
+	return nil
 }
 
 // patchCheckTries is how many candidates the patch check tries before it lets the patch

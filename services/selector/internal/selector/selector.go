@@ -38,6 +38,11 @@ type Selector struct {
 	// sandboxes beyond its budget at its last sync; only there can the end
 	// of an attempt let one start at once.
 	waiting sync.Map
+	// pausedPassed holds the UIDs of paused ops whose patch passed the check:
+	// not recorded (a pass is recorded only at the first admission, checked
+	// again then, as admission or quota may have changed while it was paused),
+	// and not checked again on every sync while paused.
+	pausedPassed sync.Map
 }
 
 // waitsForBudget is false only when the namespace's last sync left nothing
@@ -198,9 +203,17 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 	if ops.Spec.Paused {
 		// The patch is checked all the same (once): an ops created paused, to
 		// look before it starts, says at once that its patch cannot work.
-		if sel.NotStarted > 0 {
-			if _, err := s.checkPatch(ctx, ops, notStarted(sel)); err != nil {
-				return err
+		if _, checked := upgrade.PatchVerdict(ops); !checked && sel.NotStarted > 0 {
+			if _, passed := s.pausedPassed.Load(ops.UID); !passed {
+				problem, err := s.decidePatch(ctx, ops, notStarted(sel))
+				if err != nil {
+					return err
+				}
+				if problem == "" {
+					s.pausedPassed.Store(ops.UID, true)
+				} else if err := s.recordPatchCheck(ctx, ops, problem); err != nil {
+					return err
+				}
 			}
 		}
 		logger.V(4).Info("Skip admission: ops is paused")

@@ -53,6 +53,8 @@ type consumerState struct {
 	pending             uint64
 	ackPending          int
 	moved               time.Time
+	// floorMoved is when the watchdog last saw ackFloor move.
+	floorMoved time.Time
 }
 
 // Where a stage's input event is, for the watchdog.
@@ -188,9 +190,10 @@ func (l *queueLook) last(ctx context.Context, ns, name, eventType, attempt strin
 // and statusagg has not applied it yet: less than limit ago, or at any age while
 // statusagg's own consumer has not acknowledged it (statusagg is behind: failing the
 // stage now would make the success that waits in its queue too late, final failures
-// being final). Without this, the moment between the two would be taken for a stall and
-// re-driven. A report statusagg handled without acting on it is not waited for: the
-// stage is judged as usual.
+// being final), as long as that consumer's ack floor moved within limit (one message
+// held for ever must not hold every stage behind it). Without this, the moment between
+// the two would be taken for a stall and re-driven. A report statusagg handled without
+// acting on it is not waited for: the stage is judged as usual.
 func (l *queueLook) reported(ctx context.Context, ns, name, attempt, stage string, limit time.Duration) (string, bool, error) {
 	for _, out := range stageOutputs[stage] {
 		msg, err := l.last(ctx, ns, name, out, attempt)
@@ -208,7 +211,7 @@ func (l *queueLook) reported(ctx context.Context, ns, name, attempt, stage strin
 		if err != nil {
 			return "", false, err
 		}
-		if msg.Sequence > c.ackFloor {
+		if msg.Sequence > c.ackFloor && l.q.now().Sub(c.floorMoved) < limit {
 			return fmt.Sprintf("%s (stream sequence %d) was published at %s and waits at statusagg's own consumer (acknowledged up to %d)", tok, msg.Sequence, msg.Time.UTC().Format(time.RFC3339), c.ackFloor), true, nil
 		}
 	}
@@ -256,9 +259,12 @@ func (l *queueLook) consumer(ctx context.Context, name string) (consumerState, e
 		now := l.q.now()
 		l.q.mu.Lock()
 		prev, ok := l.q.seen[name]
-		c.moved = prev.moved
+		c.moved, c.floorMoved = prev.moved, prev.floorMoved
 		if !ok || prev.ackFloor != c.ackFloor || prev.delivered != c.delivered {
 			c.moved = now
+		}
+		if !ok || prev.ackFloor != c.ackFloor {
+			c.floorMoved = now
 		}
 		l.q.seen[name] = c
 		l.q.mu.Unlock()

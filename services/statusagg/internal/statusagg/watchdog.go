@@ -2,6 +2,7 @@ package statusagg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -56,6 +57,9 @@ type watchdog struct {
 	// watching is when this process began to watch (as leader): giveUpAfter counts from
 	// it at the earliest.
 	watching time.Time
+	// queuedSeen is, by driveKey, when a check last found the stage's input queued:
+	// giveUpAfter counts from it at the earliest, as time in a queue is not a stall.
+	queuedSeen map[string]time.Time
 }
 
 // drives is how many times a stage was re-driven, the last at last.
@@ -189,6 +193,9 @@ func (w *watchdog) check(ctx context.Context) {
 				where, ok, qerr := look.waiting(ctx, sb.Namespace, sb.Name, attempt, stage, deadline)
 				uncertain = qerr != nil
 				if ok {
+					w.mu.Lock()
+					w.queuedSeen[key] = now
+					w.mu.Unlock()
 					queued[stage]++
 					logger.V(2).Info("Past its deadline but queued, not stalled", "stalledFor", stalled.Round(time.Second), "input", where)
 					continue
@@ -198,12 +205,18 @@ func (w *watchdog) check(ctx context.Context) {
 					logger.Info("Could not tell whether stages' inputs are still queued; judging them as stalled in this check", "err", qerr)
 				}
 			}
-			switch judge(now, entered, deadline, done, w.cfg.Redrives, w.watching, uncertain) {
+			watched := w.watching
+			w.mu.Lock()
+			if q := w.queuedSeen[key]; q.After(watched) {
+				watched = q
+			}
+			w.mu.Unlock()
+			switch judge(now, entered, deadline, done, w.cfg.Redrives, watched, uncertain) {
 			case verdictRedrive:
 				if publishBroken {
 					continue // each publish would wait its timeout: the next check tries again
 				}
-				if err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled); err != nil {
+				if err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled); errors.Is(err, errRedrivePublish) {
 					publishBroken = true
 				}
 			case verdictFail:
@@ -310,7 +323,7 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 		ev = events.Event{Type: events.TypeRequested, Data: d}
 	}
 	if err := w.pub.Publish(ctx, ev); err != nil {
-		return fmt.Errorf("re-drive %s of sandbox %s/%s: %w", stage, sb.Namespace, sb.Name, err)
+		return fmt.Errorf("%w: re-drive %s of sandbox %s/%s: %w", errRedrivePublish, stage, sb.Namespace, sb.Name, err)
 	}
 	w.mu.Lock()
 	w.driven[driveKey(sb, attempt, stage)] = drives{n: n, last: w.now()}
@@ -320,6 +333,12 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
 	return nil
 }
+
+// failPublishWait bounds the history publish of a watchdog's failure.
+const failPublishWait = 2 * time.Second
+
+// errRedrivePublish marks a re-drive that failed to publish its event.
+var errRedrivePublish = errors.New("publish failed")
 
 // fail ends the attempt in stage's failed reason: the status is written directly (so it
 // holds without a stream), then the failure is published for the history, best effort.
@@ -340,7 +359,11 @@ func (w *watchdog) fail(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt
 	if err := w.s.apply(ctx, ev); err != nil {
 		return err
 	}
-	if err := w.pub.Publish(ctx, ev); err != nil {
+	// Best effort, and short: a check that gives up on stages because NATS is down
+	// must not wait a publish timeout for each.
+	pctx, cancel := context.WithTimeout(ctx, failPublishWait)
+	defer cancel()
+	if err := w.pub.Publish(pctx, ev); err != nil {
 		klog.FromContext(ctx).Info("Could not add the watchdog's failure to the history (the status has it)", "err", err)
 	}
 	klog.FromContext(ctx).Info("Failed a stalled attempt", "reason", d.Reason, "message", message)
