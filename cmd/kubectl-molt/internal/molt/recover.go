@@ -406,11 +406,13 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	}
 	last := ""
 	var s Summary
+	gone := false
 	what := fmt.Sprintf("waiting for the sandboxes in flight of SandboxUpdateOps %s/%s: it stays paused; run abort again to finish, or resume it with `kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}'`", ns, name, name, ns)
 	err = poll(ctx, o.timeout, what, func() (bool, error) {
 		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil // deleted meanwhile (another abort, a retry, kubectl delete): nothing left to wait for
+		if apierrors.IsNotFound(err) || (err == nil && cur.UID != ops.UID) {
+			gone = true // deleted meanwhile (another abort, a retry, kubectl delete): nothing left to wait for
+			return true, nil
 		}
 		if apierrors.IsForbidden(err) {
 			return false, stopPolling{fmt.Sprintf("cannot read SandboxUpdateOps %s/%s: %v; abort needs get on sandboxupdateops and list on sandboxes in namespace %s", ns, name, err, ns)}
@@ -444,6 +446,10 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	})
 	if err != nil {
 		return err
+	}
+	if gone {
+		fmt.Fprintf(a.out, "SandboxUpdateOps %s/%s was deleted meanwhile by someone else: nothing left to abort; its sandboxes were released (`kubectl get sbx -n %s -o wide` shows where each one is)\n", ns, name, ns)
+		return nil
 	}
 	if err := deleteAndWait(ctx, agents, ops, 2*time.Minute); err != nil {
 		return err
