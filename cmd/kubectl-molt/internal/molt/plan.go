@@ -273,27 +273,42 @@ func patchProblem(ctx context.Context, kube kubernetes.Interface, ops *agentsv1a
 	if problem := upgrade.PatchAloneProblem(raw); problem != "" {
 		return problem, nil
 	}
-	if sel.Total() == 0 {
-		return "", nil
+	// As the selector does: a candidate whose own template leaves the question
+	// open (none, unreadable, the patch does not apply, refused without the
+	// patch too) hands it to the next, up to planCheckTries of them.
+	tries := 0
+	for _, c := range sel.Candidates {
+		sb := c.Sandbox
+		if tries == planCheckTries {
+			break
+		}
+		tries++
+		if sb.Spec.Template == nil {
+			continue
+		}
+		patched, err := upgrade.ApplyPatch(sb.Spec.Template, raw)
+		if err != nil {
+			continue
+		}
+		refusedPatched, err := upgrade.DryRunCreatePod(ctx, kube, upgrade.PodFrom(sb.Namespace, sb.Name, patched))
+		if err != nil || refusedPatched == "" {
+			return "", err
+		}
+		refusedOriginal, err := upgrade.DryRunCreatePod(ctx, kube, upgrade.PodFrom(sb.Namespace, sb.Name, sb.Spec.Template))
+		if err != nil {
+			return "", err
+		}
+		if refusedOriginal != "" {
+			continue
+		}
+		return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s", sb.Name, refusedPatched), nil
 	}
-	first := sel.Candidates[0].Sandbox
-	if first.Spec.Template == nil {
-		return "", nil
-	}
-	patched, err := upgrade.ApplyPatch(first.Spec.Template, raw)
-	if err != nil {
-		return "", nil
-	}
-	refusedPatched, err := upgrade.DryRunCreatePod(ctx, kube, upgrade.PodFrom(first.Namespace, first.Name, patched))
-	if err != nil || refusedPatched == "" {
-		return "", err
-	}
-	refusedOriginal, err := upgrade.DryRunCreatePod(ctx, kube, upgrade.PodFrom(first.Namespace, first.Name, first.Spec.Template))
-	if err != nil || refusedOriginal != "" {
-		return "", err
-	}
-	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s", first.Name, refusedPatched), nil
+	return "", nil
 }
+
+// planCheckTries is the selector's patchCheckTries: how many candidates the
+// patch check tries before it lets the patch pass without a verdict.
+const planCheckTries = 3
 
 // templateDiff is the unified diff between sb's pod template and the
 // patched one, as YAML ("" when they are equal).
