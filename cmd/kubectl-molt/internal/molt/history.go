@@ -245,6 +245,8 @@ func (a *app) sandboxMissing(ctx context.Context, ns, name string) bool {
 	if err != nil {
 		return false
 	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	_, err = agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
 }

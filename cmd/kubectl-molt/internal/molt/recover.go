@@ -216,7 +216,12 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 			// lives on only in what is printed here.
 			return &exitError{code: waited.code, msg: waited.msg + "\n" + applyYourself(next)}
 		}
-		return err // not deleted: nothing was changed
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) {
+			// No answer to the delete (a timeout, Ctrl-C): it may have happened.
+			return &exitError{code: ExitError, msg: fmt.Sprintf("%v; the failed ops may be deleted or not (`kubectl get suo %s -n %s`)\n%s", err, name, ns, applyYourself(next))}
+		}
+		return err // refused: not deleted, nothing was changed
 	}
 	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so a new ops resumes them): %v\n%s", ns, newName, name, err, applyYourself(next))}

@@ -114,6 +114,10 @@ type queueLook struct {
 	// broken is the first failed request of this look: the rest of the check asks nothing
 	// more (each request could wait out the API timeout) and judges as usual.
 	broken error
+	// undelivered is true when the last waiting answer was an input not yet delivered
+	// (inputQueued): the one wait that does not end by itself within a bound, which the
+	// watchdog's give-up must not count.
+	undelivered bool
 }
 
 func (q *queues) look() *queueLook {
@@ -133,6 +137,7 @@ func (l *queueLook) done() {
 // and describes where for the log. An error (NATS unreachable, the stream or consumer
 // gone) leaves the stage to be judged as usual.
 func (l *queueLook) waiting(ctx context.Context, ns, name, attempt, stage string, limit time.Duration) (string, bool, error) {
+	l.undelivered = false
 	if l.broken != nil {
 		return "", false, l.broken
 	}
@@ -234,6 +239,7 @@ func (l *queueLook) input(ctx context.Context, ns, name, attempt string, in stag
 	l.q.mu.Unlock()
 	switch locate(msg.Sequence, c, now, since, limit) {
 	case inputQueued:
+		l.undelivered = true
 		return fmt.Sprintf("%s (stream sequence %d) waits at consumer %s, which has %d events not yet delivered", tok, msg.Sequence, in.consumer, c.pending), true, nil
 	case inputInFlight:
 		if since.IsZero() {

@@ -87,6 +87,7 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	q := newQueues(connect("statusagg"), func() time.Time { return now })
 	const limit = 30 * time.Second
 	pre := agentsv1alpha1.UpgradingReasonPreUpgrade
+	undelivered := false // the last answer was an input not delivered yet
 	waiting := func(name, attempt string) bool {
 		t.Helper()
 		l := q.look()
@@ -95,11 +96,12 @@ func TestQueueLookOnJetStream(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting(%s): %v", name, err)
 		}
+		undelivered = l.undelivered
 		t.Logf("%s: waiting %v %s", name, ok, where)
 		return ok
 	}
-	if !waiting("c", "att") {
-		t.Error("c's patched, published and not delivered, is not seen queued")
+	if !waiting("c", "att") || !undelivered {
+		t.Error("c's patched, published and not delivered, is not seen queued and undelivered")
 	}
 	if waiting("old", "att") {
 		t.Error("an earlier attempt's patched counts as this attempt's input")
@@ -132,8 +134,8 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	if !waiting("a", "att") {
 		t.Error("a's PreUpgrade, whose prehook-done was just published, is taken for a stall")
 	}
-	if !waiting("b", "att") {
-		t.Error("b's patched, delivered and not acknowledged, is not seen in flight")
+	if !waiting("b", "att") || undelivered {
+		t.Error("b's patched, delivered and not acknowledged, is not seen in flight (and delivered)")
 	}
 	now = now.Add(2 * limit)
 	if waiting("b", "att") {

@@ -57,8 +57,9 @@ type watchdog struct {
 	// watching is when this process began to watch (as leader): giveUpAfter counts from
 	// it at the earliest.
 	watching time.Time
-	// queuedSeen is, by driveKey, when a check last found the stage's input queued:
-	// giveUpAfter counts from it at the earliest, as time in a queue is not a stall.
+	// queuedSeen is, by driveKey, when a check last found the stage's input queued and
+	// not yet delivered: giveUpAfter counts from it at the earliest, as time in a queue
+	// is not a stall.
 	queuedSeen map[string]time.Time
 }
 
@@ -193,9 +194,14 @@ func (w *watchdog) check(ctx context.Context) {
 				where, ok, qerr := look.waiting(ctx, sb.Namespace, sb.Name, attempt, stage, deadline)
 				uncertain = qerr != nil
 				if ok {
-					w.mu.Lock()
-					w.queuedSeen[key] = now
-					w.mu.Unlock()
+					if look.undelivered {
+						// Not delivered yet: time in a queue is not a stall. (An
+						// input in flight, or a report waiting to be applied, is
+						// bounded by itself and counts.)
+						w.mu.Lock()
+						w.queuedSeen[key] = now
+						w.mu.Unlock()
+					}
 					queued[stage]++
 					logger.V(2).Info("Past its deadline but queued, not stalled", "stalledFor", stalled.Round(time.Second), "input", where)
 					continue
