@@ -219,6 +219,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		logger.V(4).Info("Skip admission: ops is paused")
 		return nil
 	}
+	s.pausedPassed.Delete(ops.UID) // resumed: checked (and recorded) at its first admission
 	toAdmit := sel.ToAdmit()
 	s.waiting.Store(namespace, sel.NotStarted > len(toAdmit))
 	if len(toAdmit) == 0 {

@@ -164,12 +164,15 @@ func (w *watchdog) check(ctx context.Context) {
 			w.s.metrics.queued.WithLabelValues(stage).Set(float64(queued[stage]))
 		}
 	}()
+	live := map[string]bool{} // the stages in progress now: what the memory of the others is pruned to
+	defer w.forgetAllBut(live)
 	for _, sb := range list {
 		attempt := upgrade.CurrentAttempt(sb)
 		stage, ok := upgrade.ReasonFor(sb, attempt)
 		if !ok || !upgrade.InProgress(stage) || sb.DeletionTimestamp != nil {
 			continue
 		}
+		live[driveKey(sb, attempt, stage)] = true
 		entered := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt).LastTransitionTime.Time
 		deadline := w.deadline(sb, stage)
 		stalled := now.Sub(entered)
@@ -235,6 +238,23 @@ func (w *watchdog) check(ctx context.Context) {
 		}
 		if err != nil {
 			logger.Error(err, "Watchdog could not act on a stalled attempt; it will look again")
+		}
+	}
+}
+
+// forgetAllBut drops what the watchdog remembers of stages not in live: they ended (or
+// their sandbox is gone), so a leader's memory does not grow with every stage it saw.
+func (w *watchdog) forgetAllBut(live map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key := range w.driven {
+		if !live[key] {
+			delete(w.driven, key)
+		}
+	}
+	for key := range w.queuedSeen {
+		if !live[key] {
+			delete(w.queuedSeen, key)
 		}
 	}
 }

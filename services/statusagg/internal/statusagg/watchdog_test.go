@@ -73,3 +73,13 @@ func TestJudge(t *testing.T) {
 		}
 	})
 }
+
+// The watchdog forgets the stages that are no longer in progress, and keeps
+// what it knows of the others.
+func TestWatchdogForgetsEndedStages(t *testing.T) {
+	w := &watchdog{driven: map[string]drives{"ended": {n: 1}, "live": {n: 2}}, queuedSeen: map[string]time.Time{"ended": {}, "live": {}}}
+	w.forgetAllBut(map[string]bool{"live": true})
+	if len(w.driven) != 1 || w.driven["live"].n != 2 || len(w.queuedSeen) != 1 {
+		t.Fatalf("driven %v, queuedSeen %v; want only the live stage's", w.driven, w.queuedSeen)
+	}
+}
