@@ -199,11 +199,21 @@ func TestQueueLookOnADirectGetStream(t *testing.T) {
 	if _, err := admin.UpdateStream(ctx, cfg); err != nil {
 		t.Fatalf("allow direct gets on stream %s: %v", events.StreamName, err)
 	}
-	if _, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{}); err != nil {
+	hookrunner, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	publish := publisher(t, admin)
 	publish(events.TypePatched, "a", "att")
+	// The server counts the message pending at the consumer in its own time after it
+	// acknowledged the publish: wait for it, or "a is queued" would race it.
+	testenv.Eventually(t, 10*time.Second, "consumer "+events.ConsumerHookRunner+" counts the published message pending", func() (bool, error) {
+		info, err := hookrunner.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		return info.NumPending == 1, fmt.Errorf("%d pending", info.NumPending)
+	})
 
 	q := newQueues(connect("statusagg"), time.Now)
 	l := q.look()
