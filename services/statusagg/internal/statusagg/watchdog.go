@@ -314,11 +314,35 @@ func driveKey(sb *agentsv1alpha1.Sandbox, attempt, stage string) string {
 	return fmt.Sprintf("%s/%s/%s", sb.UID, attempt, stage)
 }
 
-// redrive re-publishes the input event of stage for the attempt, with re-drive number n:
-// requested for PreUpgrade (and the wake-up stages), prehook-done for UpgradePod, pod-ready
-// for PostUpgrade, and records it in driven. Every handler checks the world first, so a
+// redrive re-publishes the input event of stage for the attempt, with re-drive number n
+// (redriveEvent), and records it in driven. Every handler checks the world first, so a
 // stage whose message was only slow does no harm by running again.
 func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage string, n int, stalled time.Duration) error {
+	ev, ok := redriveEvent(sb, w.s.podOf(sb), attempt, ops, stage, n)
+	if !ok {
+		return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and the pod this upgrade built is gone, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second)))
+	}
+	if err := w.pub.Publish(ctx, ev); err != nil {
+		return fmt.Errorf("%w: re-drive %s of sandbox %s/%s: %w", errRedrivePublish, stage, sb.Namespace, sb.Name, err)
+	}
+	w.mu.Lock()
+	w.driven[driveKey(sb, attempt, stage)] = drives{n: n, last: w.now()}
+	w.mu.Unlock()
+	w.s.metrics.redrives.WithLabelValues(stage).Inc()
+	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again", stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type)
+	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
+	return nil
+}
+
+// redriveEvent is the input event of stage for the attempt of sb, whose pod is pod (nil
+// when it has none), with re-drive number n: requested for PreUpgrade (and the wake-up
+// stages), prehook-done for UpgradePod, pod-ready for PostUpgrade. ok is false when
+// PostUpgrade has no pod of this upgrade to run on.
+//
+// A prehook-done names the pod to replace (OldPodUID) when it is one that a failed
+// attempt this one continues built at the target revision: without it, the podcycler
+// would take that pod, which the failure left behind, for this attempt's new one.
+func redriveEvent(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage string, n int) (ev events.Event, ok bool) {
 	d := events.Data{
 		Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
 		Attempt: attempt,
@@ -331,33 +355,24 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 	if sb.Spec.Template != nil {
 		d.TargetRevision, _ = upgrade.Revision(sb.Spec.Template)
 	}
-	pod := w.s.podOf(sb)
-	var ev events.Event
 	switch stage {
 	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing:
 		// podcycler takes the checkpoint before it replaces the pod, and finds
 		// the attempt's Checkpoint again by its name.
 		d.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
-		ev = events.Event{Type: events.TypePreHookDone, Data: d}
+		if pod != nil && !upgrade.BuiltBy(pod, attempt) && upgrade.BuiltByResumed(pod, sb, attempt, d.ResumedAttempt) {
+			d.OldPodUID = pod.UID
+		}
+		return events.Event{Type: events.TypePreHookDone, Data: d}, true
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
 		if pod == nil || (!upgrade.BuiltBy(pod, attempt) && !upgrade.BuiltByResumed(pod, sb, attempt, d.ResumedAttempt)) {
-			return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and the pod this upgrade built is gone, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second)))
+			return events.Event{}, false
 		}
 		d.Stage, d.NewPodUID = agentsv1alpha1.UpgradingReasonUpgradePod, pod.UID
-		ev = events.Event{Type: events.TypePodReady, Data: d}
+		return events.Event{Type: events.TypePodReady, Data: d}, true
 	default:
-		ev = events.Event{Type: events.TypeRequested, Data: d}
+		return events.Event{Type: events.TypeRequested, Data: d}, true
 	}
-	if err := w.pub.Publish(ctx, ev); err != nil {
-		return fmt.Errorf("%w: re-drive %s of sandbox %s/%s: %w", errRedrivePublish, stage, sb.Namespace, sb.Name, err)
-	}
-	w.mu.Lock()
-	w.driven[driveKey(sb, attempt, stage)] = drives{n: n, last: w.now()}
-	w.mu.Unlock()
-	w.s.metrics.redrives.WithLabelValues(stage).Inc()
-	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again", stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type)
-	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
-	return nil
 }
 
 // failPublishWait bounds the history publish of a watchdog's failure.

@@ -3,6 +3,14 @@ package statusagg
 import (
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
 )
 
 func TestJudge(t *testing.T) {
@@ -82,4 +90,46 @@ func TestWatchdogForgetsEndedStages(t *testing.T) {
 	if len(w.driven) != 1 || w.driven["live"].n != 2 || len(w.queuedSeen) != 1 {
 		t.Fatalf("driven %v, queuedSeen %v; want only the live stage's", w.driven, w.queuedSeen)
 	}
+}
+
+// A re-driven UpgradePod names the pod a failed attempt it continues left behind, so
+// the podcycler replaces that pod instead of taking it for the new one; it names no pod
+// when the pod is this attempt's own or one no molt attempt built.
+func TestRedriveEventNamesTheFailedAttemptsPod(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "ns", Name: "box", UID: "sb-uid",
+		Annotations: map[string]string{upgrade.AnnotationResumes: upgrade.ResumesValue("a2", "a1", agentsv1alpha1.UpgradingReasonPostUpgradeFailed)},
+	}}
+	podBy := func(uid types.UID, attempt string) *corev1.Pod {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", UID: uid}}
+		if attempt != "" {
+			pod.Annotations = map[string]string{upgrade.AnnotationPodAttempt: attempt}
+		}
+		return pod
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want types.UID
+	}{
+		{"the failed attempt's pod", podBy("p1", "a1"), "p1"},
+		{"this attempt's pod", podBy("p2", "a2"), ""},
+		{"a pod no attempt built", podBy("p3", ""), ""},
+		{"no pod", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, ok := redriveEvent(sb, tc.pod, "a2", nil, agentsv1alpha1.UpgradingReasonUpgradePod, 1)
+			if !ok || ev.Type != events.TypePreHookDone {
+				t.Fatalf("event %q ok=%t, want %q", ev.Type, ok, events.TypePreHookDone)
+			}
+			if ev.Data.OldPodUID != tc.want || ev.Data.ResumedAttempt != "a1" || ev.Data.Redrive != 1 {
+				t.Fatalf("OldPodUID %q, ResumedAttempt %q, Redrive %d; want %q, a1, 1", ev.Data.OldPodUID, ev.Data.ResumedAttempt, ev.Data.Redrive, tc.want)
+			}
+		})
+	}
+	t.Run("postUpgrade without this upgrade's pod", func(t *testing.T) {
+		if _, ok := redriveEvent(sb, podBy("p3", ""), "a2", nil, agentsv1alpha1.UpgradingReasonPostUpgrade, 1); ok {
+			t.Fatal("a pod-ready for a pod no attempt of this upgrade built")
+		}
+	})
 }
