@@ -53,9 +53,17 @@ func PodRefusal(err error) string {
 // without what changes from one call to the next: the name the server
 // generated for the probe, and a ResourceQuota's "used" amounts.
 func StableRefusal(refused, name string) string {
-	generated := regexp.MustCompile(`^(\S+) "` + GeneratedNamePattern(name+"-") + `"`)
-	refused = generated.ReplaceAllString(refused, `$1 "`+name+`"`)
-	return quotaUsed.ReplaceAllString(refused, ", limited: ")
+	return withoutVolatile(refused, name+"-", name)
+}
+
+// withoutVolatile is msg, an API server's refusal of an object created with
+// generateName base, with the generated name (quoted) replaced by as and a
+// ResourceQuota's "used" amounts left out: the words stay the same from one
+// try to the next, so what records them is not rewritten on every retry.
+func withoutVolatile(msg, base, as string) string {
+	generated := regexp.MustCompile(`"` + GeneratedNamePattern(base) + `"`)
+	msg = generated.ReplaceAllLiteralString(msg, `"`+as+`"`)
+	return quotaUsed.ReplaceAllString(msg, ", limited: ")
 }
 
 // maxGeneratedBase is how much of a generateName the API server keeps before it adds

@@ -60,7 +60,5 @@ func MemberCreateErrorValue(err error, set string) string {
 	if errors.As(err, &status) {
 		msg = status.Status().Message
 	}
-	generated := regexp.MustCompile(`"` + GeneratedNamePattern(set+"-") + `"`)
-	msg = generated.ReplaceAllString(msg, `"`+set+`-…"`)
-	return agentsv1alpha1.TruncateConditionMessageTo(quotaUsed.ReplaceAllString(msg, ", limited: "), maxPodCreateError)
+	return agentsv1alpha1.TruncateConditionMessageTo(withoutVolatile(msg, set+"-", set+"-…"), maxPodCreateError)
 }
