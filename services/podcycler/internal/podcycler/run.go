@@ -41,9 +41,10 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 
 	agentFactory := agentsinformers.NewSharedInformerFactoryWithOptions(agents, 0, agentsinformers.WithTransform(controller.StripManagedFields))
 	sandboxInformer := agentFactory.Agents().V1alpha1().Sandboxes()
-	// Only pods podcycler built carry pod-template-hash; the handler keeps those a Sandbox
-	// controls.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0, informers.WithTransform(controller.StripManagedFields),
+	// Sandbox pods carry pod-template-hash (podcycler builds every one with it), and so do
+	// Deployments' pods, which are cached as stubs only (controller.SandboxPodsOnly); the
+	// handler keeps the pods a Sandbox controls.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0, informers.WithTransform(controller.SandboxPodsOnly),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash }))
 	podInformer := podFactory.Core().V1().Pods()
 

@@ -71,8 +71,9 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 		return fmt.Errorf("watch Sandboxes: %w", err)
 	}
 	// Direct upgrades (spec.upgradePolicy, no ops) watch pods built by
-	// podcycler (they carry pod-template-hash) to compare revisions.
-	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(controller.StripManagedFields), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	// podcycler (they carry pod-template-hash) to compare revisions. Deployments' pods carry
+	// it too, and are cached as stubs only (controller.SandboxPodsOnly).
+	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(controller.SandboxPodsOnly), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash
 	}))
 	podInformer := podFactory.Core().V1().Pods()

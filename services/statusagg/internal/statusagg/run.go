@@ -77,7 +77,8 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	defer stopRecorder()
 
 	agentInformers := externalversions.NewSharedInformerFactoryWithOptions(agents, 0, externalversions.WithTransform(controller.StripManagedFields))
-	// Only sandbox pods: podcycler creates every one with pod-template-hash.
+	// Sandbox pods: podcycler creates every one with pod-template-hash (Deployments' pods,
+	// which carry it too, are cached as stubs only: podStatusOnly).
 	kubeInformers := informers.NewSharedInformerFactoryWithOptions(rt.Kube, 0,
 		informers.WithTransform(podStatusOnly),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash }))
@@ -144,7 +145,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 // volumes, tolerations), so only those are cached. At 10,000 sandboxes the
 // rest was about a tenth of statusagg's heap. Nothing here writes a pod.
 func podStatusOnly(obj any) (any, error) {
-	obj, err := controller.StripManagedFields(obj)
+	obj, err := controller.SandboxPodsOnly(obj)
 	if pod, ok := obj.(*corev1.Pod); ok && err == nil {
 		pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName}
 	}
