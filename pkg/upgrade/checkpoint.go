@@ -68,11 +68,16 @@ func AttemptHash(attempt string) string {
 }
 
 // CheckpointName is the name of the Checkpoint of sandbox for attempt: one
-// per attempt, so a failed checkpoint is never reused by a new attempt.
+// per attempt, so a failed checkpoint is never reused by a new attempt. A
+// sandbox name longer than 40 characters is cut to 33 and a hash of the whole
+// name is added: one ops gives its sandboxes one attempt, and the members
+// of a pool differ only at the end of their names, so a bare cut would give
+// two of them one Checkpoint.
 func CheckpointName(sandbox, attempt string) string {
 	name := sandbox
 	if len(name) > 40 {
-		name = name[:40]
+		sum := sha256.Sum256([]byte(sandbox))
+		name = strings.TrimRight(name[:33], "-.") + "-" + hex.EncodeToString(sum[:])[:6]
 	}
 	return strings.TrimRight(name, "-.") + "-ckpt-" + AttemptHash(attempt)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -44,5 +45,23 @@ func TestChangedImages(t *testing.T) {
 	}
 	if ChangedImages(nil, tpl) != nil {
 		t.Fatal("no pod: nothing to compare")
+	}
+}
+
+// Two sandboxes whose long names differ only at the end (a pool's members) get
+// their own Checkpoint for one attempt; every name is a valid object name.
+func TestCheckpointNameKeepsLongNamesApart(t *testing.T) {
+	a := CheckpointName("python-code-interpreter-sandbox-pool-v2-x7k2p", "ops-uid")
+	b := CheckpointName("python-code-interpreter-sandbox-pool-v2-q9zzt", "ops-uid")
+	if a == b {
+		t.Fatalf("both sandboxes get checkpoint %q", a)
+	}
+	if short := CheckpointName("box-1", "ops-uid"); short != "box-1-ckpt-"+AttemptHash("ops-uid") {
+		t.Fatalf("CheckpointName(box-1) = %q, want the sandbox name kept whole", short)
+	}
+	for _, name := range []string{a, b, CheckpointName(strings.Repeat("a", 32)+"-"+strings.Repeat("b", 200), "x")} {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) > 63 {
+			t.Errorf("checkpoint name %q (%d characters): %v", name, len(name), errs)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -131,20 +133,31 @@ func (c *cycler) failCheckpoint(ctx context.Context, in events.Data, message str
 	return c.fail(ctx, in, agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointFailed, message)
 }
 
-// cleanCheckpoints deletes the checkpoints of a sandbox whose CheckpointRestore
-// attempt Succeeded, then the attempt's strategy mark, which says there is
-// something to clean. After a failure they are kept: they hold the workspace
-// that the attempt continuing it restores (planRestore).
+// cleanCheckpoints deletes the checkpoints of a sandbox whose attempt Succeeded
+// after a CheckpointRestore attempt (itself, or a failed one it continued) took
+// them, then that attempt's strategy mark, which says there is something to
+// clean. After a failure they are kept: they hold the workspace that the
+// attempt continuing it restores (planRestore).
 //
-// The mark is removed only if it still names the attempt (a JSON patch test):
-// a newer attempt's mark, written since the cache was read, is never lost.
+// Only the checkpoints of those attempts are deleted (by their attempt hash):
+// a newer attempt's, taken while this cache still shows the older success, is
+// never touched. The mark is removed only if it still says what was read (a
+// JSON patch test): a newer attempt's mark is never lost.
 func (c *cycler) cleanCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbox) error {
-	mark, ok := checkpointsDone(sb)
+	mark, attempts, ok := checkpointsDone(sb)
 	if !ok {
 		return nil
 	}
+	hashes := make([]string, len(attempts))
+	for i, a := range attempts {
+		hashes[i] = upgrade.AttemptHash(a)
+	}
+	taken, err := labels.NewRequirement(upgrade.LabelCheckpointAttempt, selection.In, hashes)
+	if err != nil {
+		return fmt.Errorf("select the checkpoints of sandbox %s/%s to delete: %w", sb.Namespace, sb.Name, err)
+	}
+	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: upgrade.CheckpointSandboxLabel(sb.Name)}).Add(*taken).String()
 	cps := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace)
-	sel := labels.SelectorFromSet(labels.Set{upgrade.LabelCheckpointSandbox: upgrade.CheckpointSandboxLabel(sb.Name)}).String()
 	if err := cps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete checkpoints of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
@@ -186,17 +199,26 @@ func (c *cycler) markDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 	return nil
 }
 
-// checkpointsDone returns sb's strategy mark when the CheckpointRestore
-// attempt it names is the current one and Succeeded: its checkpoints are no
-// longer needed.
-func checkpointsDone(sb *agentsv1alpha1.Sandbox) (mark string, ok bool) {
+// checkpointsDone returns sb's strategy mark, and the attempts whose
+// checkpoints are no longer needed, when the current attempt Succeeded and the
+// CheckpointRestore attempt the mark names is that one or a failed one it
+// continued (upgrade.ResumedChain: a Recreate ops that only re-runs
+// postUpgrade resumes a failed CheckpointRestore): the current attempt and
+// the ones it continued.
+func checkpointsDone(sb *agentsv1alpha1.Sandbox) (mark string, attempts []string, ok bool) {
 	mark, ok = sb.Annotations[upgrade.AnnotationUpgradeStrategy]
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
 	attempt := upgrade.CurrentAttempt(sb)
-	reason, ok := upgrade.ReasonFor(sb, attempt)
-	return mark, ok && reason == agentsv1alpha1.UpgradingReasonSucceeded && mark == upgrade.StrategyValue(attempt)
+	if reason, ok := upgrade.ReasonFor(sb, attempt); !ok || reason != agentsv1alpha1.UpgradingReasonSucceeded {
+		return "", nil, false
+	}
+	attempts = append([]string{attempt}, upgrade.ResumedChain(sb, attempt)...)
+	if !slices.ContainsFunc(attempts, func(a string) bool { return mark == upgrade.StrategyValue(a) }) {
+		return "", nil, false
+	}
+	return mark, attempts, true
 }
 
 // listCheckpoints returns the checkpoints labelled with sb's name (which may

@@ -132,6 +132,9 @@ func TestCheckpointsAreKeptAfterAFailureAndDeletedAfterSuccess(t *testing.T) {
 		return true, nil
 	})
 
+	// A checkpoint of another attempt (a newer one, taken while a cache still
+	// shows this attempt's success) is not this attempt's to delete.
+	other := takeCheckpoint(t, sb, "uid-newer-attempt")
 	setUpgradeStatus(t, ns, sb.Name, testAttempt, agentsv1alpha1.UpgradingReasonSucceeded)
 	testenv.Eventually(t, 30*time.Second, "the succeeded attempt's checkpoint and strategy mark deleted", func() (bool, error) {
 		if checkpointExists(t, ns, cp.Name) {
@@ -142,6 +145,9 @@ func TestCheckpointsAreKeptAfterAFailureAndDeletedAfterSuccess(t *testing.T) {
 		}
 		return true, nil
 	})
+	if !checkpointExists(t, ns, other.Name) {
+		t.Fatalf("checkpoint %s of another attempt was deleted with the succeeded attempt's", other.Name)
+	}
 }
 
 // The review's sequence: attempt A checkpoints the pod, replaces it, and its new pod

@@ -2,6 +2,7 @@ package podcycler
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,10 +19,10 @@ import (
 // failed attempt built (restoring that checkpoint, or not yet) are new pods: a checkpoint
 // of one would be taken over the good one, and restoring it would lose the user's files.
 //
-// Leftover checkpoints (those of other attempts) are restored only by an attempt that
-// continues a failed one (upgrade.Resumes): when it does not, the last attempt
-// succeeded (or there was none), the live pod is the workspace, and a leftover can only be
-// one that a success did not get to clean, older than what the pod holds.
+// Checkpoints of other attempts are restored only by an attempt that continues a failed
+// one (upgrade.Resumes), and only those the failed attempts since the last success took:
+// any other is a leftover that a success did not get to clean, older than what the pod
+// of that success held.
 
 // restorePlan is what planRestore decides. Exactly one of from, fresh and problem is set.
 type restorePlan struct {
@@ -56,7 +57,8 @@ type restorePlan struct {
 //     a new pod that was never restored: as with no pod (4), but checkpoint it when
 //     nothing is left; else (the original pod) → checkpoint it;
 //  4. no pod (or one being deleted): the attempt continues a failed one → the newest
-//     Succeeded checkpoint of the sandbox; else → nothing to restore.
+//     Succeeded checkpoint that the failed attempts it continues took (keptBy); else →
+//     nothing to restore.
 //
 // Only checkpoints controlled by sb (by UID) count: one of an earlier sandbox of the
 // same name waits for the garbage collector, and is not this sandbox's workspace.
@@ -114,7 +116,7 @@ func planRestore(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt, resumed s
 		if err != nil {
 			return restorePlan{}, err
 		}
-		if cp := newestCheckpoint(all, sb); cp != nil {
+		if cp := newestCheckpoint(keptBy(all, failedChain(sb, attempt, resumed)), sb); cp != nil {
 			return restorePlan{from: cp, why: "the newest checkpoint kept by the failed attempts this one continues"}, nil
 		}
 	}
@@ -143,6 +145,30 @@ func checkpointWithID(all []agentsv1alpha1.Checkpoint, sb *agentsv1alpha1.Sandbo
 		}
 	}
 	return nil
+}
+
+// failedChain is the failed attempts that attempt continues, resumed first: the
+// attempts since the sandbox's last success (upgrade.ResumedChain).
+func failedChain(sb *agentsv1alpha1.Sandbox, attempt, resumed string) []string {
+	chain := upgrade.ResumedChain(sb, attempt)
+	if !slices.Contains(chain, resumed) {
+		chain = append([]string{resumed}, chain...)
+	}
+	return chain
+}
+
+// keptBy returns the checkpoints among all that one of attempts took (by their
+// upgrade.LabelCheckpointAttempt). A checkpoint of any other attempt is older than the
+// last success, whose pod held the workspace since: it is a leftover, and restoring it
+// would bring back old files.
+func keptBy(all []agentsv1alpha1.Checkpoint, attempts []string) []agentsv1alpha1.Checkpoint {
+	var out []agentsv1alpha1.Checkpoint
+	for _, cp := range all {
+		if slices.ContainsFunc(attempts, func(a string) bool { return cp.Labels[upgrade.LabelCheckpointAttempt] == upgrade.AttemptHash(a) }) {
+			out = append(out, cp)
+		}
+	}
+	return out
 }
 
 // newestCheckpoint returns the usable checkpoint of sb among all created last (by

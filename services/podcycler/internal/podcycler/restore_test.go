@@ -36,6 +36,7 @@ func testCheckpoint(sb *agentsv1alpha1.Sandbox, attempt string, age time.Duratio
 	return agentsv1alpha1.Checkpoint{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: sb.Namespace, Name: upgrade.CheckpointName(sb.Name, attempt), CreationTimestamp: metav1.NewTime(t0.Add(age)),
+			Labels:          map[string]string{upgrade.LabelCheckpointAttempt: upgrade.AttemptHash(attempt)},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, sandboxKind)},
 		},
 		Status: agentsv1alpha1.CheckpointStatus{Phase: phase, CheckpointID: id},
@@ -85,6 +86,9 @@ func TestPlanRestore(t *testing.T) {
 		want string
 		// noList: the decision must not list the sandbox's checkpoints.
 		noList bool
+		// chain: the earlier failed attempts the resumed one continued
+		// (upgrade.AnnotationResumes).
+		chain []string
 	}{
 		{name: "own checkpoint succeeded: restore it, whatever the pod", pod: restorePod(sb, attemptA, "id-a", ""), resumed: attemptA, own: &cpB, list: []agentsv1alpha1.Checkpoint{cpA, cpB}, want: "id-b", noList: true},
 		{name: "original pod, first attempt: checkpoint it", pod: restorePod(sb, "", "", ""), want: "fresh", noList: true},
@@ -100,7 +104,9 @@ func TestPlanRestore(t *testing.T) {
 		{name: "own checkpoint failed (a second attempt): still restore the kept one", pod: restorePod(sb, attemptA, "id-a", ""), resumed: attemptA, own: &cpBFailed, list: []agentsv1alpha1.Checkpoint{cpA, cpBFailed}, want: "id-a"},
 		{name: "pod never restored, not resumed: restore the checkpoint it names rather than checkpoint an empty pod", pod: restorePod(sb, attemptA, "id-a", ""), list: []agentsv1alpha1.Checkpoint{cpA}, want: "id-a"},
 		{name: "pod built by the failed attempt, restored, its checkpoint gone: checkpoint it", pod: restorePod(sb, attemptA, "id-gone", "id-gone"), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{}, want: "fresh"},
-		{name: "pod never restored, its checkpoint gone, another kept: restore the newest kept", pod: restorePod(sb, attemptA, "id-gone", ""), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpOld}, want: "id-old"},
+		{name: "pod never restored, its checkpoint gone, another kept by the failed attempt: restore it", pod: restorePod(sb, attemptA, "id-gone", ""), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpA}, want: "id-a"},
+		{name: "pod never restored, its checkpoint gone, another kept by an earlier failure it continued: restore it", pod: restorePod(sb, attemptA, "id-gone", ""), resumed: attemptA, chain: []string{"uid-old"}, list: []agentsv1alpha1.Checkpoint{cpOld}, want: "id-old"},
+		{name: "pod never restored, its checkpoint gone, only a leftover from before the last success: not restored", pod: restorePod(sb, attemptA, "id-gone", ""), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpOld}, want: "problem: its files are lost"},
 		{name: "pod never restored, its checkpoint gone, none kept: nothing to restore", pod: restorePod(sb, attemptA, "id-gone", ""), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{}, want: "problem: was built to be restored from checkpoint id-gone, which was never restored into it and no longer exists"},
 		{name: "pod named a checkpoint of an earlier sandbox of that name: not restored from it", pod: restorePod(sb, attemptA, "id-foreign", ""), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpForeign}, want: "problem: was built to be restored from checkpoint id-foreign"},
 		{name: "pod built by the failed attempt without restore-from: restore the kept checkpoint", pod: restorePod(sb, attemptA, "", ""), resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpA}, want: "id-a"},
@@ -108,6 +114,8 @@ func TestPlanRestore(t *testing.T) {
 
 		{name: "no pod, own checkpoint succeeded", own: &cpB, list: []agentsv1alpha1.Checkpoint{cpA, cpB}, want: "id-b", noList: true},
 		{name: "no pod, attempt continues a failed one: the newest succeeded checkpoint of this sandbox", resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpOld, cpForeign, cpA, cpLaterFailed, cpBPending}, want: "id-a"},
+		{name: "no pod, only a leftover of an attempt before the last success: not restored", resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpOld}, want: "problem: has no running pod to checkpoint"},
+		{name: "no pod, a checkpoint of an earlier failure the failed attempt continued", resumed: attemptA, chain: []string{"uid-old"}, list: []agentsv1alpha1.Checkpoint{cpOld}, want: "id-old"},
 		{name: "pod being deleted counts as none", pod: deleting, resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpA}, want: "id-a"},
 		{name: "no pod, attempt continues nothing: a leftover is not restored", list: []agentsv1alpha1.Checkpoint{cpOld}, want: "problem: has no running pod to checkpoint and no checkpoint of this attempt succeeded", noList: true},
 		{name: "no pod, nothing kept", resumed: attemptA, list: []agentsv1alpha1.Checkpoint{cpForeign}, want: "problem: has no running pod to checkpoint"},
@@ -115,6 +123,10 @@ func TestPlanRestore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			listed := 0
+			sb := sb.DeepCopy()
+			if tt.chain != nil {
+				sb.Annotations = map[string]string{upgrade.AnnotationResumes: upgrade.ResumesValue(attemptB, tt.resumed, agentsv1alpha1.UpgradingReasonUpgradePodFailed, tt.chain...)}
+			}
 			plan, err := planRestore(sb, tt.pod, attemptB, tt.resumed, tt.own, func() ([]agentsv1alpha1.Checkpoint, error) {
 				listed++
 				return tt.list, nil
@@ -223,13 +235,17 @@ func TestCheckpointsDone(t *testing.T) {
 		{name: "failed in Checkpointing: kept", annotations: mark, status: upgradingStatus(attemptA, agentsv1alpha1.UpgradingReasonCheckpointFailed)},
 		{name: "in progress", annotations: mark, status: upgradingStatus(attemptA, agentsv1alpha1.UpgradingReasonUpgradePod)},
 		{name: "another attempt succeeded (the mark is not its own)", annotations: mark, status: upgradingStatus(attemptB, agentsv1alpha1.UpgradingReasonSucceeded)},
+		{name: "an attempt that continued the marked one succeeded (a Recreate resume of a failed CheckpointRestore)", annotations: map[string]string{
+			upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue(attemptA),
+			upgrade.AnnotationResumes:         upgrade.ResumesValue(attemptB, attemptA, agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
+		}, status: upgradingStatus(attemptB, agentsv1alpha1.UpgradingReasonSucceeded), want: true},
 		{name: "no mark", status: upgradingStatus(attemptA, agentsv1alpha1.UpgradingReasonSucceeded)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := restoreSandbox()
 			sb.Annotations, sb.Status = tt.annotations, tt.status
-			if _, got := checkpointsDone(sb); got != tt.want {
+			if _, _, got := checkpointsDone(sb); got != tt.want {
 				t.Errorf("checkpointsDone = %v, want %v", got, tt.want)
 			}
 		})
