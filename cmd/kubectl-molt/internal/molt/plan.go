@@ -193,7 +193,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		note := ""
 		if c.Resume {
 			if _, reason, ok := upgrade.FailedAttempt(c.Sandbox); ok {
-				note = fmt.Sprintf("resumes a %s attempt (from %s, or PreUpgrade if its original pod is still there)", reason, upgrade.ResumeStage(reason))
+				note = resumeNote(reason)
 			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", c.Sandbox.Name, c.Sandbox.Status.Phase, batch, note)
@@ -334,4 +334,13 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 		FromFile: sb.Namespace + "/" + sb.Name + " (current)", ToFile: sb.Namespace + "/" + sb.Name + " (patched)",
 		Context: 3,
 	})
+}
+
+// resumeNote says where a sandbox left failed in reason is resumed from.
+func resumeNote(reason string) string {
+	at := upgrade.ResumeStage(reason)
+	if at == agentsv1alpha1.UpgradingReasonPreUpgrade {
+		return fmt.Sprintf("resumes a %s attempt from PreUpgrade; its pod was never replaced, and is kept (under Recreate) if it already runs the patched template", reason)
+	}
+	return fmt.Sprintf("resumes a %s attempt from %s (from PreUpgrade if its original pod is still there)", reason, at)
 }

@@ -62,6 +62,8 @@ func upgradePodFailure(ev events.Event) (events.StageFailure, bool) {
 //     restore) → skip to the wait, adopting it if another writer created it;
 //  4. a pod of that name that the sandbox does not control is not molt's: fail
 //     (UpgradePodFailed), touching nothing;
+//     the old pod already Ready on the target revision, and holding the workspace
+//     (runsTarget) → keep it: adopt it, and go on to the wait;
 //  5. validate before destroying: the new pod must pass a server-side dry-run create; a
 //     refusal fails the sandbox (UpgradePodFailed, the server's words) and the old pod
 //     keeps running;
@@ -117,6 +119,10 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	if old != nil && !ownedBy(old, sb.UID) {
 		return c.failStage(ctx, d, fmt.Sprintf("pod %s/%s (uid %s) is not controlled by sandbox %s (uid %s), so molt does not delete it; the sandbox was not changed: delete or rename that pod, then create a new SandboxUpdateOps to resume",
 			ns, name, old.UID, name, sb.UID))
+	}
+	if old != nil && runsTarget(old, sb, target, d) {
+		logger.Info("The pod already runs the target template: kept, not replaced", "pod", klog.KObj(old), "uid", old.UID, "revision", target)
+		return c.adopt(ctx, old, d)
 	}
 	pod := buildPod(sb, target, d.Attempt, d.Ops.Name)
 	if old != nil && old.DeletionTimestamp == nil {
@@ -273,6 +279,20 @@ func isAttemptPod(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d 
 		return false
 	}
 	return pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt || pod.UID != d.OldPodUID
+}
+
+// runsTarget reports whether pod, the sandbox's pod that this attempt would replace,
+// already runs the target revision and holds the workspace: live, controlled by sb,
+// Ready, built from the target revision, and not by a failed attempt this one continues
+// (that pod holds no workspace). It is kept, and the attempt goes on with it, instead of
+// being replaced by an identical pod that starts from an empty filesystem. That is what
+// happens when a rollback ops sets back the template of a sandbox whose upgrade failed
+// before its pod was replaced. Under CheckpointRestore the pod is replaced as usual: the
+// checkpoint carries the workspace over.
+func runsTarget(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d events.Data) bool {
+	return pod.DeletionTimestamp == nil && ownedBy(pod, sb.UID) && upgrade.PodReady(pod) &&
+		pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == target &&
+		!upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) && !upgrade.ChecksPoint(sb, d.Attempt)
 }
 
 // adopt makes pod carry the attempt's annotations (a pod built for the attempt by another

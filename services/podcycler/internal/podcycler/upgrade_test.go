@@ -120,6 +120,36 @@ func TestUpgradeRecreatesPodOnceAndReportsReady(t *testing.T) {
 	}
 }
 
+// A pod that already runs the target template (a rollback ops set the template of a
+// sandbox whose upgrade failed before its pod was replaced back to what the pod runs)
+// is kept, with its files, and reported ready: nothing is deleted or created.
+func TestUpgradeKeepsAPodThatAlreadyRunsTheTarget(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-same", func(*corev1.PodSpec) {})
+	if got := r.oldPod.Labels[agentsv1alpha1.LabelPodTemplateHash]; got != r.target {
+		t.Fatalf("old pod revision %q, want the target %q for this test", got, r.target)
+	}
+	started := r.bus.subscribe(t, r.ns, r.name, events.TokenStageStarted)
+	ready := r.bus.subscribe(t, r.ns, r.name, events.TokenPodReady)
+	r.publishPreHookDone(t)
+
+	ev := next(t, ready, "pod-ready", 60*time.Second)
+	if ev.Data.NewPodUID != r.oldPod.UID || ev.Data.Attempt != testAttempt {
+		t.Fatalf("pod-ready for pod %s of attempt %q, want the old pod %s of %q", ev.Data.NewPodUID, ev.Data.Attempt, r.oldPod.UID, testAttempt)
+	}
+	if pod := waitPodReady(t, r.ns, r.name, ""); pod.UID != r.oldPod.UID {
+		t.Fatalf("pod replaced: %s → %s", r.oldPod.UID, pod.UID)
+	}
+	if got := r.pods.of(r.name); len(got) != 0 {
+		t.Fatalf("pods created = %v, want none", got)
+	}
+	select {
+	case st := <-started:
+		t.Fatalf("stage-started %s published, want none: the pod was not replaced", st.Data.Stage)
+	default:
+	}
+}
+
 // A new image that cannot be pulled fails the upgrade with the container's reason.
 func TestUpgradeReportsImagePullFailure(t *testing.T) {
 	startPodcycler(t)
