@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -73,6 +74,19 @@ func PatchAloneProblem(raw []byte) string {
 		return "spec.patch sets an image the kubelet cannot pull: " + bad
 	}
 	return ""
+}
+
+// MergeKeyProblem is the patch check's verdict on err, the failure to apply an ops
+// patch to the template of sandbox: when a list item of the patch lacks its merge key
+// (a container, env var, volume or mount without its name), the patch is at fault
+// whatever the template (with no such list to merge into, the item lands in the pod
+// nameless, which the API server refuses), so the patch check refuses it. "" for any
+// other failure, which may be that sandbox's template's own.
+func MergeKeyProblem(sandbox string, err error) string {
+	if err == nil || !strings.Contains(err.Error(), "does not contain declared merge key") {
+		return ""
+	}
+	return fmt.Sprintf("spec.patch cannot be applied (checked on sandbox %s): %v: every item of a list such as containers, initContainers, env, volumes or volumeMounts needs its name", sandbox, err)
 }
 
 // dropNullContainers removes spec.containers when it is JSON null.

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -227,5 +228,21 @@ func TestPatchAloneProblem(t *testing.T) {
 				t.Fatalf("PatchAloneProblem = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A list item without its merge key is the patch's fault; another failure to apply is
+// left open (it may be the template's).
+func TestMergeKeyProblem(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "a:v1"}}}}
+	_, err := ApplyPatch(tpl, []byte(`{"spec":{"containers":[{"image":"a:v2"}]}}`))
+	if got := MergeKeyProblem("box", err); !strings.Contains(got, "checked on sandbox box") || !strings.Contains(got, "needs its name") {
+		t.Fatalf("MergeKeyProblem = %q, want the patch refused", got)
+	}
+	if got := MergeKeyProblem("box", errors.New("patched template is not a valid pod template")); got != "" {
+		t.Fatalf("MergeKeyProblem of another error = %q, want none", got)
+	}
+	if got := MergeKeyProblem("box", nil); got != "" {
+		t.Fatalf("MergeKeyProblem(nil) = %q", got)
 	}
 }

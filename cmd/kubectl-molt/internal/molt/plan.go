@@ -287,6 +287,9 @@ func patchProblem(ctx context.Context, kube kubernetes.Interface, ops *agentsv1a
 			continue
 		}
 		patched, err := upgrade.ApplyPatch(sb.Spec.Template, raw)
+		if problem := upgrade.MergeKeyProblem(sb.Name, err); problem != "" {
+			return problem, nil
+		}
 		if err != nil {
 			continue
 		}

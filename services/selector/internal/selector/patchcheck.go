@@ -84,8 +84,9 @@ func (s *Selector) recordPatchCheck(ctx context.Context, ops *agentsv1alpha1.San
 const patchCheckTries = 3
 
 // patchProblem checks the patch on one candidate, sb. decided is false when sb's own
-// template leaves the question open (no template, the patch does not apply to it, or its
-// pod is refused even without the patch): the next candidate is tried.
+// template leaves the question open (no template, the patch does not apply to it for
+// another reason than a list item without its merge key, or its pod is refused even
+// without the patch): the next candidate is tried.
 func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) (problem string, decided bool, err error) {
 	raw := ops.Spec.Patch.Raw
 	if problem := upgrade.PatchAloneProblem(raw); problem != "" {
@@ -95,6 +96,9 @@ func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.Sandbox
 		return "", false, nil
 	}
 	patched, err := upgrade.ApplyPatch(sb.Spec.Template, raw)
+	if problem := upgrade.MergeKeyProblem(sb.Name, err); problem != "" {
+		return problem + "; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", true, nil
+	}
 	if err != nil {
 		return "", false, nil // this sandbox's own template: its upgrade fails it alone
 	}

@@ -293,6 +293,29 @@ func TestPatchCheckRefusesAnImageTheKubeletCannotParse(t *testing.T) {
 	}
 }
 
+// A patch whose container has no name (the guide's patch with the name left out) fails
+// the ops with InvalidPatch before any sandbox is claimed: strategic merge cannot place
+// it in any sandbox's containers.
+func TestPatchCheckRefusesAContainerWithoutItsName(t *testing.T) {
+	f := newFixture(t)
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	f.ops("no-name", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"image":"` + newImage + `"}]}}`)}
+	})
+	testenv.Eventually(t, 30*time.Second, "the patch check refuses the patch", func() (bool, error) {
+		ops, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "no-name", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, ok := ops.Annotations[upgrade.AnnotationPatchCheck]
+		return ok && strings.Contains(v, "does not contain declared merge key: name") && strings.Contains(v, "no sandbox was touched"), fmt.Errorf("patch check %q (recorded %v)", v, ok)
+	})
+	if got, err := f.claimed("no-name"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v), want none", got, err)
+	}
+}
+
 // A patch changed after the check, in a way the CRD's immutability rule does not see (a
 // key the schema does not declare swapped for another), admits nothing more: the digest
 // recorded with the check no longer matches, and upgrade.PatchProblem says so.
