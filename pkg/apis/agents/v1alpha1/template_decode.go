@@ -36,6 +36,10 @@ func (t *EmbeddedSandboxTemplate) TemplateProblem() string {
 	return fmt.Sprintf("a field of the wrong type in %s; molt builds, patches and upgrades nothing from this template until it is fixed (kubectl edit)", t.Undecodable.Err)
 }
 
+// NoTemplateProblem says why a sandbox without spec.template gets no pod, and no
+// upgrade, and what to do.
+const NoTemplateProblem = "the sandbox has no spec.template; molt builds a sandbox's pod only from its inline spec.template (spec.templateRef is not supported): set spec.template (kubectl edit)"
+
 const (
 	fieldTemplate             = "template"
 	fieldVolumeClaimTemplates = "volumeClaimTemplates"

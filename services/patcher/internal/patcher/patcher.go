@@ -121,6 +121,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 				return p.failCheckpoint(ctx, ev, ops)
 			}
 		}
+		if sb.Spec.Template == nil && sb.Spec.TemplateProblem() == "" {
+			return p.fail(ctx, ev, fmt.Sprintf("sandbox %s: %s, then create a new SandboxUpdateOps; SandboxUpdateOps %s was not applied to it, and nothing was changed", sb.Name, agentsv1alpha1.NoTemplateProblem, ops.Name))
+		}
 		if why := sb.Spec.TemplateProblem(); why != "" {
 			return p.fail(ctx, ev, fmt.Sprintf("sandbox %s: %s; SandboxUpdateOps %s was not applied to it, and its pod was not touched: fix the sandbox's spec.template, then create a new SandboxUpdateOps", sb.Name, why, ops.Name))
 		}

@@ -66,6 +66,10 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		st.Phase = agentsv1alpha1.SandboxPending
 		ready.Reason = agentsv1alpha1.ReadyReasonPodCreateFailed
 		ready.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s is not created: %s", sb.Name, sb.Spec.TemplateProblem()))
+	case pod == nil && sb.Spec.Template == nil:
+		st.Phase = agentsv1alpha1.SandboxPending
+		ready.Reason = agentsv1alpha1.ReadyReasonPodCreateFailed
+		ready.Message = fmt.Sprintf("pod %s is not created: %s", sb.Name, agentsv1alpha1.NoTemplateProblem)
 	case pod == nil && sb.Annotations[upgrade.AnnotationPodCreateError] != "":
 		st.Phase = agentsv1alpha1.SandboxPending
 		ready.Reason, ready.Message = agentsv1alpha1.ReadyReasonPodCreateFailed, podCreateFailedMessage(sb)

@@ -42,6 +42,8 @@ func withUpgrade(sb *agentsv1alpha1.Sandbox, reason, message string) *agentsv1al
 func TestDesiredSandboxStatus(t *testing.T) {
 	paused := testSandbox()
 	paused.Spec.Paused = true
+	noTemplate := testSandbox()
+	noTemplate.Spec.Template = nil
 	refused := testSandbox()
 	refused.Annotations = map[string]string{upgrade.AnnotationPodCreateError: `create pod ns/sb: pods "sb" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5, limited: pods=5`}
 	for _, tc := range []struct {
@@ -55,6 +57,7 @@ func TestDesiredSandboxStatus(t *testing.T) {
 	}{
 		{"no pod is Pending", testSandbox(), nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotCreated, ""},
 		{"paused without pod is Paused", paused, nil, agentsv1alpha1.SandboxPaused, metav1.ConditionFalse, ReadyReasonPaused, ""},
+		{"no template says so, not to wait", noTemplate, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed, ""},
 		{"a refused pod says why", refused, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed, ""},
 		{"a refusal recorded before the pod was created is past", refused, testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
 		{"ready pod is Running", testSandbox(), testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
@@ -75,7 +78,7 @@ func TestDesiredSandboxStatus(t *testing.T) {
 			if st.ObservedGeneration != 3 {
 				t.Errorf("observedGeneration = %d, want 3", st.ObservedGeneration)
 			}
-			if rev, _ := upgrade.Revision(tc.sb.Spec.Template); st.UpdateRevision != rev {
+			if rev, _ := upgrade.Revision(tc.sb.Spec.Template); tc.sb.Spec.Template != nil && st.UpdateRevision != rev {
 				t.Errorf("updateRevision = %q, want %q", st.UpdateRevision, rev)
 			}
 			if tc.pod != nil && (st.PodInfo.PodUID != "pod-uid" || st.SandboxIP != "10.0.0.7" || st.NodeName != "node-1" || st.PodInfo.PodIP != "10.0.0.7") {
@@ -132,5 +135,15 @@ func TestPodCreateRefusalNews(t *testing.T) {
 	}
 	if got := podCreateRefusalNews(&refused, &pending); got != "" {
 		t.Errorf("news when the refusal is gone = %q", got)
+	}
+}
+
+// A sandbox without spec.template says what to set, not to wait for a pod.
+func TestNoTemplateSaysWhatToSet(t *testing.T) {
+	sb := testSandbox()
+	sb.Spec.Template = nil
+	ready := meta.FindStatusCondition(desiredSandboxStatus(sb, nil).Conditions, agentsv1alpha1.ConditionReady)
+	if ready == nil || !strings.Contains(ready.Message, "no spec.template") || !strings.Contains(ready.Message, "set spec.template") {
+		t.Fatalf("Ready = %+v, want it to name the missing spec.template and what to do", ready)
 	}
 }
