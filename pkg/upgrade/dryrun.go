@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 )
 
 // DryRunCreatePod asks the API server whether it would create pod: a
@@ -30,6 +31,33 @@ func DryRunCreatePod(ctx context.Context, kube kubernetes.Interface, pod *corev1
 		return "", fmt.Errorf("dry-run create of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return "", nil
+}
+
+// DryRunReplacePod is DryRunCreatePod of pod, which is to replace old (the
+// live pod of the same name, nil when there is none), with one allowance: a
+// ResourceQuota's "exceeded quota" is not a refusal when a copy of old is
+// refused for it too. The dry run counts old, which the replacement deletes
+// first, so in a namespace whose quota is full to the pod (pods: N for N
+// sandboxes) every replacement would be refused.
+func DryRunReplacePod(ctx context.Context, kube kubernetes.Interface, pod, old *corev1.Pod) (refused string, err error) {
+	refused, err = DryRunCreatePod(ctx, kube, pod)
+	if err != nil || old == nil || !QuotaExceeded(refused) {
+		return refused, err
+	}
+	again := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace, Labels: old.Labels, Annotations: old.Annotations},
+		Spec:       *old.Spec.DeepCopy(),
+	}
+	again.Spec.NodeName = ""
+	before, err := DryRunCreatePod(ctx, kube, again)
+	if err != nil {
+		return "", err
+	}
+	if QuotaExceeded(before) {
+		klog.FromContext(ctx).Info("A ResourceQuota refuses a copy of the old pod too: the namespace is full, and deleting the old pod makes room for the new one", "pod", klog.KObj(old), "cause", refused)
+		return "", nil
+	}
+	return refused, nil
 }
 
 // PodRefusal returns the API server's message when err refuses a pod for

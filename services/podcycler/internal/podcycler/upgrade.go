@@ -66,7 +66,8 @@ func upgradePodFailure(ev events.Event) (events.StageFailure, bool) {
 //     (runsTarget) → keep it: adopt it, and go on to the wait;
 //  5. validate before destroying: the new pod must pass a server-side dry-run create; a
 //     refusal fails the sandbox (UpgradePodFailed, the server's words) and the old pod
-//     keeps running;
+//     keeps running (a ResourceQuota that a copy of the old pod exceeds too is full to the
+//     pod, not a refusal: upgrade.DryRunReplacePod);
 //  6. publish stage-started UpgradePod;
 //  7. delete the old pod with a UID precondition and wait until its name is free;
 //  8. create the new pod: target revision, this attempt.
@@ -130,7 +131,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 			return c.failStage(ctx, d, fmt.Sprintf("the new pod of sandbox %s has an image the kubelet cannot pull: %s; the old pod (uid %s) was not deleted and keeps running: fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume",
 				key, bad, old.UID))
 		}
-		if refused, err := upgrade.DryRunCreatePod(ctx, c.kube, pod); err != nil {
+		if refused, err := upgrade.DryRunReplacePod(ctx, c.kube, pod, old); err != nil {
 			return err
 		} else if refused != "" {
 			return c.failStage(ctx, d, fmt.Sprintf("the API server refuses the new pod of sandbox %s: %s; the old pod (uid %s) was not deleted and keeps running: fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume",
@@ -185,7 +186,11 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 
 	created, err := c.createPod(ctx, pod, reasonUpgrade)
 	if refused := upgrade.PodRefusal(err); refused != "" {
-		return c.failStage(ctx, d, fmt.Sprintf("the API server refused the new pod of sandbox %s: %s; fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume", key, refused))
+		message := fmt.Sprintf("the API server refused the new pod of sandbox %s: %s; fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume", key, refused)
+		if id := pod.Annotations[upgrade.AnnotationRestoreFrom]; id != "" {
+			message = upgrade.WithNote(message, upgrade.CheckpointKeptNote(ns, name, id))
+		}
+		return c.failStage(ctx, d, message)
 	}
 	if err != nil {
 		return err

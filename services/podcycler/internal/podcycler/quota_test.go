@@ -1,0 +1,72 @@
+package podcycler_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/dev/testenv"
+	"molt.dev/pkg/upgrade"
+)
+
+// A namespace whose ResourceQuota is full to the pod refuses the dry run of every
+// replacement, as it counts the old pod that the replacement deletes first: that is not
+// a refusal of the new pod. A new pod that needs more than the old one's room is still
+// refused. The quota's status is written here as its controller would (the test
+// cluster runs none), and the API server's quota admission reads it.
+func TestDryRunOfAReplacementInAFullQuota(t *testing.T) {
+	env := testenv.Get(t)
+	ctx, ns := context.Background(), env.Namespace(t)
+	pods := env.Kube.CoreV1().Pods(ns)
+	podAsking := func(image, cpu string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: image,
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
+		}
+	}
+	old, err := pods.Create(ctx, podAsking("registry.example/sandbox:v1", "500m"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setQuota := func(hardPods, usedPods string) {
+		t.Helper()
+		hard := corev1.ResourceList{corev1.ResourcePods: resource.MustParse(hardPods), corev1.ResourceRequestsCPU: resource.MustParse("1")}
+		q, err := env.Kube.CoreV1().ResourceQuotas(ns).Get(ctx, "q", metav1.GetOptions{})
+		if err != nil {
+			if q, err = env.Kube.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.Spec.Hard = hard
+		if q, err = env.Kube.CoreV1().ResourceQuotas(ns).Update(ctx, q, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse(usedPods), corev1.ResourceRequestsCPU: resource.MustParse("500m")}}
+		if _, err := env.Kube.CoreV1().ResourceQuotas(ns).UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	setQuota("1", "1")
+	replacement := podAsking("registry.example/sandbox:v2", "500m")
+	refused, err := upgrade.DryRunCreatePod(ctx, env.Kube, replacement)
+	if err != nil || !upgrade.QuotaExceeded(refused) {
+		t.Fatalf("dry run of a pod in a full quota = %q, %v; want exceeded quota (else this test shows nothing)", refused, err)
+	}
+	if refused, err := upgrade.DryRunReplacePod(ctx, env.Kube, replacement, old); err != nil || refused != "" {
+		t.Fatalf("dry run of the replacement of the old pod = %q, %v; want it accepted", refused, err)
+	}
+	if refused, err := upgrade.DryRunReplacePod(ctx, env.Kube, replacement, nil); err != nil || !upgrade.QuotaExceeded(refused) {
+		t.Fatalf("dry run with no old pod = %q, %v; want exceeded quota", refused, err)
+	}
+
+	// Room for one more pod of the old pod's size, not of the new one's.
+	setQuota("2", "1")
+	if refused, err := upgrade.DryRunReplacePod(ctx, env.Kube, podAsking("registry.example/sandbox:v2", "800m"), old); err != nil || !upgrade.QuotaExceeded(refused) {
+		t.Fatalf("dry run of a replacement asking more than the quota's room = %q, %v; want exceeded quota", refused, err)
+	}
+}
