@@ -167,6 +167,8 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 			wantErr: `spec.lifecycle.preUpgrade.exec.command: Invalid value: 0: spec.lifecycle.preUpgrade.exec.command in body should have at least 1 items`},
 		{name: "hook timeout zero", path: "spec.lifecycle.preUpgrade.timeoutSeconds", value: int64(0),
 			wantErr: `spec.lifecycle.preUpgrade.timeoutSeconds: Invalid value: 0`},
+		{name: "hook timeout past a day (a typo)", path: "spec.lifecycle.preUpgrade.timeoutSeconds", value: int64(99999999),
+			wantErr: `spec.lifecycle.preUpgrade.timeoutSeconds: Invalid value: 99999999: spec.lifecycle.preUpgrade.timeoutSeconds in body should be less than or equal to 86400`},
 		{name: "state filter Paused", path: "spec.stateFilter.states", value: []any{"Paused"}},
 		{name: "state filter Running and Paused", path: "spec.stateFilter.states", value: []any{"Running", "Paused"}},
 		{name: "state filter other phase", path: "spec.stateFilter.states", value: []any{"Upgrading"},

@@ -44,10 +44,12 @@ type UpgradeAction struct {
 	// +required
 	Exec *ExecAction `json:"exec"`
 
-	// TimeoutSeconds bounds the hook's run, in seconds. Defaults to 60.
+	// TimeoutSeconds bounds the hook's run, in seconds. Defaults to 60; at
+	// most 86400 (a day): a stage, and a delete of its ops, waits for it.
 	// +optional
 	// +kubebuilder:default=60
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 }
 
