@@ -176,7 +176,11 @@ func truncate(s string, n int) string {
 
 // plainLine is the line printed without a terminal, once per change.
 func plainLine(s Summary) string {
-	return fmt.Sprintf("%s/%s %s: %s; %s", s.Namespace, s.Name, s.Phase, counts(s, false), stages(s))
+	phase := s.Phase
+	if s.Paused && !s.Finished() {
+		phase += " (paused: no new sandbox is admitted)"
+	}
+	return fmt.Sprintf("%s/%s %s: %s; %s", s.Namespace, s.Name, phase, counts(s, false), stages(s))
 }
 
 // plainExtra is what follows plainLine: throughput and ETA (not part of

@@ -177,7 +177,8 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 	s.ElapsedSeconds = elapsed.Round(time.Second).Seconds()
 	if elapsed > 0 && s.Updated > 0 {
 		s.PerMinute = float64(s.Updated) / elapsed.Minutes()
-		if left := s.Total - s.Updated - s.Failed; !s.Finished() && left > 0 {
+		// Paused, it admits nothing: no time left can be estimated.
+		if left := s.Total - s.Updated - s.Failed; !s.Finished() && !s.Paused && left > 0 {
 			eta := float64(left) / s.PerMinute * 60
 			s.ETASeconds = &eta
 		}

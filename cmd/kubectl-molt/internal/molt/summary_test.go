@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,19 @@ func TestSummarize(t *testing.T) {
 	}
 	if s.PerMinute < 1.33 || s.PerMinute > 1.34 || s.ETASeconds == nil || int(*s.ETASeconds) != 225 {
 		t.Errorf("throughput %v/min, ETA %v", s.PerMinute, s.ETASeconds)
+	}
+}
+
+// A paused ops has no ETA, and its plain line says it is paused.
+func TestPausedHasNoETA(t *testing.T) {
+	ops, sandboxes := fixture()
+	ops.Spec.Paused = true
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	if s.ETASeconds != nil {
+		t.Errorf("ETA %v while paused, want none", *s.ETASeconds)
+	}
+	if line := plainLine(s) + plainExtra(s); !strings.Contains(line, "Updating (paused: no new sandbox is admitted)") || !strings.Contains(line, "ETA -") {
+		t.Errorf("plain line %q, want it to say paused and give no ETA", line)
 	}
 }
 
