@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -184,7 +185,7 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 	if err != nil {
 		return fmt.Errorf("read the history of sandbox %s/%s from stream %s: %w", ns, name, events.StreamName, err)
 	}
-	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local}
+	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local, current: a.sandboxUID(ctx, ns, name)}
 	if !h.json {
 		fmt.Fprintf(a.out, "History of sandbox %s/%s (stream %s)\n", ns, name, events.StreamName)
 	}
@@ -251,6 +252,22 @@ func (a *app) sandboxMissing(ctx context.Context, ns, name string) bool {
 	return apierrors.IsNotFound(err)
 }
 
+// sandboxUID returns the UID of the sandbox ns/name in the cluster, "" when
+// there is none or it cannot be asked (history needs only NATS).
+func (a *app) sandboxUID(ctx context.Context, ns, name string) types.UID {
+	agents, _, _, err := a.clients()
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sb, err := agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return sb.UID
+}
+
 // historyPrinter prints events grouped by attempt, and each attempt's
 // stage durations once it has ended (or, for one in progress, when the
 // history has been read).
@@ -258,6 +275,10 @@ type historyPrinter struct {
 	out     io.Writer
 	json    bool
 	loc     *time.Location // times are printed in it (the local zone)
+	// current is the UID of the sandbox of this name in the cluster ("" when
+	// unknown); sandbox is the UID the last attempt printed was of. The
+	// stream keeps the events of an earlier sandbox of the same name.
+	current, sandbox types.UID
 	count   int
 	attempt string
 	tw      *tabwriter.Writer
@@ -313,6 +334,13 @@ func (h *historyPrinter) add(ev events.Event) {
 		if ev.Data.ResumedAttempt != "" {
 			fmt.Fprintf(h.out, ", resuming attempt %s after %s", ev.Data.ResumedAttempt, ev.Data.ResumedReason)
 		}
+		switch uid := ev.Data.Sandbox.UID; {
+		case h.current != "" && uid != h.current:
+			fmt.Fprintf(h.out, ", of an earlier sandbox of this name (uid %s), deleted since", uid)
+		case h.current == "" && h.sandbox != "" && uid != h.sandbox:
+			fmt.Fprintf(h.out, ", of another sandbox of this name than the attempt above (uid %s)", uid)
+		}
+		h.sandbox = ev.Data.Sandbox.UID
 		fmt.Fprintln(h.out)
 	}
 	if h.tw == nil {

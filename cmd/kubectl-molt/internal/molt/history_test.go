@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/pkg/events"
 )
@@ -60,5 +63,24 @@ func TestHistoryGolden(t *testing.T) {
 	}
 	if got != string(want) {
 		t.Errorf("history differs:\n--- got\n%s\n--- want\n%s", got, want)
+	}
+}
+
+// An attempt of an earlier sandbox of the same name (the stream keeps its events) is
+// marked as such, and the current sandbox's are not.
+func TestHistoryMarksAnEarlierSandboxOfTheName(t *testing.T) {
+	var out bytes.Buffer
+	h := &historyPrinter{out: &out, loc: time.UTC, current: "s2"}
+	for _, uid := range []types.UID{"s1", "s2"} {
+		h.add(events.Event{Type: events.TypeRequested, Time: t0, Data: events.Data{
+			Sandbox: events.SandboxRef{Namespace: "default", Name: "box-0", UID: uid}, Ops: events.OpsRef{Name: "up-" + string(uid)}, Attempt: "a-" + string(uid)}})
+	}
+	h.flush(true)
+	got := out.String()
+	if !strings.Contains(got, "Attempt a-s1 (ops up-s1), of an earlier sandbox of this name (uid s1), deleted since") {
+		t.Errorf("the earlier sandbox's attempt is not marked:\n%s", got)
+	}
+	if strings.Contains(got, "uid s2") {
+		t.Errorf("the current sandbox's attempt is marked:\n%s", got)
 	}
 }
