@@ -241,6 +241,6 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 	if extra := len(names) - maxNamedFailures; extra > 0 {
 		list += fmt.Sprintf(" and %d more", extra)
 	}
-	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s`",
+	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 		sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted, ops.Namespace, ops.Name, ops.Namespace)
 }
