@@ -2,6 +2,7 @@ package podcycler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -104,9 +105,16 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 		return nil
 	}
 
-	if err := c.cleanCheckpoints(ctx, sb); err != nil {
-		return err
-	}
+	// A failure to clean up is retried (the error requeues the sandbox) but
+	// does not hold back the pod's own work: a pause, a missing pod, a report.
+	cleanErr := c.cleanCheckpoints(ctx, sb)
+	return errors.Join(c.syncPod(ctx, key, sb), cleanErr)
+}
+
+// syncPod is sync's steps 3 to 5, for the sandbox sb (key) that has a template.
+func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) error {
+	logger := klog.FromContext(ctx)
+	namespace, name := sb.Namespace, sb.Name
 	pod, err := c.pods.Pods(namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get pod %s: %w", key, err)
