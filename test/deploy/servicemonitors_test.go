@@ -24,7 +24,8 @@ var services = []string{"selector", "patcher", "hookrunner", "podcycler", "statu
 // checks what the operator would make of them: without a relabeling the
 // operator names the job after the Service (selector-metrics), which no
 // alert or panel selects, and without honorLabels it overwrites the ops
-// metrics' namespace label with molt-system.
+// metrics' namespace label with molt-system. The service-down alert must
+// also see a job with no target at all (absent).
 func TestServiceMonitorsGiveTheJobsTheAlertsSelect(t *testing.T) {
 	raw, err := os.ReadFile(serviceMonitorsPath)
 	if err != nil {
@@ -71,6 +72,9 @@ func TestServiceMonitorsGiveTheJobsTheAlertsSelect(t *testing.T) {
 	for _, s := range services {
 		if want := "molt-" + s; jobs[s] != want {
 			t.Errorf("ServiceMonitor %s: job %q, want %q", s, jobs[s], want)
+		}
+		if absent := `absent(up{job="molt-` + s + `"})`; !bytes.Contains(rules, []byte(absent)) {
+			t.Errorf("%s: no %s in the service-down alert: it would not fire while %s has no pod to scrape", rulesPath, absent, s)
 		}
 	}
 }
