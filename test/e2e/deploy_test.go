@@ -713,17 +713,18 @@ func updateSandbox(ctx context.Context, agents versioned.Interface, ns, name str
 // seccomp), probed on /healthz and /readyz, with requests and limits, leader
 // election in its own namespace where the service elects one, the optional
 // NATS credentials Secret; a metrics Service and a PodDisruptionBudget that
-// select its pods.
+// select its pods; and the NATS cluster of deploy/nats, which both install.
 func TestDeployManifests(t *testing.T) {
 	env := testenv.Get(t)
 	for _, tc := range []struct {
 		overlay  string
 		replicas int32
 		image    string // fmt pattern of a service's image
-		nats     bool   // the overlay installs deploy/nats
+		natsPull corev1.PullPolicy
 	}{
-		{overlay: "deploy/overlays/production", replicas: 2, image: "registry.example.com/molt/%s:v0.1.0", nats: true},
-		{overlay: "deploy/overlays/dev", replicas: 1, image: "molt/%s:dev"},
+		{overlay: "deploy/overlays/production", replicas: 2, image: "registry.example.com/molt/%s:v0.1.0"},
+		// kind runs the images it was given (kind load docker-image), never pulled.
+		{overlay: "deploy/overlays/dev", replicas: 1, image: "molt/%s:dev", natsPull: corev1.PullNever},
 	} {
 		t.Run(filepath.Base(tc.overlay), func(t *testing.T) {
 			objs, err := renderKustomize(env, tc.overlay)
@@ -742,9 +743,7 @@ func TestDeployManifests(t *testing.T) {
 					checkDeployment(t, byKind, name, tc.replicas, fmt.Sprintf(tc.image, name))
 				})
 			}
-			if tc.nats {
-				t.Run("nats", func(t *testing.T) { checkNATS(t, byKind) })
-			}
+			t.Run("nats", func(t *testing.T) { checkNATS(t, byKind, fmt.Sprintf(tc.image, "nats-server"), tc.natsPull) })
 		})
 	}
 }
@@ -844,7 +843,7 @@ func checkDeployment(t *testing.T, byKind map[string]map[string]*unstructured.Un
 // 3-node StatefulSet on PersistentVolumes, hardened like the services, run
 // from the ConfigMap holding nats.conf and auth.conf, reading every user's
 // password from that user's Secret; a headless Service for the routes.
-func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstructured) {
+func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstructured, image string, pull corev1.PullPolicy) {
 	t.Helper()
 	var ss appsv1.StatefulSet
 	u, ok := byKind["StatefulSet"]["nats"]
@@ -862,8 +861,8 @@ func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstruct
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
 	}
 	c := pod.Containers[0]
-	if c.Image != "registry.example.com/molt/nats-server:v0.1.0" {
-		t.Errorf("image %q, want the production overlay's molt/nats-server", c.Image)
+	if c.Image != image || c.ImagePullPolicy != pull {
+		t.Errorf("image %q, pull policy %q; want %q, %q", c.Image, c.ImagePullPolicy, image, pull)
 	}
 	sc := c.SecurityContext
 	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot ||
