@@ -82,7 +82,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 	if upgrade.WokenForUpgrade(sb) {
-		woken, problem, err := p.waitAwake(ctx, sb)
+		woken, problem, err := p.waitAwake(ctx, sb, d.ResumedAttempt)
 		if err != nil {
 			return err
 		}
@@ -221,13 +221,18 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 // once, else what it still waited for after wakeTimeout. The consume loop
 // keeps the message alive meanwhile. The pod is stopped again with the
 // pause once the attempt has failed, so the message carries the cause
-// itself rather than a pod to describe.
-func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*corev1.Pod, string, error) {
+// itself rather than a pod to describe. resumed is the failed attempt this
+// one continues ("" when none): that attempt may have patched the template
+// the pod is woken with, and a new ops cannot wake it past a bad one.
+func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, resumed string) (*corev1.Pod, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.wakeTimeout)
 	defer cancel()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	failed := func(why string) string {
+		if resumed != "" {
+			return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and it is paused again. Its spec.template may still carry the patch of the failed upgrade this one resumes (attempt %s), and every new SandboxUpdateOps wakes it with that template first: fix spec.template by hand (kubectl edit sbx %s -n %s, e.g. the image the pod ran before), or fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, resumed, sb.Name, sb.Namespace)
+		}
 		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and it is paused again: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why)
 	}
 	last := "no pod was created for it yet"

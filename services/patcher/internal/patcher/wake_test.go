@@ -37,7 +37,7 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 	t.Run("image does not pull", func(t *testing.T) {
 		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
 		start := time.Now()
-		got, why, err := p.waitAwake(context.Background(), sb)
+		got, why, err := p.waitAwake(context.Background(), sb, "")
 		if err != nil || got != nil {
 			t.Fatalf("waitAwake = %v, %q, %v; want a failure", got, why, err)
 		}
@@ -50,16 +50,23 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a resumed upgrade's wake says the template may carry the failed patch", func(t *testing.T) {
+		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		_, why, err := p.waitAwake(context.Background(), sb, "failed-attempt")
+		if err != nil || !strings.Contains(why, "attempt failed-attempt") || !strings.Contains(why, "kubectl edit sbx "+sb.Name) {
+			t.Fatalf("waitAwake = %q, %v; want it to name the resumed attempt and how to fix the template", why, err)
+		}
+	})
 	t.Run("ready", func(t *testing.T) {
 		p := &Patcher{kube: fake.NewClientset(pod(ready)), wakeTimeout: time.Minute}
-		got, why, err := p.waitAwake(context.Background(), sb)
+		got, why, err := p.waitAwake(context.Background(), sb, "")
 		if err != nil || got == nil || why != "" {
 			t.Fatalf("waitAwake = %v, %q, %v; want the pod", got, why, err)
 		}
 	})
 	t.Run("still starting at the deadline", func(t *testing.T) {
 		p := &Patcher{kube: fake.NewClientset(pod(starting)), wakeTimeout: time.Second}
-		got, why, err := p.waitAwake(context.Background(), sb)
+		got, why, err := p.waitAwake(context.Background(), sb, "")
 		if err != nil || got != nil || !strings.Contains(why, "not Ready within 1s") || !strings.Contains(why, "ContainerCreating") {
 			t.Fatalf("waitAwake = %v, %q, %v; want the timeout with what the pod waited for", got, why, err)
 		}
