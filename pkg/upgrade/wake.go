@@ -48,14 +48,18 @@ func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
 // original pod, and a paused sandbox has none.
 //   - a fresh upgrade of a sandbox stopped for its pause (phase Paused):
 //     preUpgrade backs up the woken pod;
-//   - the resume of a paused sandbox whose failed attempt ended before its
-//     pod was replaced (PreUpgradeFailed, CheckpointFailed): no backup or
-//     checkpoint was taken, so the resume needs a pod to take it from.
+//   - the resume of a paused sandbox whose failed attempt ended in
+//     PreUpgrade (PreUpgradeFailed): no backup was taken, so the resume needs
+//     a pod to take it from.
 //
 // Any other resume of a paused sandbox continues from UpgradePod or later
 // (ResumeAt) and builds the new pod itself. Woken there, the pod would be
 // taken for the original one and backed up again, over the good backup of
-// the failed attempt, from a workspace the pause already emptied.
+// the failed attempt, from a workspace the pause already emptied. That
+// holds for CheckpointFailed too: the checkpoint is taken after preUpgrade
+// ran, so its backup is the good one. (The only CheckpointFailed filed
+// before preUpgrade is the refusal of an image change, which touches
+// nothing: the pause stopped a pod that was never backed up.)
 //
 // Only the first failure of a chain wakes it: an attempt that failed in
 // PreUpgrade after earlier failed attempts (ChainBehind) may follow one
@@ -64,8 +68,7 @@ func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
 func WakeAtAdmission(sb *agentsv1alpha1.Sandbox) bool {
 	if failed, reason, ok := FailedAttempt(sb); ok {
 		at := ResumeStage(reason)
-		return sb.Spec.Paused && (at == agentsv1alpha1.UpgradingReasonPreUpgrade || at == agentsv1alpha1.UpgradingReasonCheckpointing) &&
-			len(ChainBehind(sb, failed)) == 0
+		return sb.Spec.Paused && at == agentsv1alpha1.UpgradingReasonPreUpgrade && len(ChainBehind(sb, failed)) == 0
 	}
 	return sb.Status.Phase == agentsv1alpha1.SandboxPaused
 }

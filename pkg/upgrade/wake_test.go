@@ -85,7 +85,7 @@ func TestWakeAtAdmission(t *testing.T) {
 		{"paused, never upgraded", sandbox(true, agentsv1alpha1.SandboxPaused, ""), true},
 		{"running", sandbox(false, agentsv1alpha1.SandboxRunning, ""), false},
 		{"paused, its preUpgrade failed: no backup was taken", sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), true},
-		{"paused, its checkpoint failed", sandbox(true, "", agentsv1alpha1.UpgradingReasonCheckpointFailed), true},
+		{"paused, its checkpoint failed after the backup: not woken, so the backup is not taken again from an emptied workspace", sandbox(true, "", agentsv1alpha1.UpgradingReasonCheckpointFailed), false},
 		// The backup of the failed attempt is the good copy: the resume
 		// builds the new pod and restores it; a woken pod would be backed
 		// up over it.
