@@ -138,19 +138,24 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	code := res.ExitCode
 	next.Data.HookExitCode = &code
 	logger.Info("hook succeeded", "reattached", res.Reattached)
-	if err := h.markDoneRetrying(ctx, pod, st, d.Attempt); err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		// The hook ran to success: a redelivery would only call the
-		// agent-runtime again, and one that no longer knows the ended run
-		// would run the hook a second time. The attempt moves on; only a
-		// redelivery of this message, which the publish below makes
-		// unlikely, would miss the mark.
+	// The hook ran to success: a redelivery would only call the agent-runtime
+	// again, and one that no longer knows the ended run (a real one forgets
+	// a process once it exits) would run the hook a second time. So the mark
+	// and the report are made even if this process is shutting down
+	// meanwhile, within finishWait.
+	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
+	defer cancel()
+	if err := h.markDoneRetrying(finish, pod, st, d.Attempt); err != nil {
+		// The attempt moves on; only a redelivery of this message, which
+		// the publish below makes unlikely, would miss the mark.
 		logger.Error(err, "Hook succeeded but its done mark was not written; passing the sandbox on", "pod", klog.KObj(pod))
 	}
-	return h.publish(ctx, next)
+	return h.publish(finish, next)
 }
+
+// finishWait bounds the done mark and the report of a hook that succeeded,
+// which are made even while the process shuts down.
+const finishWait = 15 * time.Second
 
 // markDoneAttempts bounds markDoneRetrying; the waits between them double
 // from markDoneWait.
