@@ -68,6 +68,20 @@ func TestHookPodRefusesAPodTheSandboxDoesNotControl(t *testing.T) {
 	}
 }
 
+// preUpgrade is never run on a pod being deleted (a backup cut short as it
+// stops would overwrite the good one); the message is dropped, not failed.
+func TestHookPodSkipsPreUpgradeOnAStoppingPod(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "sb"}}
+	controller := true
+	stopping := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "old", DeletionTimestamp: &metav1.Time{}, Finalizers: []string{"x"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box", UID: "sb", Controller: &controller}}}}
+	h := &HookRunner{kube: fake.NewClientset(stopping)}
+	pod, reason, err := h.hookPod(context.Background(), sb, preStep, events.Data{Attempt: "a1", OldPodUID: "old"})
+	if err != nil || pod != nil || reason != skipTerminating {
+		t.Fatalf("hookPod = %v, %q, %v; want the skip of a stopping pod", pod, reason, err)
+	}
+}
+
 // The done mark of a hook that ran is written again while the API server
 // fails it, so a redelivery finds it and does not run the hook again.
 func TestDoneMarkIsRetriedAfterABlip(t *testing.T) {

@@ -115,6 +115,9 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		case skipReplaced:
 			logger.Info("skip: the pod was already rebuilt by this attempt; preUpgrade is never run on it")
 			return nil
+		case skipTerminating:
+			logger.Info("skip: the pod is being deleted; preUpgrade is never run on a stopping pod")
+			return nil
 		}
 		return h.fail(ctx, next, st, "hook execution error: "+reason, nil)
 	}
@@ -188,6 +191,14 @@ func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st s
 // already replaced: the attempt is past the step, nothing is reported.
 const skipReplaced = "pod already replaced by this attempt"
 
+// skipTerminating is hookPod's reason for a preUpgrade whose pod is being
+// deleted: most likely podcycler replacing it after this attempt's backup,
+// and this message a late duplicate. A backup taken from a stopping pod
+// could be cut short over the good one, so it is not run, and nothing is
+// reported: a stage that did need it stalls, and the watchdog's re-drive
+// finds the pod gone and fails it, saying so.
+const skipTerminating = "pod is being deleted"
+
 // markDone records on the pod, with a UID precondition, that st's hook ran
 // to success for attempt, so a redelivery does not run it again.
 func (h *HookRunner) markDone(ctx context.Context, pod *corev1.Pod, st step, attempt string) error {
@@ -229,6 +240,9 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 	if st == preStep {
 		if upgrade.BuiltBy(pod, d.Attempt) {
 			return nil, skipReplaced, nil
+		}
+		if pod.DeletionTimestamp != nil {
+			return nil, skipTerminating, nil
 		}
 		if upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
 			return nil, fmt.Sprintf("pod %s (uid %s) was built by the failed attempt %s and holds no workspace to back up; preUpgrade was not run, so the backup that attempt made is kept", pod.Name, pod.UID, d.ResumedAttempt), nil
