@@ -102,7 +102,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	version := sb.ResourceVersion // what the next stage reads at least (events.Data.SandboxResourceVersion)
 	if d.Ops.Name != "" {
 		ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
+			// The cache may be behind: an ops just created, or created again
+			// under a deleted one's name (the way to resume), is read live.
 			ops, err = p.agents.AgentsV1alpha1().SandboxUpdateOps(d.Sandbox.Namespace).Get(ctx, d.Ops.Name, metav1.GetOptions{})
 		}
 		if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
