@@ -20,7 +20,7 @@ func TestSpecWriteNeedsTheClaimAsRead(t *testing.T) {
 		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
 	}
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "uid-1"}}
-	read := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", Generation: 1,
+	read := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", UID: "sb-uid", Generation: 1,
 		Labels:      map[string]string{agentsv1alpha1.LabelUpdateOps: "up"},
 		Annotations: map[string]string{upgrade.AnnotationClaim: upgrade.ClaimValue("up", "uid-1")}}}
 	read.Spec.Template = template("v1")
@@ -32,6 +32,7 @@ func TestSpecWriteNeedsTheClaimAsRead(t *testing.T) {
 	}{
 		{"still claimed", func(*agentsv1alpha1.Sandbox) {}, true},
 		{"released", func(sb *agentsv1alpha1.Sandbox) { sb.Labels, sb.Annotations = nil, nil }, false},
+		{"a sandbox of the same name created since", func(sb *agentsv1alpha1.Sandbox) { sb.UID = "another-sandbox" }, false},
 		{"claimed by the ops applied again under the same name", func(sb *agentsv1alpha1.Sandbox) {
 			sb.Annotations[upgrade.AnnotationClaim] = upgrade.ClaimValue("up", "uid-2")
 		}, false},

@@ -347,6 +347,7 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 		Value any    `json:"value,omitempty"`
 	}
 	ops := []op{
+		{Op: "test", Path: "/metadata/uid", Value: sb.UID}, // not a sandbox of the same name created since
 		{Op: "test", Path: "/metadata/generation", Value: sb.Generation},
 		{Op: "test", Path: "/metadata/labels/" + jsonPointerEscape(agentsv1alpha1.LabelUpdateOps), Value: sb.Labels[agentsv1alpha1.LabelUpdateOps]},
 	}
