@@ -136,6 +136,9 @@ func (r Result) FailureMessage() string {
 		return ""
 	case !r.Exited && r.Error != "":
 		return ErrorMessage(errors.New(r.Error))
+	case r.ExitCode == 0 && r.Error != "":
+		// Exited 0 but the runtime reported an error: its words are the cause.
+		return withOutput(failedPrefix+"0 and the agent-runtime's error "+strconv.Quote(r.Error), r.Stderr, r.Stdout)
 	default:
 		return withOutput(failedPrefix+strconv.Itoa(int(r.ExitCode)), r.Stderr, r.Stdout)
 	}

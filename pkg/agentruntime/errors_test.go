@@ -19,6 +19,7 @@ func TestHookOutputReadsFailureMessage(t *testing.T) {
 		{"both", Result{Exited: true, ExitCode: 3, Stderr: "disk full\n", Stdout: "copying"}, "disk full", "copying"},
 		{"no stderr", Result{Exited: true, ExitCode: 1, Stdout: "x"}, "", "x"},
 		{"commas inside", Result{Exited: true, ExitCode: 2, Stderr: "a, b, stdout: c", Stdout: ""}, "a, b, stdout: c", ""},
+		{"exited 0 with the runtime's error", Result{Exited: true, ExitCode: 0, Error: "signal: out of memory", Stderr: "e", Stdout: "o"}, "e", "o"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stderr, stdout, ok := HookOutput(tc.res.FailureMessage())
@@ -26,6 +27,9 @@ func TestHookOutputReadsFailureMessage(t *testing.T) {
 				t.Fatalf("HookOutput(%q) = %q, %q, %v", tc.res.FailureMessage(), stderr, stdout, ok)
 			}
 		})
+	}
+	if msg := (Result{Exited: true, Error: "signal: out of memory"}).FailureMessage(); !strings.Contains(msg, "out of memory") {
+		t.Errorf("FailureMessage of an exit 0 with an error = %q, want the runtime's error in it", msg)
 	}
 	if _, _, ok := HookOutput("pod x not Ready after 5m0s"); ok {
 		t.Fatal("HookOutput read a message that is not a hook's")
