@@ -96,6 +96,12 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 	switch {
 	case upgrade.Terminal(curReason):
 		return transition{}, "attempt already ended with " + curReason
+	case target == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && upgrade.Past(curReason, agentsv1alpha1.UpgradingReasonPreUpgrade):
+		// The stages after PreUpgrade start only once its backup was taken: a
+		// PreUpgrade failure filed after one started comes from a late
+		// duplicate (a redelivered patched that found the old pod already
+		// deleted), and would file a false failure over a live stage.
+		return transition{}, fmt.Sprintf("attempt already at %s, past PreUpgrade: a late %s is stale", curReason, target)
 	case agentsv1alpha1.IsUpgradingFailedReason(target):
 		return tr, ""
 	case upgrade.Rank(target) <= upgrade.Rank(curReason):
