@@ -298,7 +298,14 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 				req.Deadline = start.Add(req.Timeout)
 			}
 			resets++
+			// It answered a moment ago: a restart of it (or of what is in
+			// front of it) gets the whole wait again.
+			deadline = time.Now().Add(h.reachWait)
 			klog.FromContext(ctx).Info("Agent-runtime reset the connection; calling again to follow the hook's run", "tag", req.Tag, "resets", resets, "err", err)
+		case err != nil && resets > 0 && !errors.Is(err, agentruntime.ErrTimeout) && (!errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline)):
+			// Given up on after the run may have started: it was not ended
+			// (only a timeout kills it), so say so.
+			return res, fmt.Errorf("%w (after %d connection resets; the hook had started and may still be running in the sandbox: check it before a new SandboxUpdateOps runs it again)", err, resets)
 		case !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline):
 			return res, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 		{name: "one reset too many", errs: []error{errReset, errReset, errReset, errReset}, wantCalls: maxResets + 1, wantErr: agentruntime.ErrConnectionLost},
 		{name: "a timeout is not retried", errs: []error{agentruntime.ErrTimeout}, wantCalls: 1, wantErr: agentruntime.ErrTimeout},
 		{name: "unauthenticated is not retried", errs: []error{agentruntime.ErrUnauthenticated}, wantCalls: 1, wantErr: agentruntime.ErrUnauthenticated},
+		{name: "a reset, then a moment unreachable: still followed", errs: []error{errReset, agentruntime.ErrUnreachable}, wantCalls: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tags []string
@@ -59,6 +61,8 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 				t.Errorf("run = %+v, %v; want the run's success", res, err)
 			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
 				t.Errorf("run error = %v, want %v", err, tc.wantErr)
+			case errors.Is(tc.wantErr, agentruntime.ErrConnectionLost) && !strings.Contains(err.Error(), "may still be running"):
+				t.Errorf("run error = %v, want it to say the hook may still run", err)
 			}
 		})
 	}
