@@ -69,7 +69,8 @@ func TestHookPodRefusesAPodTheSandboxDoesNotControl(t *testing.T) {
 }
 
 // preUpgrade is never run on a pod being deleted (a backup cut short as it
-// stops would overwrite the good one); the message is dropped, not failed.
+// stops would overwrite the good one); the message is looked at again once
+// the pod is gone, not dropped.
 func TestHookPodSkipsPreUpgradeOnAStoppingPod(t *testing.T) {
 	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "sb"}}
 	controller := true
@@ -77,8 +78,8 @@ func TestHookPodSkipsPreUpgradeOnAStoppingPod(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box", UID: "sb", Controller: &controller}}}}
 	h := &HookRunner{kube: fake.NewClientset(stopping)}
 	pod, reason, err := h.hookPod(context.Background(), sb, preStep, events.Data{Attempt: "a1", OldPodUID: "old"})
-	if err != nil || pod != nil || reason != skipTerminating {
-		t.Fatalf("hookPod = %v, %q, %v; want the skip of a stopping pod", pod, reason, err)
+	if err == nil || pod != nil || reason != "" || !strings.Contains(err.Error(), "is being deleted") {
+		t.Fatalf("hookPod = %v, %q, %v; want an error to look again", pod, reason, err)
 	}
 }
 

@@ -115,9 +115,6 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		case skipReplaced:
 			logger.Info("skip: the pod was already rebuilt by this attempt; preUpgrade is never run on it")
 			return nil
-		case skipTerminating:
-			logger.Info("skip: the pod is being deleted; preUpgrade is never run on a stopping pod")
-			return nil
 		}
 		return h.fail(ctx, next, st, "hook execution error: "+reason, nil)
 	}
@@ -146,18 +143,20 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	// a process once it exits) would run the hook a second time. So the mark
 	// and the report are made even if this process is shutting down
 	// meanwhile, within finishWait.
-	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
-	defer cancel()
-	if err := h.markDoneRetrying(finish, pod, st, d.Attempt); err != nil {
+	mark, cancelMark := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
+	defer cancelMark()
+	if err := h.markDoneRetrying(mark, pod, st, d.Attempt); err != nil {
 		// The attempt moves on; only a redelivery of this message, which
 		// the publish below makes unlikely, would miss the mark.
 		logger.Error(err, "Hook succeeded but its done mark was not written; passing the sandbox on", "pod", klog.KObj(pod))
 	}
-	return h.publish(finish, next)
+	report, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
+	defer cancelReport()
+	return h.publish(report, next)
 }
 
-// finishWait bounds the done mark and the report of a hook that succeeded,
-// which are made even while the process shuts down.
+// finishWait bounds the done mark, and then the report, of a hook that
+// succeeded, which are made even while the process shuts down.
 const finishWait = 15 * time.Second
 
 // markDoneAttempts bounds markDoneRetrying; the waits between them double
@@ -191,13 +190,9 @@ func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st s
 // already replaced: the attempt is past the step, nothing is reported.
 const skipReplaced = "pod already replaced by this attempt"
 
-// skipTerminating is hookPod's reason for a preUpgrade whose pod is being
-// deleted: most likely podcycler replacing it after this attempt's backup,
-// and this message a late duplicate. A backup taken from a stopping pod
-// could be cut short over the good one, so it is not run, and nothing is
-// reported: a stage that did need it stalls, and the watchdog's re-drive
-// finds the pod gone and fails it, saying so.
-const skipTerminating = "pod is being deleted"
+// terminatingRetry is how soon a preUpgrade whose pod is being deleted is
+// looked at again.
+const terminatingRetry = 2 * time.Second
 
 // markDone records on the pod, with a UID precondition, that st's hook ran
 // to success for attempt, so a redelivery does not run it again.
@@ -241,8 +236,12 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 		if upgrade.BuiltBy(pod, d.Attempt) {
 			return nil, skipReplaced, nil
 		}
-		if pod.DeletionTimestamp != nil {
-			return nil, skipTerminating, nil
+		if pod.DeletionTimestamp != nil && pod.UID == d.OldPodUID {
+			// A backup taken from a stopping pod could be cut short over the
+			// good one. Looked at again once the pod is gone: then this is
+			// "deleted during the upgrade" (a failure statusagg drops if a
+			// later stage already started, as after podcycler replaced it).
+			return nil, "", events.Retry(fmt.Errorf("pod %s/%s (uid %s) is being deleted: preUpgrade is not run on a stopping pod", pod.Namespace, pod.Name, pod.UID), terminatingRetry)
 		}
 		if upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
 			return nil, fmt.Sprintf("pod %s (uid %s) was built by the failed attempt %s and holds no workspace to back up; preUpgrade was not run, so the backup that attempt made is kept", pod.Name, pod.UID, d.ResumedAttempt), nil
