@@ -134,7 +134,7 @@ func ResumeAt(failedReason string, failed []string, pod *corev1.Pod, targetRevis
 	if at == "" {
 		return ""
 	}
-	if pod != nil && !slices.ContainsFunc(failed, func(a string) bool { return BuiltBy(pod, a) }) {
+	if pod != nil && !slices.ContainsFunc(failed, func(a string) bool { return NewPodOf(pod, a) }) {
 		return agentsv1alpha1.UpgradingReasonPreUpgrade
 	}
 	if Rank(at) < Rank(agentsv1alpha1.UpgradingReasonUpgradePod) {

@@ -130,12 +130,15 @@ func TestResumeAt(t *testing.T) {
 	builtReady := pod("A", "target", true)
 	builtOld := pod("A", "other", true)
 	builtNotReady := pod("A", "target", false)
+	kept := pod("A", "target", true) // the original pod, kept by A as it ran the target already
+	kept.Annotations[AnnotationPodKept] = "A"
 	cases := []struct {
 		name   string
 		reason string
 		pod    *corev1.Pod
 		want   string
 	}{
+		{"post failed, the original pod the failed attempt kept: backed up again", "PostUpgradeFailed", kept, "PreUpgrade"},
 		{"pre failed, original pod", "PreUpgradeFailed", original, "PreUpgrade"},
 		{"pre failed, pod of an earlier upgrade", "PreUpgradeFailed", earlierAttempt, "PreUpgrade"},
 		{"pre failed, pod rebuilt during the attempt", "PreUpgradeFailed", builtReady, "UpgradePod"},

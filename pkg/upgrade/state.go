@@ -29,6 +29,12 @@ const (
 	// upgrade: the attempt that created it. Read by podcycler and statusagg.
 	AnnotationPodAttempt = "molt.dev/attempt"
 
+	// AnnotationPodKept is set by podcycler, next to AnnotationPodAttempt, on
+	// an original pod that an attempt kept instead of replacing it, as it was
+	// Ready on the target revision already: the attempt. That pod was not
+	// built by the attempt and holds the workspace (NewPodOf).
+	AnnotationPodKept = "molt.dev/kept"
+
 	// AnnotationPodOps is set by podcycler, next to AnnotationPodAttempt, on
 	// every pod it creates for an upgrade driven by a SandboxUpdateOps: the
 	// ops' name. The attempt annotation holds the ops UID; with the name the
@@ -325,11 +331,20 @@ func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
 	return nil
 }
 
-// BuiltByResumed reports whether pod was built by a failed attempt that
-// attempt continues (ResumedChain), or by resumed, the failed attempt an
-// event names (for a record written before the chain was kept).
+// BuiltByResumed reports whether pod is a new pod (NewPodOf) built by a
+// failed attempt that attempt continues (ResumedChain), or by resumed, the
+// failed attempt an event names (for a record written before the chain was
+// kept). An original pod such an attempt kept is not one: it holds the
+// workspace, and a resume backs it up again.
 func BuiltByResumed(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, attempt, resumed string) bool {
-	return BuiltBy(pod, resumed) || slices.ContainsFunc(ResumedChain(sb, attempt), func(a string) bool { return BuiltBy(pod, a) })
+	return NewPodOf(pod, resumed) || slices.ContainsFunc(ResumedChain(sb, attempt), func(a string) bool { return NewPodOf(pod, a) })
+}
+
+// NewPodOf reports whether pod is a new pod that attempt built: it carries
+// the attempt (BuiltBy) and is not an original pod the attempt kept
+// (AnnotationPodKept). A new pod holds no workspace of its own.
+func NewPodOf(pod *corev1.Pod, attempt string) bool {
+	return BuiltBy(pod, attempt) && pod.Annotations[AnnotationPodKept] != attempt
 }
 
 // DirectAttemptPrefix starts the attempt id of an upgrade without an ops:

@@ -123,7 +123,10 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 	if old != nil && runsTarget(old, sb, target, d) {
 		logger.Info("The pod already runs the target template: kept, not replaced", "pod", klog.KObj(old), "uid", old.UID, "revision", target)
-		return c.adopt(ctx, old, d)
+		// This process may have reported the pod ready for the attempt
+		// that built it: the wait reports it again, for this attempt.
+		c.reported.Delete(key)
+		return c.keep(ctx, old, d)
 	}
 	pod := buildPod(sb, target, d.Attempt, d.Ops.Name)
 	if old != nil && old.DeletionTimestamp == nil {
@@ -303,12 +306,27 @@ func runsTarget(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d ev
 // adopt makes pod carry the attempt's annotations (a pod built for the attempt by another
 // writer may lack them), so the informer-driven wait reports on it.
 func (c *cycler) adopt(ctx context.Context, pod *corev1.Pod, d events.Data) error {
-	if pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt && pod.Annotations[upgrade.AnnotationPodOps] == d.Ops.Name {
+	return c.annotateForAttempt(ctx, pod, d, false)
+}
+
+// keep makes pod, an original pod that already runs the target revision (runsTarget),
+// the attempt's pod as adopt does, marked kept (upgrade.AnnotationPodKept): it holds the
+// workspace, unlike a pod the attempt built, and a resume backs it up again.
+func (c *cycler) keep(ctx context.Context, pod *corev1.Pod, d events.Data) error {
+	return c.annotateForAttempt(ctx, pod, d, true)
+}
+
+func (c *cycler) annotateForAttempt(ctx context.Context, pod *corev1.Pod, d events.Data, kept bool) error {
+	if pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt && pod.Annotations[upgrade.AnnotationPodOps] == d.Ops.Name &&
+		(!kept || pod.Annotations[upgrade.AnnotationPodKept] == d.Attempt) {
 		return nil
 	}
 	annotations := map[string]any{upgrade.AnnotationPodAttempt: d.Attempt, upgrade.AnnotationPodOps: nil}
 	if d.Ops.Name != "" {
 		annotations[upgrade.AnnotationPodOps] = d.Ops.Name
+	}
+	if kept {
+		annotations[upgrade.AnnotationPodKept] = d.Attempt
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":         pod.UID, // precondition: only this pod

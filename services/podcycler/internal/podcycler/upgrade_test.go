@@ -137,8 +137,12 @@ func TestUpgradeKeepsAPodThatAlreadyRunsTheTarget(t *testing.T) {
 	if ev.Data.NewPodUID != r.oldPod.UID || ev.Data.Attempt != testAttempt {
 		t.Fatalf("pod-ready for pod %s of attempt %q, want the old pod %s of %q", ev.Data.NewPodUID, ev.Data.Attempt, r.oldPod.UID, testAttempt)
 	}
-	if pod := waitPodReady(t, r.ns, r.name, ""); pod.UID != r.oldPod.UID {
+	pod := waitPodReady(t, r.ns, r.name, "")
+	if pod.UID != r.oldPod.UID {
 		t.Fatalf("pod replaced: %s → %s", r.oldPod.UID, pod.UID)
+	}
+	if pod.Annotations[upgrade.AnnotationPodKept] != testAttempt || upgrade.NewPodOf(pod, testAttempt) {
+		t.Fatalf("kept pod annotations %v: want it marked kept by %s, not a new pod of it", pod.Annotations, testAttempt)
 	}
 	if got := r.pods.of(r.name); len(got) != 0 {
 		t.Fatalf("pods created = %v, want none", got)
