@@ -36,12 +36,15 @@ func DryRunCreatePod(ctx context.Context, kube kubernetes.Interface, pod *corev1
 // DryRunReplacePod is DryRunCreatePod of pod, which is to replace old (the
 // live pod of the same name, nil when there is none), with one allowance: a
 // ResourceQuota's "exceeded quota" is not a refusal when a copy of old is
-// refused for it too. The dry run counts old, which the replacement deletes
-// first, so in a namespace whose quota is full to the pod (pods: N for N
-// sandboxes) every replacement would be refused.
+// refused in the same words (the same quotas, the same amounts requested).
+// The dry run counts old, which the replacement deletes first, so in a
+// namespace whose quota is full to the pod (pods: N for N sandboxes) every
+// replacement would be refused. A pod that asks for more than old, or an
+// old pod the quota no longer counts (it ended), gets no allowance.
 func DryRunReplacePod(ctx context.Context, kube kubernetes.Interface, pod, old *corev1.Pod) (refused string, err error) {
 	refused, err = DryRunCreatePod(ctx, kube, pod)
-	if err != nil || old == nil || !QuotaExceeded(refused) {
+	if err != nil || old == nil || !QuotaExceeded(refused) ||
+		old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed {
 		return refused, err
 	}
 	again := &corev1.Pod{
@@ -53,7 +56,7 @@ func DryRunReplacePod(ctx context.Context, kube kubernetes.Interface, pod, old *
 	if err != nil {
 		return "", err
 	}
-	if QuotaExceeded(before) {
+	if before == refused {
 		klog.FromContext(ctx).Info("A ResourceQuota refuses a copy of the old pod too: the namespace is full, and deleting the old pod makes room for the new one", "pod", klog.KObj(old), "cause", refused)
 		return "", nil
 	}

@@ -32,9 +32,9 @@ func TestDryRunOfAReplacementInAFullQuota(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setQuota := func(hardPods, usedPods string) {
+	setQuota := func(hardPods, usedPods, hardCPU string) {
 		t.Helper()
-		hard := corev1.ResourceList{corev1.ResourcePods: resource.MustParse(hardPods), corev1.ResourceRequestsCPU: resource.MustParse("1")}
+		hard := corev1.ResourceList{corev1.ResourcePods: resource.MustParse(hardPods), corev1.ResourceRequestsCPU: resource.MustParse(hardCPU)}
 		q, err := env.Kube.CoreV1().ResourceQuotas(ns).Get(ctx, "q", metav1.GetOptions{})
 		if err != nil {
 			if q, err = env.Kube.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{}); err != nil {
@@ -51,7 +51,7 @@ func TestDryRunOfAReplacementInAFullQuota(t *testing.T) {
 		}
 	}
 
-	setQuota("1", "1")
+	setQuota("1", "1", "2")
 	replacement := podAsking("registry.example/sandbox:v2", "500m")
 	refused, err := upgrade.DryRunCreatePod(ctx, env.Kube, replacement)
 	if err != nil || !upgrade.QuotaExceeded(refused) {
@@ -65,8 +65,21 @@ func TestDryRunOfAReplacementInAFullQuota(t *testing.T) {
 	}
 
 	// Room for one more pod of the old pod's size, not of the new one's.
-	setQuota("2", "1")
+	setQuota("2", "1", "1")
 	if refused, err := upgrade.DryRunReplacePod(ctx, env.Kube, podAsking("registry.example/sandbox:v2", "800m"), old); err != nil || !upgrade.QuotaExceeded(refused) {
 		t.Fatalf("dry run of a replacement asking more than the quota's room = %q, %v; want exceeded quota", refused, err)
+	}
+	// Full to the pod, and the new pod asks for more CPU than the old one
+	// frees: refused for the CPU too, in words the old pod's copy does not get.
+	setQuota("1", "1", "1")
+	if refused, err := upgrade.DryRunReplacePod(ctx, env.Kube, podAsking("registry.example/sandbox:v2", "800m"), old); err != nil || !upgrade.QuotaExceeded(refused) {
+		t.Fatalf("dry run of a larger replacement in a full quota = %q, %v; want exceeded quota", refused, err)
+	}
+	// An old pod that ended is not counted: deleting it frees nothing.
+	ended := old.DeepCopy()
+	ended.Status.Phase = corev1.PodFailed
+	setQuota("1", "1", "2")
+	if refused, err := upgrade.DryRunReplacePod(ctx, env.Kube, replacement, ended); err != nil || !upgrade.QuotaExceeded(refused) {
+		t.Fatalf("dry run of the replacement of an ended pod = %q, %v; want exceeded quota", refused, err)
 	}
 }
