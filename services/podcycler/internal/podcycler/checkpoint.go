@@ -47,16 +47,27 @@ const checkpointPoll = 500 * time.Millisecond
 func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old *corev1.Pod, d events.Data) (id, problem string, err error) {
 	name := upgrade.CheckpointName(sb.Name, d.Attempt)
 	cps := c.agents.AgentsV1alpha1().Checkpoints(sb.Namespace)
+	var listed []agentsv1alpha1.Checkpoint
 	own, err := cps.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		own, err = nil, nil
+		// Taken under another name (a molt before the names of long
+		// sandbox names changed)? Found by its labels.
+		if listed, err = c.listCheckpoints(ctx, sb); err != nil {
+			return "", "", err
+		}
+		if own = takenBy(listed, sb, d.Attempt); own != nil {
+			name = own.Name
+		}
 	case err != nil:
 		return "", "", fmt.Errorf("get checkpoint %s/%s: %w", sb.Namespace, name, err)
 	case !metav1.IsControlledBy(own, sb):
 		return "", "", fmt.Errorf("checkpoint %s/%s is not controlled by sandbox %s/%s (uid %s): it belongs to an earlier sandbox of that name and waits for the garbage collector", sb.Namespace, name, sb.Namespace, sb.Name, sb.UID)
 	}
 	plan, err := planRestore(sb, old, d.Attempt, resumedAttempt(sb, d.Attempt, d.ResumedAttempt), own, func() ([]agentsv1alpha1.Checkpoint, error) {
+		if listed != nil {
+			return listed, nil
+		}
 		return c.listCheckpoints(ctx, sb)
 	})
 	switch {
@@ -219,6 +230,17 @@ func checkpointsDone(sb *agentsv1alpha1.Sandbox) (mark string, attempts []string
 		return "", nil, false
 	}
 	return mark, attempts, true
+}
+
+// takenBy returns the checkpoint among all that attempt took of sb (by its attempt
+// label, controlled by sb), nil when there is none.
+func takenBy(all []agentsv1alpha1.Checkpoint, sb *agentsv1alpha1.Sandbox, attempt string) *agentsv1alpha1.Checkpoint {
+	for i := range all {
+		if cp := &all[i]; cp.Labels[upgrade.LabelCheckpointAttempt] == upgrade.AttemptHash(attempt) && metav1.IsControlledBy(cp, sb) {
+			return cp
+		}
+	}
+	return nil
 }
 
 // listCheckpoints returns the checkpoints labelled with sb's name (which may

@@ -284,13 +284,7 @@ func (c *cycler) restoreWithoutPod(ctx context.Context, sb *agentsv1alpha1.Sandb
 	if err != nil {
 		return "", err
 	}
-	var own *agentsv1alpha1.Checkpoint
-	name := upgrade.CheckpointName(sb.Name, attempt)
-	for i := range all {
-		if all[i].Name == name {
-			own = &all[i]
-		}
-	}
+	own := takenBy(all, sb, attempt)
 	plan, err := planRestore(sb, nil, attempt, resumedAttempt(sb, attempt, ""), own, func() ([]agentsv1alpha1.Checkpoint, error) { return all, nil })
 	if err != nil || plan.from == nil {
 		return "", err
