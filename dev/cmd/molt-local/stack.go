@@ -27,10 +27,7 @@ type stackConfig struct {
 
 // services are molt's five services with their default health addresses
 // and the flags the local stack gives them beyond the common ones.
-var services = []struct {
-	name, addr string
-	flags      []string
-}{
+var services = []serviceSpec{
 	{"selector", "127.0.0.1:9101", nil},
 	{"patcher", "127.0.0.1:9102", nil},
 	// kwok marks a new pod Ready at once, and the development runtime
@@ -42,6 +39,12 @@ var services = []struct {
 	{"hookrunner", "127.0.0.1:9103", []string{"--runtime-reach-wait=60s"}},
 	{"podcycler", "127.0.0.1:9104", nil},
 	{"statusagg", "127.0.0.1:9105", nil},
+}
+
+// serviceSpec is one of molt's services in the local stack.
+type serviceSpec struct {
+	name, addr string
+	flags      []string
 }
 
 // stopOrder stops dependents before what they depend on.
@@ -82,18 +85,41 @@ func (c stackConfig) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d"
 // deploy/nats/auth.conf (made by the first `make up`, kept after).
 func (c stackConfig) natsAuthDir() string { return filepath.Join(c.stateDir, "nats-auth") }
 
+// controlPlane are the processes a restart of the rest can keep: when any of
+// them stopped, `make up` starts the whole stack again.
+var controlPlane = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+// startOrder is the order up starts the processes after the control plane.
+var startOrder = []string{"nats-server", "molt-devnode", "molt-devruntime", "selector", "patcher", "hookrunner", "podcycler", "statusagg"}
+
 func up(c stackConfig) error {
 	pids, err := devcluster.ReadPidFiles(c.cluster.PidDir())
 	if err != nil {
 		return err
 	}
 	if len(pids) > 0 {
-		if allAlive(pids) && len(pids) == len(stopOrder) {
+		alive := map[string]bool{}
+		for _, p := range pids {
+			alive[p.Name] = p.Alive()
+		}
+		var stopped []string
+		for _, name := range startOrder {
+			if !alive[name] {
+				stopped = append(stopped, name)
+			}
+		}
+		switch {
+		case !slices.ContainsFunc(controlPlane, func(n string) bool { return !alive[n] }) && len(stopped) == 0:
 			fmt.Println("molt local stack is already running.")
 			printNext(c)
 			return nil
+		case !slices.ContainsFunc(controlPlane, func(n string) bool { return !alive[n] }):
+			// One service (or NATS) died: start only what stopped, so the
+			// rest (the sandboxes' pods and their hooks included) runs on.
+			fmt.Printf("the control plane runs; starting what stopped: %s\n", strings.Join(stopped, ", "))
+			return c.start(stopped)
 		}
-		fmt.Println("a previous stack is partly running; stopping it first")
+		fmt.Println("a previous stack is partly running (its control plane stopped); stopping it first")
 		if err := down(c); err != nil {
 			return err
 		}
@@ -110,47 +136,60 @@ func up(c stackConfig) error {
 		_ = down(c)
 		return err
 	}
+	if err := c.start(startOrder); err != nil {
+		_ = down(c)
+		return err
+	}
+	return nil
+}
+
+// start launches names (of startOrder, in its order) beside a running control
+// plane, waits until the molt services among them are ready, and prints the
+// next steps.
+func (c stackConfig) start(names []string) error {
 	// NATS runs with deploy/nats/auth.conf, as in a cluster: each service
 	// logs in as its own user, allowed only its own subjects.
 	passwords, err := devcluster.LoadNATSPasswords(c.natsAuthDir())
 	if err != nil {
-		_ = down(c)
-		return err
-	}
-	fmt.Printf("starting NATS with JetStream on %s (store %s, users of deploy/nats/auth.conf, passwords in %s)\n",
-		c.natsURL(), filepath.Join(c.stateDir, "nats"), c.natsAuthDir())
-	if _, err := c.cluster.Launch("nats-server", filepath.Join(c.binDir, "nats-server"), []string{
-		"-c", devcluster.NATSAuthConf(c.root),
-		"-a", "127.0.0.1", "-p", strconv.Itoa(c.natsPort), "-js", "-sd", filepath.Join(c.stateDir, "nats"), "-n", "molt-local",
-	}, passwords.ServerEnv()); err != nil {
-		_ = down(c)
 		return err
 	}
 	kubeconfig := c.cluster.KubeconfigPath()
-	if _, err := c.cluster.Launch("molt-devnode", filepath.Join(c.binDir, "molt-devnode"), []string{"--kubeconfig=" + kubeconfig}, nil); err != nil {
-		_ = down(c)
-		return err
-	}
-	// The development agent-runtime answers the envd process protocol on
-	// each pod's IP (127.100.x.y:49983) with a per-pod filesystem view.
-	if _, err := c.cluster.Launch("molt-devruntime", filepath.Join(c.binDir, "molt-devruntime"), []string{
-		"serve", "--kubeconfig=" + kubeconfig, "--state-dir=" + filepath.Join(c.stateDir, "devruntime"),
-	}, nil); err != nil {
-		_ = down(c)
-		return err
-	}
-	fmt.Println("starting molt's services")
-	for _, s := range services {
-		if _, err := c.cluster.Launch(s.name, filepath.Join(c.binDir, s.name), append([]string{
-			"--kubeconfig=" + kubeconfig, "--nats-url=" + c.natsURL(), "--http-addr=" + s.addr,
-		}, append(passwords.ServiceArgs(s.name), s.flags...)...), nil); err != nil {
-			_ = down(c)
+	for _, name := range names {
+		var args, env []string
+		switch name {
+		case "nats-server":
+			fmt.Printf("starting NATS with JetStream on %s (store %s, users of deploy/nats/auth.conf, passwords in %s)\n",
+				c.natsURL(), filepath.Join(c.stateDir, "nats"), c.natsAuthDir())
+			args = []string{"-c", devcluster.NATSAuthConf(c.root),
+				"-a", "127.0.0.1", "-p", strconv.Itoa(c.natsPort), "-js", "-sd", filepath.Join(c.stateDir, "nats"), "-n", "molt-local"}
+			env = passwords.ServerEnv()
+		case "molt-devnode":
+			args = []string{"--kubeconfig=" + kubeconfig}
+		case "molt-devruntime":
+			// The development agent-runtime answers the envd process protocol on
+			// each pod's IP (127.100.x.y:49983) with a per-pod filesystem view.
+			args = []string{"serve", "--kubeconfig=" + kubeconfig, "--state-dir=" + filepath.Join(c.stateDir, "devruntime")}
+		default:
+			i := slices.IndexFunc(services, func(s serviceSpec) bool { return s.name == name })
+			if i < 0 {
+				return fmt.Errorf("no process %q in the local stack", name)
+			}
+			s := services[i]
+			fmt.Println("starting " + s.name)
+			args = append([]string{"--kubeconfig=" + kubeconfig, "--nats-url=" + c.natsURL(), "--http-addr=" + s.addr},
+				append(passwords.ServiceArgs(s.name), s.flags...)...)
+		}
+		if _, err := c.cluster.Launch(name, filepath.Join(c.binDir, name), args, env); err != nil {
 			return err
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	for _, s := range services {
+		if !slices.Contains(names, s.name) {
+			continue
+		}
 		if err := waitReady(ctx, s.name, "http://"+s.addr+"/readyz", filepath.Join(c.cluster.LogDir(), s.name+".log")); err != nil {
-			_ = down(c)
 			return err
 		}
 		fmt.Printf("  %s ready (http://%s/metrics)\n", s.name, s.addr)
@@ -218,15 +257,6 @@ func status(c stackConfig) error {
 	}
 	fmt.Printf("\nKUBECONFIG=%s  NATS=%s\n", c.cluster.KubeconfigPath(), c.natsURL())
 	return nil
-}
-
-func allAlive(pids []devcluster.PidFile) bool {
-	for _, p := range pids {
-		if !p.Alive() {
-			return false
-		}
-	}
-	return true
 }
 
 func rank(name string) int {
