@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -144,11 +143,11 @@ func (c *cycler) failCheckpoint(ctx context.Context, in events.Data, message str
 	return c.fail(ctx, in, agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointFailed, message)
 }
 
-// cleanCheckpoints deletes the checkpoints of a sandbox whose attempt Succeeded
-// after a CheckpointRestore attempt (itself, or a failed one it continued) took
-// them, then that attempt's strategy mark, which says there is something to
-// clean. After a failure they are kept: they hold the workspace that the
-// attempt continuing it restores (planRestore).
+// cleanCheckpoints deletes the checkpoints of a sandbox whose CheckpointRestore
+// attempt Succeeded (checkpointsDone: its own, and those of the failed attempts
+// it continued), then the attempt's strategy mark, which says there is
+// something to clean. After a failure they are kept: they hold the workspace
+// that the attempt continuing it restores (planRestore).
 //
 // Only the checkpoints of those attempts are deleted (by their attempt hash):
 // a newer attempt's, taken while this cache still shows the older success, is
@@ -211,25 +210,25 @@ func (c *cycler) markDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 }
 
 // checkpointsDone returns sb's strategy mark, and the attempts whose
-// checkpoints are no longer needed, when the current attempt Succeeded and the
-// CheckpointRestore attempt the mark names is that one or a failed one it
-// continued (upgrade.ResumedChain: a Recreate ops that only re-runs
-// postUpgrade resumes a failed CheckpointRestore): the current attempt and
-// the ones it continued.
+// checkpoints are no longer needed, when the CheckpointRestore attempt the
+// mark names is the current one and Succeeded: its pod holds the workspace,
+// restored from its own checkpoint or one the failed attempts it continued
+// (upgrade.ResumedChain) kept, so theirs go too. After a success of another
+// strategy (a Recreate ops that resumed a failed CheckpointRestore), the
+// checkpoints are kept: its new pod may have started from an empty
+// filesystem, and one of them may be the workspace's only copy (planRestore
+// never restores them again unless a failure of the chain they belong to is
+// resumed).
 func checkpointsDone(sb *agentsv1alpha1.Sandbox) (mark string, attempts []string, ok bool) {
 	mark, ok = sb.Annotations[upgrade.AnnotationUpgradeStrategy]
 	if !ok {
 		return "", nil, false
 	}
 	attempt := upgrade.CurrentAttempt(sb)
-	if reason, ok := upgrade.ReasonFor(sb, attempt); !ok || reason != agentsv1alpha1.UpgradingReasonSucceeded {
+	if reason, ok := upgrade.ReasonFor(sb, attempt); !ok || reason != agentsv1alpha1.UpgradingReasonSucceeded || mark != upgrade.StrategyValue(attempt) {
 		return "", nil, false
 	}
-	attempts = append([]string{attempt}, upgrade.ResumedChain(sb, attempt)...)
-	if !slices.ContainsFunc(attempts, func(a string) bool { return mark == upgrade.StrategyValue(a) }) {
-		return "", nil, false
-	}
-	return mark, attempts, true
+	return mark, append([]string{attempt}, upgrade.ResumedChain(sb, attempt)...), true
 }
 
 // takenBy returns the checkpoint among all that attempt took of sb (by its attempt

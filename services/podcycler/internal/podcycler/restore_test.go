@@ -235,10 +235,10 @@ func TestCheckpointsDone(t *testing.T) {
 		{name: "failed in Checkpointing: kept", annotations: mark, status: upgradingStatus(attemptA, agentsv1alpha1.UpgradingReasonCheckpointFailed)},
 		{name: "in progress", annotations: mark, status: upgradingStatus(attemptA, agentsv1alpha1.UpgradingReasonUpgradePod)},
 		{name: "another attempt succeeded (the mark is not its own)", annotations: mark, status: upgradingStatus(attemptB, agentsv1alpha1.UpgradingReasonSucceeded)},
-		{name: "an attempt that continued the marked one succeeded (a Recreate resume of a failed CheckpointRestore)", annotations: map[string]string{
+		{name: "a Recreate attempt that continued the marked one succeeded: kept (its pod may have started empty)", annotations: map[string]string{
 			upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue(attemptA),
-			upgrade.AnnotationResumes:         upgrade.ResumesValue(attemptB, attemptA, agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
-		}, status: upgradingStatus(attemptB, agentsv1alpha1.UpgradingReasonSucceeded), want: true},
+			upgrade.AnnotationResumes:         upgrade.ResumesValue(attemptB, attemptA, agentsv1alpha1.UpgradingReasonUpgradePodFailed),
+		}, status: upgradingStatus(attemptB, agentsv1alpha1.UpgradingReasonSucceeded)},
 		{name: "no mark", status: upgradingStatus(attemptA, agentsv1alpha1.UpgradingReasonSucceeded)},
 	}
 	for _, tt := range tests {
