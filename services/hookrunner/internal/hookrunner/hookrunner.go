@@ -290,6 +290,12 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 		res, err := h.exec(ctx, req)
 		switch {
 		case errors.Is(err, agentruntime.ErrConnectionLost) && req.Tag != "" && resets < maxResets:
+			// The connection may have gone with the pod: then its IP may
+			// belong to another pod by now, whose runtime would refuse the
+			// token, and the message would blame the token.
+			if gone := h.podGone(ctx, pod); gone != "" {
+				return res, fmt.Errorf("%s, so the hook was cut short: %w", gone, err)
+			}
 			if req.Deadline.IsZero() {
 				// The run may have started in this call: timeoutSeconds
 				// is the run's, so the calls that follow it end at the
@@ -314,6 +320,19 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// podGone says how pod went away ("" while it is still there and not being
+// deleted, or when the API server does not answer).
+func (h *HookRunner) podGone(ctx context.Context, pod *corev1.Pod) string {
+	now, err := h.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && now.UID != pod.UID):
+		return fmt.Sprintf("pod %s/%s (uid %s) was deleted while the hook ran", pod.Namespace, pod.Name, pod.UID)
+	case err == nil && now.DeletionTimestamp != nil:
+		return fmt.Sprintf("pod %s/%s (uid %s) is being deleted while the hook runs", pod.Namespace, pod.Name, pod.UID)
+	}
+	return ""
 }
 
 func (h *HookRunner) fail(ctx context.Context, next events.Event, st step, message string, code *int32) error {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -22,7 +24,7 @@ var errReset = fmt.Errorf("connection to the agent-runtime at http://127.0.0.1:4
 func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 	hook := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/backup"}}}
 	sb := &agentsv1alpha1.Sandbox{}
-	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "127.0.0.1"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}, Status: corev1.PodStatus{PodIP: "127.0.0.1"}}
 	const tag = "molt/attempt-1/PreUpgrade"
 	ok := agentruntime.Result{Exited: true}
 	for _, tc := range []struct {
@@ -40,7 +42,7 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tags []string
-			h := &HookRunner{reachWait: time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
+			h := &HookRunner{kube: fake.NewClientset(pod), reachWait: time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
 				tags = append(tags, req.Tag)
 				if i := len(tags) - 1; i < len(tc.errs) {
 					return agentruntime.Result{}, tc.errs[i]
@@ -75,7 +77,8 @@ func TestRunKeepsTheHooksDeadlineAcrossResets(t *testing.T) {
 	hook := &agentsv1alpha1.UpgradeAction{TimeoutSeconds: 60, Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/backup"}}}
 	var deadlines []time.Time
 	before := time.Now()
-	h := &HookRunner{reachWait: time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
+	h := &HookRunner{kube: fake.NewClientset(pod), reachWait: time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
 		if req.Timeout != time.Minute {
 			t.Errorf("call %d: Timeout %s, want the hook's 1m0s", len(deadlines), req.Timeout)
 		}
@@ -85,7 +88,7 @@ func TestRunKeepsTheHooksDeadlineAcrossResets(t *testing.T) {
 		}
 		return agentruntime.Result{Exited: true}, nil
 	}}
-	if _, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, &corev1.Pod{}, hook, "molt/a/PreUpgrade"); err != nil {
+	if _, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade"); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	if len(deadlines) != 3 {
@@ -98,5 +101,24 @@ func TestRunKeepsTheHooksDeadlineAcrossResets(t *testing.T) {
 		if d.IsZero() || d != deadlines[1] || d.Before(before.Add(time.Minute)) || d.After(time.Now().Add(time.Minute)) {
 			t.Errorf("call %d after a reset: Deadline %s, want the first call's start + 1m, the same for every call", i+1, d)
 		}
+	}
+}
+
+// A reset that came with the pod's deletion is not followed to another pod that got
+// its IP: the hook is reported cut short by the deletion, not refused for its token.
+func TestRunStopsFollowingAHookWhosePodWasDeleted(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/backup"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
+	calls := 0
+	h := &HookRunner{kube: fake.NewClientset(), reachWait: time.Second, exec: func(context.Context, agentruntime.ExecRequest) (agentruntime.Result, error) {
+		calls++
+		if calls == 1 {
+			return agentruntime.Result{}, errReset
+		}
+		return agentruntime.Result{}, agentruntime.ErrUnauthenticated
+	}}
+	_, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade")
+	if err == nil || !strings.Contains(err.Error(), "was deleted while the hook ran") || calls != 1 {
+		t.Fatalf("run = %v after %d calls; want the deletion named after the first", err, calls)
 	}
 }
