@@ -272,21 +272,21 @@ func (a *app) sandboxUID(ctx context.Context, ns, name string) types.UID {
 // stage durations once it has ended (or, for one in progress, when the
 // history has been read).
 type historyPrinter struct {
-	out     io.Writer
-	json    bool
-	loc     *time.Location // times are printed in it (the local zone)
+	out  io.Writer
+	json bool
+	loc  *time.Location // times are printed in it (the local zone)
 	// current is the UID of the sandbox of this name in the cluster ("" when
 	// unknown); sandbox is the UID the last attempt printed was of. The
 	// stream keeps the events of an earlier sandbox of the same name.
 	current, sandbox types.UID
-	count   int
-	attempt string
-	tw      *tabwriter.Writer
-	header  bool // the attempt's column header is printed
-	prev    time.Time
-	spans   []stageSpan
-	ended   string
-	printed bool // the attempt's stage durations are printed
+	count            int
+	attempt          string
+	tw               *tabwriter.Writer
+	header           bool // the attempt's column header is printed
+	prev             time.Time
+	spans            []stageSpan
+	ended            string
+	printed          bool // the attempt's stage durations are printed
 }
 
 // stageSpan is the first and last event time of one stage of one attempt.
