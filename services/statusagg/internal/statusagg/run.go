@@ -129,7 +129,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		}
 		return ep.Consume(gctx, s.handleEvent, events.WithWorkers(cfg.EventWorkers))
 	})
-	wd := &watchdog{s: s, cfg: cfg.Deadlines.orDefaults(), pub: ep.Publisher, now: time.Now, driven: map[string]drives{}, watching: time.Now(), queuedSeen: map[string]time.Time{},
+	wd := &watchdog{s: s, cfg: cfg.Deadlines.orDefaults(), pub: ep.Publisher, now: time.Now, driven: map[string]drives{}, watching: time.Now(), queuedSeen: map[string]time.Time{}, lastWhere: map[string]string{},
 		queues: newQueues(rt.JetStream, time.Now)}
 	g.Go(func() error {
 		if !cache.WaitForCacheSync(gctx.Done(), synced...) {

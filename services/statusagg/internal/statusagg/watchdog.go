@@ -61,6 +61,10 @@ type watchdog struct {
 	// not yet delivered: giveUpAfter counts from it at the earliest, as time in a queue
 	// is not a stall.
 	queuedSeen map[string]time.Time
+	// lastWhere is, by driveKey, where a check last found the stage's input
+	// waiting (queued or in flight at a consumer): the failure names it, so a
+	// service that takes nothing (stopped, or not reaching NATS) is named.
+	lastWhere map[string]string
 }
 
 // drives is how many times a stage was re-driven, the last at last.
@@ -197,6 +201,9 @@ func (w *watchdog) check(ctx context.Context) {
 				where, ok, qerr := look.waiting(ctx, sb.Namespace, sb.Name, attempt, stage, deadline)
 				uncertain = qerr != nil
 				if ok {
+					w.mu.Lock()
+					w.lastWhere[key] = where
+					w.mu.Unlock()
 					if look.undelivered {
 						// Not delivered yet: time in a queue is not a stall. (An
 						// input in flight, or a report waiting to be applied, is
@@ -232,14 +239,29 @@ func (w *watchdog) check(ctx context.Context) {
 				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times): %s",
 					stage, stalled.Round(time.Second), deadline, done.n, w.missing(sb, stage)))
 			case verdictGiveUp:
-				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s): re-driven %d of %d times, the others could not be published, or whether its input was still queued could not be told: check that molt's services reach NATS (their /readyz and logs); %s",
-					stage, stalled.Round(time.Second), deadline, done.n, w.cfg.Redrives, w.missing(sb, stage)))
+				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s): %s; %s",
+					stage, stalled.Round(time.Second), deadline, w.givenUp(key, done.n), w.missing(sb, stage)))
 			}
 		}
 		if err != nil {
 			logger.Error(err, "Watchdog could not act on a stalled attempt; it will look again")
 		}
 	}
+}
+
+// givenUp says why a stage re-driven n times was given up on, and where to look.
+func (w *watchdog) givenUp(key string, n int) string {
+	w.mu.Lock()
+	where := w.lastWhere[key]
+	w.mu.Unlock()
+	drove := fmt.Sprintf("re-driven %d times", n)
+	if n < w.cfg.Redrives {
+		drove = fmt.Sprintf("re-driven %d of %d times (the others could not be published, or whether its input was still queued could not be told)", n, w.cfg.Redrives)
+	}
+	if where != "" {
+		return drove + "; its input was last seen waiting: " + where + "; the service behind that consumer takes nothing: check that it runs and reaches NATS (`make status`, or `kubectl get pods -n molt-system`; its /readyz and log)"
+	}
+	return drove + ": check that molt's services reach NATS (their /readyz and logs)"
 }
 
 // forgetAllBut drops what the watchdog remembers of stages not in live: they ended (or
@@ -255,6 +277,11 @@ func (w *watchdog) forgetAllBut(live map[string]bool) {
 	for key := range w.queuedSeen {
 		if !live[key] {
 			delete(w.queuedSeen, key)
+		}
+	}
+	for key := range w.lastWhere {
+		if !live[key] {
+			delete(w.lastWhere, key)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package statusagg
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -85,10 +86,23 @@ func TestJudge(t *testing.T) {
 // The watchdog forgets the stages that are no longer in progress, and keeps
 // what it knows of the others.
 func TestWatchdogForgetsEndedStages(t *testing.T) {
-	w := &watchdog{driven: map[string]drives{"ended": {n: 1}, "live": {n: 2}}, queuedSeen: map[string]time.Time{"ended": {}, "live": {}}}
+	w := &watchdog{driven: map[string]drives{"ended": {n: 1}, "live": {n: 2}}, queuedSeen: map[string]time.Time{"ended": {}, "live": {}},
+		lastWhere: map[string]string{"ended": "x", "live": "y"}}
 	w.forgetAllBut(map[string]bool{"live": true})
-	if len(w.driven) != 1 || w.driven["live"].n != 2 || len(w.queuedSeen) != 1 {
-		t.Fatalf("driven %v, queuedSeen %v; want only the live stage's", w.driven, w.queuedSeen)
+	if len(w.driven) != 1 || w.driven["live"].n != 2 || len(w.queuedSeen) != 1 || len(w.lastWhere) != 1 {
+		t.Fatalf("driven %v, queuedSeen %v, lastWhere %v; want only the live stage's", w.driven, w.queuedSeen, w.lastWhere)
+	}
+}
+
+// A stage given up on names where its input was last seen waiting, so a service that
+// takes nothing is named, and does not speak of publishes that did not fail.
+func TestGivenUpNamesTheWaitingConsumer(t *testing.T) {
+	w := &watchdog{cfg: Deadlines{Redrives: 2}, lastWhere: map[string]string{"k": "patched (stream sequence 12) is being handled at consumer hookrunner since 2026-12-05T10:00:00Z"}}
+	if got := w.givenUp("k", 2); !strings.Contains(got, "consumer hookrunner") || strings.Contains(got, "could not be published") {
+		t.Errorf("givenUp = %q, want the consumer named and no publish failure", got)
+	}
+	if got := w.givenUp("other", 1); !strings.Contains(got, "1 of 2") || !strings.Contains(got, "reach NATS") {
+		t.Errorf("givenUp without a place = %q, want the publish doubt and NATS", got)
 	}
 }
 
