@@ -102,11 +102,7 @@ func renderScreen(s Summary, color bool) string {
 	case "Completed":
 		phase = paint(color, ansiGreen+ansiBold, phase)
 	}
-	paused := ""
-	if s.Paused {
-		paused = "  (paused: no new sandbox is admitted)"
-	}
-	fmt.Fprintf(&b, "SandboxUpdateOps %s/%s  %s%s  elapsed %s\n", s.Namespace, s.Name, phase, paused, duration(s.ElapsedSeconds))
+	fmt.Fprintf(&b, "SandboxUpdateOps %s/%s  %s%s  elapsed %s\n", s.Namespace, s.Name, phase, note(s), duration(s.ElapsedSeconds))
 	fmt.Fprintf(&b, "%s %s\n", bar(s, 40, color), counts(s, color))
 	fmt.Fprintf(&b, "throughput %.1f/min  ETA %s\n\n", s.PerMinute, eta(s))
 
@@ -176,10 +172,7 @@ func truncate(s string, n int) string {
 
 // plainLine is the line printed without a terminal, once per change.
 func plainLine(s Summary) string {
-	phase := s.Phase
-	if s.Paused && !s.Finished() {
-		phase += " (paused: no new sandbox is admitted)"
-	}
+	phase := s.Phase + note(s)
 	return fmt.Sprintf("%s/%s %s: %s; %s", s.Namespace, s.Name, phase, counts(s, false), stages(s))
 }
 
@@ -187,4 +180,17 @@ func plainLine(s Summary) string {
 // what makes a line change).
 func plainExtra(s Summary) string {
 	return fmt.Sprintf("; %.1f/min, ETA %s", s.PerMinute, eta(s))
+}
+
+// note says why an unfinished ops admits no new sandbox ("" when it does).
+func note(s Summary) string {
+	switch {
+	case s.Finished():
+		return ""
+	case s.Deleting:
+		return fmt.Sprintf(" (being deleted: waiting for %d sandboxes in a stage to end their attempt; nothing more is started)", s.Updating)
+	case s.Paused:
+		return " (paused: no new sandbox is admitted)"
+	}
+	return ""
 }

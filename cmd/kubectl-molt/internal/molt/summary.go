@@ -23,15 +23,18 @@ var mainStages = []string{agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alph
 
 // Summary is what status shows of one ops at one moment; -o json prints it.
 type Summary struct {
-	Namespace  string `json:"namespace"`
-	Name       string `json:"name"`
-	Phase      string `json:"phase"`
-	Paused     bool   `json:"paused"`
-	Total      int    `json:"total"`
-	Updated    int    `json:"updated"`
-	Updating   int    `json:"updating"`
-	Failed     int    `json:"failed"`
-	NotStarted int    `json:"notStarted"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Phase     string `json:"phase"`
+	Paused    bool   `json:"paused"`
+	// Deleting: the ops is being deleted and waits for the sandboxes in a
+	// stage to end their attempt; nothing more is started.
+	Deleting   bool `json:"deleting"`
+	Total      int  `json:"total"`
+	Updated    int  `json:"updated"`
+	Updating   int  `json:"updating"`
+	Failed     int  `json:"failed"`
+	NotStarted int  `json:"notStarted"`
 	// Stages counts the sandboxes in flight per stage, in the stage table's
 	// order.
 	Stages []StageCount `json:"stages"`
@@ -98,7 +101,7 @@ func (s Summary) Finished() bool {
 func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sandbox, now time.Time, slowest int) Summary {
 	st := ops.Status
 	s := Summary{
-		Namespace: ops.Namespace, Name: ops.Name, Phase: string(st.Phase), Paused: ops.Spec.Paused,
+		Namespace: ops.Namespace, Name: ops.Name, Phase: string(st.Phase), Paused: ops.Spec.Paused, Deleting: ops.DeletionTimestamp != nil,
 		Total: int(st.Replicas), Updated: int(st.UpdatedReplicas), Updating: int(st.UpdatingReplicas), Failed: int(st.FailedReplicas),
 		InFlight: []InFlight{}, FailedSandboxes: []FailedSandbox{},
 	}
@@ -177,8 +180,8 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 	s.ElapsedSeconds = elapsed.Round(time.Second).Seconds()
 	if elapsed > 0 && s.Updated > 0 {
 		s.PerMinute = float64(s.Updated) / elapsed.Minutes()
-		// Paused, it admits nothing: no time left can be estimated.
-		if left := s.Total - s.Updated - s.Failed; !s.Finished() && !s.Paused && left > 0 {
+		// Paused or being deleted, it admits nothing: no time left can be estimated.
+		if left := s.Total - s.Updated - s.Failed; !s.Finished() && !s.Paused && !s.Deleting && left > 0 {
 			eta := float64(left) / s.PerMinute * 60
 			s.ETASeconds = &eta
 		}

@@ -89,6 +89,16 @@ func TestPausedHasNoETA(t *testing.T) {
 	}
 }
 
+// An ops being deleted says so, with no ETA.
+func TestDeletingSaysWhatItWaitsFor(t *testing.T) {
+	ops, sandboxes := fixture()
+	ops.DeletionTimestamp = &metav1.Time{Time: t0}
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	if line := plainLine(s) + plainExtra(s); !strings.Contains(line, "being deleted: waiting for 3 sandboxes") || !strings.Contains(line, "ETA -") {
+		t.Errorf("plain line %q, want it to say the ops is being deleted and give no ETA", line)
+	}
+}
+
 // TestRenderGolden: the terminal screen (colours on) and the plain line.
 func TestRenderGolden(t *testing.T) {
 	ops, sandboxes := fixture()
