@@ -224,6 +224,9 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 		if st == preStep && d.OldPodUID == "" {
 			return nil, "", nil
 		}
+		if st == preStep {
+			return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, so preUpgrade was not run and no backup was taken of it: what it held outside its persistent volumes is gone with it. A new SandboxUpdateOps resumes the sandbox on a new pod, and its postUpgrade restores whatever backup it finds", sb.Namespace, sb.Name), nil
+		}
 		return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, so %s was not run: a new SandboxUpdateOps resumes the sandbox", sb.Namespace, sb.Name, st.hook), nil
 	}
 	if err != nil {
