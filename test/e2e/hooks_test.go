@@ -186,6 +186,39 @@ func TestPreUpgradeFailureLeavesThePodAlone(t *testing.T) {
 	}
 }
 
+// TestRollbackAfterPreUpgradeFailedKeepsThePod: as guide 001 says, after a
+// PreUpgradeFailed an ops with only the old image rolls the sandbox back without
+// hooks: its pod was never rebuilt, so it is kept, with its files, not replaced by
+// an identical pod that starts from an empty filesystem.
+func TestRollbackAfterPreUpgradeFailedKeepsThePod(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "rb", "rb-pool", "/mnt/shared", "/data/shared", 1)
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "rb-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, hookOps("up", "rb-pool", "my-registry/sandbox-image:v2", `echo no space >&2; exit 1`, "", 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	kubectl(t, "", "delete", "suo", "up", "-n", ns, "--wait=true", "--timeout=60s")
+	kubectl(t, hookOps("rollback", "rb-pool", "my-registry/sandbox-image:v1", "", "", 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "rollback", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	after, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "rb-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID || after.Spec.Containers[0].Image != "my-registry/sandbox-image:v1" {
+		t.Fatalf("pod after the rollback: uid %s image %s; want the same pod %s on v1", after.UID, after.Spec.Containers[0].Image, before.UID)
+	}
+	if got := workspaceFile(t, s, ns, "rb-00"); got != "data-rb-00" {
+		t.Fatalf("workspace after the rollback = %q, want data-rb-00", got)
+	}
+	if c := upgradingCondition(t, s, ns, "rb-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonSucceeded {
+		t.Fatalf("Upgrading = %+v, want Succeeded", c)
+	}
+}
+
 // TestFixPostUpgradeWithANewOps: a failing postUpgrade, then (as the guides
 // say) delete the ops and create one with only a fixed postUpgrade.
 func TestFixPostUpgradeWithANewOps(t *testing.T) {
