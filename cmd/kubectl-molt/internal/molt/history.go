@@ -185,7 +185,8 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 	if err != nil {
 		return fmt.Errorf("read the history of sandbox %s/%s from stream %s: %w", ns, name, events.StreamName, err)
 	}
-	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local, current: a.sandboxUID(ctx, ns, name)}
+	current, missing := a.lookupSandbox(ctx, ns, name)
+	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local, current: current}
 	if !h.json {
 		fmt.Fprintf(a.out, "History of sandbox %s/%s (stream %s)\n", ns, name, events.StreamName)
 	}
@@ -222,7 +223,7 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 		}
 		if caughtUp && !o.follow {
 			if h.count == 0 && !h.json {
-				if a.sandboxMissing(ctx, ns, name) {
+				if missing {
 					return &exitError{code: ExitError, msg: fmt.Sprintf("no events for sandbox %s/%s, and no such sandbox in the cluster: check the namespace and the name (`kubectl get sbx -n %s`)", ns, name, ns)}
 				}
 				keeps := "as long as the stream keeps events"
@@ -239,33 +240,21 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 	}
 }
 
-// sandboxMissing reports whether the API server says there is no sandbox
-// ns/name; false when it cannot be asked (history needs only NATS).
-func (a *app) sandboxMissing(ctx context.Context, ns, name string) bool {
+// lookupSandbox asks the API server, once, for the sandbox ns/name: its UID
+// ("" when there is none or it cannot be asked), and missing when the server
+// says there is none (false when it cannot be asked: history needs only NATS).
+func (a *app) lookupSandbox(ctx context.Context, ns, name string) (uid types.UID, missing bool) {
 	agents, _, _, err := a.clients()
 	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err = agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
-	return apierrors.IsNotFound(err)
-}
-
-// sandboxUID returns the UID of the sandbox ns/name in the cluster, "" when
-// there is none or it cannot be asked (history needs only NATS).
-func (a *app) sandboxUID(ctx context.Context, ns, name string) types.UID {
-	agents, _, _, err := a.clients()
-	if err != nil {
-		return ""
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	sb, err := agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return ""
+		return "", apierrors.IsNotFound(err)
 	}
-	return sb.UID
+	return sb.UID, false
 }
 
 // historyPrinter prints events grouped by attempt, and each attempt's
