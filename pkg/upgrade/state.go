@@ -226,6 +226,10 @@ const AnnotationClaim = "molt.dev/claim"
 // ClaimValue is AnnotationClaim's value for attempt of the ops named opsName.
 func ClaimValue(opsName, attempt string) string { return opsName + " " + attempt }
 
+// PointerToken escapes a label or annotation key as one token of a JSON
+// pointer (RFC 6901), for the path of a JSON patch operation.
+func PointerToken(key string) string { return strings.NewReplacer("~", "~0", "/", "~1").Replace(key) }
+
 // ClaimedBy reports whether sb is claimed by the ops named opsName for
 // attempt ("" opsName: a direct attempt, which needs no ops label and is
 // stale once the status shows a later direct attempt). When

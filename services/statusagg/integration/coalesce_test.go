@@ -14,6 +14,7 @@ import (
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
 	"molt.dev/services/statusagg/internal/statusagg"
 )
 
@@ -197,4 +198,48 @@ func (h *harness) waitPodReady(ns, name string) {
 		}
 		return false, nil
 	})
+}
+
+// TestStartNotWrittenAfterTheOpsReleasedTheSandbox: an attempt's start is
+// written after its window, and its ops can be deleted meanwhile: the
+// selector then releases the sandbox (removes the ops label) while the
+// template is still unpatched. The start's write must not land after that
+// release, or the sandbox shows an upgrade nothing drives, with no ops label
+// to say whose, until the watchdog fails it for good. Here the label goes as
+// soon as statusagg has taken the `requested` and before its write: the
+// event is retried, skipped against the released sandbox, and the status
+// never shows the attempt.
+func TestStartNotWrittenAfterTheOpsReleasedTheSandbox(t *testing.T) {
+	h := startWith(t, func(c *statusagg.Config) { c.Coalesce = time.Second })
+	ns := h.env.Namespace(t)
+	sb := h.runningSandbox(ns, "released", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-r"})
+	ops := h.createOps(ns, "ops-r", imageV2, 1)
+	h.waitOps(ns, "ops-r", "Updating", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
+		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsUpdating
+	})
+	h.drained()
+	writes := h.countStatusWrites(ns, "released")
+
+	delivered := h.deliveredCount()
+	h.publish(event(events.TypeRequested, sb, ops))
+	testenv.Eventually(t, timeout, "requested delivered to statusagg", func() (bool, error) {
+		return h.deliveredCount() > delivered, nil
+	})
+	release := []byte(`{"metadata":{"labels":{"` + agentsv1alpha1.LabelUpdateOps + `":null}}}`)
+	if _, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Patch(context.Background(), "released", "application/merge-patch+json", release, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("release sandbox: %v", err)
+	}
+	h.drained()
+	time.Sleep(time.Second) // a write that was still coming would land meanwhile
+
+	got, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), "released", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, recorded := upgrade.ReasonFor(got, string(ops.UID)); recorded || got.Status.Phase != agentsv1alpha1.SandboxRunning {
+		t.Errorf("released sandbox: phase %s, status %s; want Running with no attempt of ops-r", got.Status.Phase, statusJSON(got.Status))
+	}
+	if n := writes(); n != 0 {
+		t.Errorf("%d status writes after the release, want none", n)
+	}
 }

@@ -349,10 +349,10 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 	ops := []op{
 		{Op: "test", Path: "/metadata/uid", Value: sb.UID}, // not a sandbox of the same name created since
 		{Op: "test", Path: "/metadata/generation", Value: sb.Generation},
-		{Op: "test", Path: "/metadata/labels/" + jsonPointerEscape(agentsv1alpha1.LabelUpdateOps), Value: sb.Labels[agentsv1alpha1.LabelUpdateOps]},
+		{Op: "test", Path: "/metadata/labels/" + upgrade.PointerToken(agentsv1alpha1.LabelUpdateOps), Value: sb.Labels[agentsv1alpha1.LabelUpdateOps]},
 	}
 	if claim, ok := sb.Annotations[upgrade.AnnotationClaim]; ok {
-		ops = append(ops, op{Op: "test", Path: "/metadata/annotations/" + jsonPointerEscape(upgrade.AnnotationClaim), Value: claim})
+		ops = append(ops, op{Op: "test", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationClaim), Value: claim})
 	}
 	ops = append(ops, op{Op: "add", Path: "/spec/template", Value: target})
 	switch {
@@ -365,14 +365,9 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 		if sb.Annotations == nil {
 			ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 		}
-		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + jsonPointerEscape(upgrade.AnnotationUpgradeStrategy), Value: upgrade.StrategyValue(attempt)})
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationUpgradeStrategy), Value: upgrade.StrategyValue(attempt)})
 	}
 	return json.Marshal(ops)
-}
-
-// jsonPointerEscape escapes one JSON pointer token (RFC 6901).
-func jsonPointerEscape(token string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
 }
 
 // pinDirectCheckpointRestore writes the strategy mark of a direct attempt

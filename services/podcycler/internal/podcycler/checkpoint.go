@@ -171,7 +171,7 @@ func (c *cycler) cleanCheckpoints(ctx context.Context, sb *agentsv1alpha1.Sandbo
 	if err := cps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete checkpoints of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
-	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(upgrade.AnnotationUpgradeStrategy)
+	path := "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationUpgradeStrategy)
 	patch, err := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": mark}, {"op": "remove", "path": path}})
 	if err != nil {
 		return fmt.Errorf("encode the removal of the upgrade strategy mark of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)

@@ -176,6 +176,9 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	}
 	w := newWaiter(tr, ev.Time)
 	e.addPending(conds, w, upgrade.Terminal(tr.To), tr.New, time.Now())
+	if tr.New && d.Ops.Name != "" {
+		e.claim = &claimRead{ops: d.Ops.Name, annotation: sb.Annotations[upgrade.AnnotationClaim]}
+	}
 	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
 		s.sandboxCtl.EnqueueAfter(key, hold)
 	} else {

@@ -120,7 +120,7 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	body, err := statusPatch(sb.UID, want)
+	body, err := statusPatch(sb.UID, want, e.claim)
 	if err != nil {
 		e.resolve("", err)
 		return fmt.Errorf("encode status of sandbox %s: %w", key, err)
@@ -132,8 +132,9 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		e.written = nil
 		return nil
 	case err != nil:
-		// A failed uid test (the sandbox was created again) lands here too;
-		// the retry reads the new one.
+		// A failed test lands here too: the sandbox was created again, or
+		// its ops released it before the attempt's start was written. The
+		// events are retried against the sandbox as it is now.
 		e.resolve("", fmt.Errorf("write status of sandbox %s: %w", key, err))
 		return fmt.Errorf("write status of sandbox %s: %w", key, err)
 	}

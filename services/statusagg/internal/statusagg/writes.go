@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // Sandbox status writes go through one place, the sandbox controller's sync
@@ -63,8 +64,21 @@ type sandboxEntry struct {
 	// urgent whether it holds an attempt's end (written at once).
 	pendingSince time.Time
 	urgent       bool
-	// starts is whether pending holds an attempt's first transition.
+	// starts is whether pending holds an attempt's first transition, and
+	// claim how the sandbox was claimed when that transition was decided.
 	starts bool
+	claim  *claimRead
+}
+
+// claimRead is an ops's claim on a sandbox as an attempt's start was decided
+// against it: the ops label, and the claim annotation ("" when the sandbox
+// has none). The write of that start tests both, so a start decided just
+// before the selector released the sandbox (its ops deleted meanwhile, the
+// template never patched) is not written after the release: the sandbox
+// would show an upgrade that nothing drives, with no ops label to say whose.
+type claimRead struct {
+	ops        string
+	annotation string
 }
 
 // waiter is one event's wait for the write that carries its transition.
@@ -197,7 +211,7 @@ func (e *sandboxEntry) resolve(skip string, err error) {
 		w.skip, w.err = skip, err
 		close(w.done)
 	}
-	e.waiters, e.pending, e.urgent, e.starts = nil, nil, false, false
+	e.waiters, e.pending, e.urgent, e.starts, e.claim = nil, nil, false, false, nil
 }
 
 // startWindow is how soon an attempt's start and a pod's changes are
@@ -266,13 +280,22 @@ func (e *sandboxEntry) holdFor(window time.Duration, now time.Time) time.Duratio
 }
 
 // statusPatch is a JSON patch that replaces the whole status, as an update of
-// the status subresource would, without a resourceVersion; its test keeps it
-// from landing on a sandbox created again under the same name.
-func statusPatch(uid types.UID, st agentsv1alpha1.SandboxStatus) ([]byte, error) {
+// the status subresource would, without a resourceVersion. Its tests keep it
+// from landing on a sandbox created again under the same name and, when it
+// starts an ops's attempt (claim not nil), on a sandbox that ops no longer
+// claims as it did.
+func statusPatch(uid types.UID, st agentsv1alpha1.SandboxStatus, claim *claimRead) ([]byte, error) {
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
 		Value any    `json:"value"`
 	}
-	return json.Marshal([]op{{Op: "test", Path: "/metadata/uid", Value: uid}, {Op: "add", Path: "/status", Value: st}})
+	ops := []op{{Op: "test", Path: "/metadata/uid", Value: uid}}
+	if claim != nil {
+		ops = append(ops, op{Op: "test", Path: "/metadata/labels/" + upgrade.PointerToken(agentsv1alpha1.LabelUpdateOps), Value: claim.ops})
+		if claim.annotation != "" {
+			ops = append(ops, op{Op: "test", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationClaim), Value: claim.annotation})
+		}
+	}
+	return json.Marshal(append(ops, op{Op: "add", Path: "/status", Value: st}))
 }

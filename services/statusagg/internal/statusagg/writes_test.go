@@ -1,6 +1,7 @@
 package statusagg
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,37 @@ func TestLastStageWrite(t *testing.T) {
 	w.wrote("ns/a", "uid-1", false, at.Add(time.Second))
 	if got := w.lastStageWrite("ns/a", "uid-1"); !got.IsZero() || len(w.inStage) != 0 {
 		t.Errorf("after a write outside a stage: lastStageWrite = %s, kept %v", got, w.inStage)
+	}
+}
+
+// The write of an ops attempt's start tests that the ops still claims the
+// sandbox as the start was decided (its label, and its claim annotation when
+// it had one); other writes test the sandbox's uid only.
+func TestStatusPatchTestsTheClaimOfAStart(t *testing.T) {
+	const uid = "sb-uid"
+	tests := []struct {
+		name  string
+		claim *claimRead
+		want  string
+	}{
+		{name: "a stage moving on", want: `[{"op":"test","path":"/metadata/uid","value":"sb-uid"},`},
+		{name: "a start, claim annotation read", claim: &claimRead{ops: "up", annotation: "up ops-uid"},
+			want: `[{"op":"test","path":"/metadata/uid","value":"sb-uid"},` +
+				`{"op":"test","path":"/metadata/labels/agents.kruise.io~1update-ops","value":"up"},` +
+				`{"op":"test","path":"/metadata/annotations/molt.dev~1claim","value":"up ops-uid"},`},
+		{name: "a start on a sandbox an older molt labelled (no claim annotation)", claim: &claimRead{ops: "up"},
+			want: `[{"op":"test","path":"/metadata/uid","value":"sb-uid"},` +
+				`{"op":"test","path":"/metadata/labels/agents.kruise.io~1update-ops","value":"up"},`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body, err := statusPatch(uid, agentsv1alpha1.SandboxStatus{}, tt.claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(body); !strings.HasPrefix(got, tt.want+`{"op":"add","path":"/status"`) {
+				t.Errorf("patch\n%s\nwant it to begin\n%s{\"op\":\"add\",\"path\":\"/status\"...", got, tt.want)
+			}
+		})
 	}
 }
