@@ -116,6 +116,11 @@ func (s *server) deletedHandler() cache.ResourceEventHandler {
 		if err != nil || upgrade.IsFinished(ops) || ops.DeletionTimestamp != nil {
 			return
 		}
+		if !upgrade.ClaimedBy(sb, ops.Name, string(ops.UID)) {
+			// An earlier ops of that name claimed it (the selector leaves a
+			// sandbox being deleted labelled), not the one there now.
+			return
+		}
 		stage, recorded := upgrade.ReasonFor(sb, string(ops.UID))
 		key := ops.Namespace + "/" + ops.Name
 		switch {

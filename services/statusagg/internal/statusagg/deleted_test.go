@@ -108,6 +108,36 @@ func TestSandboxDeletedDuringAnActiveOpsIsCounted(t *testing.T) {
 	}
 }
 
+// A sandbox deleted while still labelled by an earlier ops of the same name (the
+// selector leaves a sandbox being deleted labelled, and the user applied the ops
+// again meanwhile) is not the new ops's: no note, no Warning Event on it. One the new
+// ops claimed is noted, in the same harness.
+func TestSandboxOfAnEarlierOpsOfTheSameNameIsNotNoted(t *testing.T) {
+	h := newDeletedHarness(t)
+	renewed := h.ops("second-uid")
+	h.setOps(renewed)
+	claimedBy := func(sb *agentsv1alpha1.Sandbox, uid types.UID) *agentsv1alpha1.Sandbox {
+		sb.Annotations = map[string]string{upgrade.AnnotationClaim: upgrade.ClaimValue("up", string(uid))}
+		return sb
+	}
+	recorder := h.s.recorder.(*record.FakeRecorder)
+
+	h.deleteSandbox(claimedBy(h.sandbox("old", "first-uid", agentsv1alpha1.UpgradingReasonPreUpgrade), "first-uid"))
+	if notes := h.s.deleted.peek("ns/up", renewed.UID); notes != nil {
+		t.Errorf("noted %v on the new ops for a sandbox the first one claimed", notes)
+	}
+	select {
+	case ev := <-recorder.Events:
+		t.Errorf("Event %q for a sandbox the new ops never claimed", ev)
+	default:
+	}
+
+	h.deleteSandbox(claimedBy(h.sandbox("mine", "", ""), renewed.UID))
+	if notes := h.s.deleted.peek("ns/up", renewed.UID); len(notes) != 1 || !strings.Contains(notes[0], "mine") {
+		t.Errorf("notes %v, want one naming mine, which the new ops claimed", notes)
+	}
+}
+
 // The notes of one ops are not handed to another of the same name, and a key whose ops
 // is gone is forgotten.
 func TestDeletedNotesBelongToOneOps(t *testing.T) {
