@@ -110,5 +110,12 @@ func (s *Selector) patchProblem(ctx context.Context, ops *agentsv1alpha1.Sandbox
 	if err != nil || refusedOriginal != "" {
 		return "", false, err // refused without the patch too: the sandbox's own problem
 	}
-	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s; no sandbox was touched: delete this SandboxUpdateOps and create one with a valid spec.patch", sb.Name, refusedPatched), true, nil
+	next := "delete this SandboxUpdateOps and create one with a valid spec.patch"
+	if upgrade.QuotaExceeded(refusedPatched) {
+		// The sandbox's own pod fits: the patched one asks for more than the
+		// quota has left beside it. molt never deletes a pod before its
+		// replacement is known to fit (kubectl describe resourcequota).
+		next = fmt.Sprintf("the patched pod must fit in the namespace's ResourceQuota beside the pod it replaces (kubectl describe resourcequota -n %s): raise the quota, or delete this SandboxUpdateOps and create one whose spec.patch asks for less", sb.Namespace)
+	}
+	return fmt.Sprintf("spec.patch makes a pod the API server refuses (checked on sandbox %s): %s; no sandbox was touched: %s", sb.Name, refusedPatched, next), true, nil
 }

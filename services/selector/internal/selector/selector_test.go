@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -474,5 +475,44 @@ func TestReleaseMarksASandboxThatFailedMeanwhile(t *testing.T) {
 	sb := f.getSandbox("sbx-0")
 	if _, ok := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ok || sb.Labels[agentsv1alpha1.LabelUpgradeFailed] != "true" {
 		t.Errorf("released sandbox labels %v, want no %s and %s=true", sb.Labels, agentsv1alpha1.LabelUpdateOps, agentsv1alpha1.LabelUpgradeFailed)
+	}
+}
+
+// A patch whose pod asks for more than the namespace's ResourceQuota has left fails the
+// ops before any sandbox is claimed, and the message says it is the quota and what to
+// do (raise it, or ask for less), not only that the patch is invalid. The quota's
+// status is written by hand, as its controller would (the test cluster runs none).
+func TestPatchCheckNamesTheQuotaAPatchedPodExceeds(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sb := f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	sb.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Update(ctx, sb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hard := corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}
+	q, err := testenv.Get(t).Kube.CoreV1().ResourceQuotas(f.ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("100m")}}
+	if _, err := testenv.Get(t).Kube.CoreV1().ResourceQuotas(f.ns).UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.startSelector()
+	f.ops("big", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"main","image":"` + newImage + `","resources":{"requests":{"cpu":"2"}}}]}}`)}
+	})
+	testenv.Eventually(t, 30*time.Second, "the patch check names the quota", func() (bool, error) {
+		ops, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(ctx, "big", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v := ops.Annotations[upgrade.AnnotationPatchCheck]
+		return strings.Contains(v, "exceeded quota") && strings.Contains(v, "raise the quota") &&
+			strings.Contains(v, "kubectl describe resourcequota -n "+f.ns), fmt.Errorf("patch check %q", v)
+	})
+	if got, err := f.claimed("big"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v), want none", got, err)
 	}
 }
