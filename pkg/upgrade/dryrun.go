@@ -33,16 +33,35 @@ func DryRunCreatePod(ctx context.Context, kube kubernetes.Interface, pod *corev1
 	return "", nil
 }
 
+// PodDryRun asks the API server whether it would create pod, as
+// DryRunCreatePod does with a clientset: the server's words (StableRefusal)
+// when it refuses the pod for good, an error for anything a retry may fix.
+type PodDryRun func(ctx context.Context, pod *corev1.Pod) (refused string, err error)
+
 // DryRunReplacePod is DryRunCreatePod of pod, which is to replace old (the
-// live pod of the same name, nil when there is none), with one allowance: a
-// ResourceQuota's "exceeded quota" is not a refusal when a copy of old is
-// refused in the same words (the same quotas, the same amounts requested).
-// The dry run counts old, which the replacement deletes first, so in a
-// namespace whose quota is full to the pod (pods: N for N sandboxes) every
-// replacement would be refused. A pod that asks for more than old, or an
-// old pod the quota no longer counts (it ended), gets no allowance.
+// live pod of the same name, nil when there is none), with one allowance
+// (ReplaceRefusal).
 func DryRunReplacePod(ctx context.Context, kube kubernetes.Interface, pod, old *corev1.Pod) (refused string, err error) {
-	refused, err = DryRunCreatePod(ctx, kube, pod)
+	return ReplaceRefusal(ctx, func(ctx context.Context, p *corev1.Pod) (string, error) {
+		return DryRunCreatePod(ctx, kube, p)
+	}, pod, old)
+}
+
+// ReplaceRefusal is dryRun of pod, which is to replace old (nil when there
+// is none), with one allowance: a ResourceQuota's "exceeded quota" is not a
+// refusal when a copy of old is refused in the same words (the same
+// quotas, the same amounts requested). The dry run counts old, which the
+// replacement deletes first, so in a namespace whose quota is full to the
+// pod (pods: N for N sandboxes) every replacement would be refused. A pod
+// that asks for more than old, or an old pod the quota no longer counts (it
+// ended), gets no allowance. pod and old must have the same name, so that
+// their refusals, made stable (StableRefusal), can be compared word for
+// word. This is the one rule for a replacement in a full quota: an ops
+// replacing a sandbox's pod (DryRunReplacePod) and a SandboxSet's pool
+// replacing an outdated member (old: a pod from the member's template) ask
+// it.
+func ReplaceRefusal(ctx context.Context, dryRun PodDryRun, pod, old *corev1.Pod) (refused string, err error) {
+	refused, err = dryRun(ctx, pod)
 	if err != nil || old == nil || !QuotaExceeded(refused) ||
 		old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed {
 		return refused, err
@@ -52,7 +71,7 @@ func DryRunReplacePod(ctx context.Context, kube kubernetes.Interface, pod, old *
 		Spec:       *old.Spec.DeepCopy(),
 	}
 	again.Spec.NodeName = ""
-	before, err := DryRunCreatePod(ctx, kube, again)
+	before, err := dryRun(ctx, again)
 	if err != nil {
 		return "", err
 	}

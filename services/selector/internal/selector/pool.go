@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,7 +35,7 @@ type pool struct {
 	enqueueAfter func(key string, d time.Duration)
 	// dryRun asks the API server whether it would create pod
 	// (upgrade.DryRunCreatePod with the selector's clientset; tests stub it).
-	dryRun func(ctx context.Context, pod *corev1.Pod) (refused string, err error)
+	dryRun upgrade.PodDryRun
 	// record writes a set's upgrade.AnnotationTemplateCheck: value, or
 	// nothing (the annotation removed) when value is "".
 	// record writes the set's annotation key ("" removes it).

@@ -50,15 +50,20 @@ func (c templateCheck) holds(uid types.UID, revision string, now time.Time) bool
 //  2. an image the kubelet cannot parse (upgrade.ImageProblem): the API
 //     server accepts it, and the member would sit in InvalidImageName;
 //  3. a server-side dry run of the pod (upgrade.DryRunCreatePod): Invalid,
-//     or Forbidden by admission, quota or pod security; unless the refusal
-//     is a ResourceQuota's "exceeded quota" (upgrade.QuotaExceeded) and a
-//     pod from baseline (an outdated member's template, nil when there is
-//     none) is refused by an exceeded quota too: then the cause is not the
-//     template but a full namespace (a pool sized to its pod quota refuses
-//     every new pod until an outdated member is deleted), and the pool goes
-//     on as before the check. Any other refusal stands, even when the
+//     or Forbidden by admission, quota or pod security; with the ops'
+//     allowance for a full namespace (upgrade.ReplaceRefusal): a
+//     ResourceQuota's "exceeded quota" does not count when a pod from
+//     baseline (an outdated member's template, nil when there is none) is
+//     refused in the same words, the same quotas and the same amounts
+//     requested. Then the cause is not the template but a namespace full to
+//     the pod (a pool sized to its pod quota refuses every new pod until an
+//     outdated member is deleted), and deleting a member makes room for its
+//     replacement: the pool goes on as before the check. A template asking
+//     for more than the members' (64 cpu where they ask 1, under a 16-cpu
+//     quota) is refused in other words and stays refused: deleting a member
+//     would not make room for it. Any other refusal stands, even when the
 //     baseline is refused too (Pod Security tightened, a webhook refusing
-//     both): deleting a member would not make room for its replacement.
+//     both).
 //
 // The verdict is recorded on the set (recordVerdict), for statusagg to
 // show; a refused set is synced again after templateRecheck. An error is
@@ -83,19 +88,13 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 	refused := upgrade.ImageProblem(&set.Spec.Template.Spec)
 	if refused == "" {
 		var err error
-		refused, err = p.dryRun(ctx, upgrade.PodFrom(set.Namespace, set.Name, set.Spec.Template))
+		var before *corev1.Pod
+		if baseline != nil {
+			before = upgrade.PodFrom(set.Namespace, set.Name, baseline)
+		}
+		refused, err = upgrade.ReplaceRefusal(ctx, p.dryRun, upgrade.PodFrom(set.Namespace, set.Name, set.Spec.Template), before)
 		if err != nil {
 			return "", fmt.Errorf("check the template (revision %s) of SandboxSet %s before replacing or creating members: %w", revision, key, err)
-		}
-		if baseline != nil && upgrade.QuotaExceeded(refused) {
-			before, err := p.dryRun(ctx, upgrade.PodFrom(set.Namespace, set.Name, baseline))
-			if err != nil {
-				return "", fmt.Errorf("check the earlier template of SandboxSet %s's members against the API server: %w", key, err)
-			}
-			if upgrade.QuotaExceeded(before) {
-				klog.FromContext(ctx).Info("A ResourceQuota refuses a pod from the members' earlier template too: the namespace is full, not the template at fault; the rolling update goes on, deleting a member before creating one", "revision", revision, "cause", refused)
-				refused = ""
-			}
 		}
 	}
 	p.mu.Lock()

@@ -615,11 +615,16 @@ const (
 	quotaFull   = `pods "warm-x7k2p" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10`
 	podSecurity = `pods "warm-x7k2p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "sandbox" must set securityContext.allowPrivilegeEscalation=false)`
 	webhook     = `admission webhook "policy.example.com" denied the request: images must come from registry.internal`
+	// A full CPU quota refusing a pod asking 64 cpu, and one asking 1.
+	cpuFull64 = `pods "warm" is forbidden: exceeded quota: compute, requested: requests.cpu=64, limited: requests.cpu=16`
+	cpuFull1  = `pods "warm" is forbidden: exceeded quota: compute, requested: requests.cpu=1, limited: requests.cpu=16`
 )
 
 // TestTemplateRefusedUnlessBothAreOverQuota: a refusal of the members' own
 // template excuses the new template's only when both are a full
-// ResourceQuota (deleting a member makes room for its replacement). Pod
+// ResourceQuota in the same words (deleting a member makes room for its
+// replacement); a new template asking for more than the members' is
+// refused by the quota in other words, and stays refused. Pod
 // Security tightened, or a webhook refusing both, leaves the new template
 // refused: its replacements would be refused too (rule 8).
 func TestTemplateRefusedUnlessBothAreOverQuota(t *testing.T) {
@@ -635,6 +640,7 @@ func TestTemplateRefusedUnlessBothAreOverQuota(t *testing.T) {
 		{name: "new over quota, old refused by pod security", newT: quotaFull, oldT: podSecurity, wantRefused: quotaFull, wantDryRuns: 2},
 		{name: "new refused by pod security, old over quota", newT: podSecurity, oldT: quotaFull, wantRefused: podSecurity, wantDryRuns: 1},
 		{name: "new over quota, old accepted", newT: quotaFull, wantRefused: quotaFull, wantDryRuns: 2},
+		{name: "both over quota, the new one asking more", newT: cpuFull64, oldT: cpuFull1, wantRefused: cpuFull64, wantDryRuns: 2},
 	}
 	set := warmSet("uid-1", "registry.example/agent:v2")
 	old := warmSet("uid-1", "registry.example/agent:v1").Spec.Template
