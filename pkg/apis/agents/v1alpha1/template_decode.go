@@ -40,6 +40,12 @@ func (t *EmbeddedSandboxTemplate) TemplateProblem() string {
 // upgrade, and what to do.
 const NoTemplateProblem = "the sandbox has no spec.template; molt builds a sandbox's pod only from its inline spec.template (spec.templateRef is not supported): set spec.template (kubectl edit)"
 
+// NoSetTemplateProblem says why a SandboxSet without spec.template keeps no
+// pool (its members are neither created, replaced nor deleted), and what to
+// do: the set's TemplateRefused condition (statusagg) says it, with the
+// patch command for the set.
+const NoSetTemplateProblem = "the SandboxSet has no spec.template; molt builds a pool's members only from its inline spec.template (spec.templateRef is not supported): set spec.template"
+
 const (
 	fieldTemplate             = "template"
 	fieldVolumeClaimTemplates = "volumeClaimTemplates"

@@ -130,9 +130,11 @@ func (p *pool) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if set.Spec.Template == nil {
-		if why := set.Spec.TemplateProblem(); why != "" {
-			logger.V(2).Info("Skip: the template cannot be read (statusagg shows TemplateRefused)", "cause", why)
+		why := set.Spec.TemplateProblem()
+		if why == "" {
+			why = agentsv1alpha1.NoSetTemplateProblem // only spec.templateRef, or nothing
 		}
+		logger.V(2).Info("Skip: no template to build members from; the pool creates, replaces and deletes nothing (statusagg shows TemplateRefused)", "cause", why)
 		return nil
 	}
 	p.mu.Lock()

@@ -392,6 +392,47 @@ func TestSyncForgetsADeletedSet(t *testing.T) {
 	}
 }
 
+// TestSyncWithoutTemplateTouchesNothing: a set with only spec.templateRef
+// (no inline spec.template, which is all molt builds members from) has no
+// revision: its members are not replaced, scaled away or refilled, not even
+// a dead one removed; statusagg shows why (TemplateRefused, NoTemplate).
+func TestSyncWithoutTemplateTouchesNothing(t *testing.T) {
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "warm", UID: "uid-1"}}
+	set.Spec.Replicas = 1
+	set.Spec.TemplateRef = &agentsv1alpha1.SandboxTemplateRef{Name: "agent"}
+	sets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	sandboxes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := sets.Add(set); err != nil {
+		t.Fatal(err)
+	}
+	objs := []runtime.Object{set}
+	for _, sb := range append(members("warm-old", 3, "r1", running), member("warm-dead", "r1", agentsv1alpha1.SandboxFailed)) {
+		sb.Namespace = "team-a"
+		sb.Labels[agentsv1alpha1.LabelSandboxPool] = set.Name
+		sb.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(set, agentsv1alpha1.SchemeGroupVersion.WithKind("SandboxSet"))}
+		if err := sandboxes.Add(sb); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, sb)
+	}
+	c := newCheckPool()
+	client := fake.NewSimpleClientset(objs...)
+	c.client = client
+	c.sets = listers.NewSandboxSetLister(sets)
+	c.sandboxes = listers.NewSandboxLister(sandboxes)
+	if err := c.sync(context.Background(), "team-a/warm"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("the pool wrote %s %s of a set without spec.template", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	if c.dryRuns != 0 || len(c.records)+len(c.others) != 0 {
+		t.Errorf("%d dry runs, records %q %q; want none", c.dryRuns, c.records, c.others)
+	}
+}
+
 // TestMemberUpdateSyncsItsSet: a member's status change (it became
 // available) enqueues its set, so a pool whose creates are capped by
 // scaleStrategy.maxUnavailable goes on growing.

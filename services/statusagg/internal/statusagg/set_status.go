@@ -29,7 +29,19 @@ const (
 	// TemplateReasonAccepted: TemplateRefused=False once a template is
 	// accepted again.
 	TemplateReasonAccepted = "Accepted"
+	// TemplateReasonNoTemplate: TemplateRefused=True; the set has no
+	// inline spec.template (only spec.templateRef, which molt does not
+	// support): the pool creates, replaces and deletes nothing.
+	TemplateReasonNoTemplate = "NoTemplate"
 )
+
+// noTemplateMessage is TemplateRefused's message for a set without
+// spec.template: what the pool does (nothing), why, and the command that
+// sets spec.template.
+func noTemplateMessage(set *agentsv1alpha1.SandboxSet) string {
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the pool creates, replaces and deletes nothing: %s with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
+		agentsv1alpha1.NoSetTemplateProblem, set.Name, set.Namespace))
+}
 
 // ConditionMemberCreateRefused is True on a SandboxSet while the API server
 // refuses to create its members (the selector's
@@ -59,12 +71,16 @@ func memberCreateRefusedMessage(set *agentsv1alpha1.SandboxSet, why string) stri
 // write so that scaling and rolling never leave a counter stale:
 //   - replicas: the members (creating and available; claimed ones left);
 //   - availableReplicas: members Running;
-//   - updateRevision: the hash of spec.template, updatedReplicas the members
-//     labelled with it, updatedAvailableReplicas those of them Running;
+//   - updateRevision: the hash of spec.template ("" when there is no
+//     spec.template to read: the pool has no revision then), updatedReplicas
+//     the members labelled with it, updatedAvailableReplicas those of them
+//     Running;
 //   - selector: the label selector of the unclaimed members, for the scale
 //     subresource;
 //   - TemplateRefused: True with the selector's message while it refuses
-//     the current template, False once it no longer does.
+//     the current template, True (NoTemplate) while the set has no
+//     spec.template (only spec.templateRef, which molt does not support),
+//     False once neither holds.
 func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.Sandbox) agentsv1alpha1.SandboxSetStatus {
 	st := *set.Status.DeepCopy()
 	st.ObservedGeneration = set.Generation
@@ -72,6 +88,7 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 		agentsv1alpha1.LabelSandboxClaimed: "false",
 		agentsv1alpha1.LabelSandboxPool:    set.Name,
 	}).String()
+	st.UpdateRevision = ""
 	if set.Spec.Template != nil {
 		if rev, err := upgrade.Revision(set.Spec.Template); err == nil {
 			st.UpdateRevision = rev
@@ -81,6 +98,9 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 		// The selector cannot even read it: the pool does nothing at all.
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionTrue,
 			Reason: TemplateReasonPodRefused, Message: "the pool creates, replaces and deletes nothing: " + why, ObservedGeneration: set.Generation})
+	} else if set.Spec.Template == nil {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionTrue,
+			Reason: TemplateReasonNoTemplate, Message: noTemplateMessage(set), ObservedGeneration: set.Generation})
 	} else if why := upgrade.TemplateRefusal(set, st.UpdateRevision); why != "" && st.UpdateRevision != "" {
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionTemplateRefused, Status: metav1.ConditionTrue,
 			Reason: TemplateReasonPodRefused, Message: why, ObservedGeneration: set.Generation})

@@ -84,3 +84,47 @@ func TestSetStatusShowsARefusedMemberCreate(t *testing.T) {
 		t.Fatalf("after the record is gone: MemberCreateRefused = %+v, want False", c)
 	}
 }
+
+// TestSetStatusWithoutTemplate: a set with only spec.templateRef (molt
+// builds members from an inline spec.template alone) shows TemplateRefused
+// True, reason NoTemplate, saying templateRef is not supported and how to
+// set spec.template; it claims no updateRevision (the one of an earlier
+// template is cleared) and so counts no member updated. Setting
+// spec.template turns the condition False.
+func TestSetStatusWithoutTemplate(t *testing.T) {
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: "ns", UID: "set-uid", Generation: 2}}
+	set.Spec.Replicas = 1
+	set.Spec.TemplateRef = &agentsv1alpha1.SandboxTemplateRef{Name: "agent"}
+	set.Status.UpdateRevision = "r1" // written while the set had a template
+	member := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "warm-abcde", Namespace: "ns", Labels: map[string]string{
+		agentsv1alpha1.LabelSandboxPool: "warm", agentsv1alpha1.LabelTemplateHash: "r1",
+	}}}
+	member.Status.Phase = agentsv1alpha1.SandboxRunning
+
+	st := desiredSetStatus(set, []*agentsv1alpha1.Sandbox{member})
+	if st.UpdateRevision != "" || st.UpdatedReplicas != 0 || st.UpdatedAvailableReplicas != 0 {
+		t.Errorf("updateRevision %q, updated %d, updatedAvailable %d; want none claimed", st.UpdateRevision, st.UpdatedReplicas, st.UpdatedAvailableReplicas)
+	}
+	if st.Replicas != 1 || st.AvailableReplicas != 1 {
+		t.Errorf("replicas %d, available %d; want the member still counted", st.Replicas, st.AvailableReplicas)
+	}
+	c := meta.FindStatusCondition(st.Conditions, ConditionTemplateRefused)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != TemplateReasonNoTemplate {
+		t.Fatalf("TemplateRefused = %+v, want True, reason %s", c, TemplateReasonNoTemplate)
+	}
+	for _, want := range []string{"creates, replaces and deletes nothing", "spec.templateRef is not supported", "set spec.template", "kubectl patch sbs warm -n ns"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+
+	set.Status = st
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+	st = desiredSetStatus(set, []*agentsv1alpha1.Sandbox{member})
+	if c := meta.FindStatusCondition(st.Conditions, ConditionTemplateRefused); c == nil || c.Status != metav1.ConditionFalse || c.Reason != TemplateReasonAccepted {
+		t.Errorf("with spec.template: TemplateRefused = %+v, want False", c)
+	}
+	if st.UpdateRevision == "" {
+		t.Error("with spec.template: no updateRevision")
+	}
+}
