@@ -13,7 +13,9 @@ import (
 // still controls it, as upstream OpenKruise Agents has it (claimed = the
 // label "true" or no controller). A claim written in two steps, or by hand,
 // may set the label before it removes the owner reference; the pool must
-// not replace, scale away or count the claimed sandbox meanwhile.
+// not replace, scale away or count the claimed sandbox meanwhile, and it
+// removes the owner reference itself (the selector's releaseClaimed), so
+// that deleting the set does not delete the claimed sandbox.
 //
 // This is the one test of pool membership: the selector's pool (which
 // members it keeps) and its ops selection (a member is left to its set),

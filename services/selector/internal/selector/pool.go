@@ -86,25 +86,27 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 
 // sync brings one SandboxSet's pool in line with its spec, in this order:
 //
-//  1. load the set; gone or being deleted → forget its expectations and
-//     template verdict, and do nothing else (the garbage collector removes
-//     its members through their owner references);
-//  2. its members (upgrade.IsPoolMember: controller = the set, not labelled
+//  1. load the set; gone → forget its expectations and template verdict;
+//  2. release the sandboxes labelled claimed that still carry its owner
+//     reference (releaseClaimed), so deleting the set never deletes them;
+//  3. being deleted → forget as in 1 and do nothing else (the garbage
+//     collector removes its members through their owner references);
+//  4. its members (upgrade.IsPoolMember: controller = the set, not labelled
 //     claimed, not being deleted) and its revision
 //     (upgrade.Revision of its template);
-//  3. delete dead members (phase Succeeded or Failed);
-//  4. plan the rest (planPool): the outdated members to replace, the surplus
+//  5. delete dead members (phase Succeeded or Failed);
+//  6. plan the rest (planPool): the outdated members to replace, the surplus
 //     to remove, how many to create;
-//  5. if the plan deletes an outdated member or creates one, check first
+//  7. if the plan deletes an outdated member or creates one, check first
 //     that a pod from the template would run (templateRefused); refused →
 //     delete nothing outdated and create nothing (recorded on the set, which
 //     statusagg shows as TemplateRefused), scaling down still proceeds;
-//  6. rolling update: with fewer than maxUnavailable members unavailable
+//  8. rolling update: with fewer than maxUnavailable members unavailable
 //     (not Running), delete outdated members (another template-hash), the
 //     unavailable ones first, then the oldest, up to that budget;
-//  7. scale down: more members than spec.replicas → delete the surplus, the
+//  9. scale down: more members than spec.replicas → delete the surplus, the
 //     least ready and oldest first;
-//  8. scale up: fewer → create the missing ones on the current revision, at
+//  10. scale up: fewer → create the missing ones on the current revision, at
 //     most spec.scaleStrategy.maxUnavailable not yet available at once, in
 //     slow-start batches (1, 2, 4, ...), stopping at the first error.
 //
@@ -124,6 +126,9 @@ func (p *pool) sync(ctx context.Context, key string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("get SandboxSet %s: %w", key, err)
+	}
+	if err := p.releaseClaimed(ctx, set); err != nil {
+		return err
 	}
 	if set.DeletionTimestamp != nil {
 		p.forget(key)
@@ -175,7 +180,7 @@ func (p *pool) forget(key string) {
 	delete(p.checks, key)
 }
 
-// reconcile is steps 2 to 8 of sync for set, recording its writes in e.
+// reconcile is steps 4 to 10 of sync for set, recording its writes in e.
 func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e *expectation) error {
 	logger := klog.FromContext(ctx)
 	key := set.Namespace + "/" + set.Name
@@ -303,8 +308,8 @@ func (pl poolPlan) needsTemplate() bool {
 }
 
 // planPool decides, from the cache alone, what a sync does to live (the
-// set's members, dead ones left out) on revision, within limits: steps 6
-// to 8 of sync. It does not change live.
+// set's members, dead ones left out) on revision, within limits: steps 8
+// to 10 of sync. It does not change live.
 func planPool(live []*agentsv1alpha1.Sandbox, revision string, limits poolLimits) poolPlan {
 	var plan poolPlan
 	live = slices.Clone(live)

@@ -377,6 +377,7 @@ func TestSyncForgetsADeletedSet(t *testing.T) {
 			}
 			c := newCheckPool()
 			c.sets = listers.NewSandboxSetLister(indexer)
+			c.sandboxes = listers.NewSandboxLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
 			c.expect["team-a/warm"] = &expectation{created: []string{"warm-abcde"}, deadline: time.Now().Add(expectWait)}
 			c.checks["team-a/warm"] = templateCheck{uid: "uid-1", revision: "r2"}
 			if err := c.sync(context.Background(), "team-a/warm"); err != nil {

@@ -1,0 +1,105 @@
+package selector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// A claim takes a sandbox out of its pool: it is labelled
+// sandbox-claimed=true and loses its set's owner reference (upstream
+// OpenKruise Agents). A claim written in two steps, or by hand, may stop
+// after the label; the sandbox is then a user's (upgrade.PoolOf) but still
+// owned by the set, and deleting the set would have the garbage collector
+// delete it with the pool. The pool, the only writer of membership,
+// finishes such a claim: it removes the set's owner reference.
+
+// releaseClaimed removes set's owner reference from each sandbox of its
+// namespace that is labelled sandbox-claimed=true and still carries it
+// (release). It runs at every sync of the set, before anything else, and
+// on a set being deleted too, so a claimed sandbox is released as soon as
+// the pool sees it. A sandbox that changed since the cache showed it is
+// looked at again shortly; an error is one a retry may fix.
+func (p *pool) releaseClaimed(ctx context.Context, set *agentsv1alpha1.SandboxSet) error {
+	claimed, err := p.sandboxes.Sandboxes(set.Namespace).List(labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelSandboxClaimed: "true"}))
+	if err != nil {
+		return fmt.Errorf("list claimed sandboxes of namespace %s: %w", set.Namespace, err)
+	}
+	for _, sb := range claimed {
+		i := ownerIndex(sb, set.UID)
+		if i < 0 {
+			continue
+		}
+		if err := p.release(ctx, set, sb, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release removes owner reference i (set's) from the claimed sandbox sb, in one JSON patch that first tests what the cache showed: the same
+// sandbox (its UID: never one created again under its name), still
+// labelled claimed, the set's reference still at i. A failed test (the
+// reference already removed by an earlier try, the sandbox unclaimed or
+// changed meanwhile) writes nothing, and the set is synced again shortly to
+// look at the sandbox as it is now; a sandbox gone needs nothing. The write
+// is whole or not at all, so repeating it, or dying before or after it,
+// leaves the sandbox owned or released, never half.
+func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *agentsv1alpha1.Sandbox, i int) error {
+	body, err := releasePatch(sb, i)
+	if err != nil {
+		return fmt.Errorf("encode the release of claimed sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	_, err = p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+		// A test failed: the cache lags behind the sandbox.
+		klog.FromContext(ctx).V(2).Info("A claimed sandbox changed since it was read; looking again", "sandbox", klog.KObj(sb), "cause", err.Error())
+		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
+		return nil
+	case err != nil:
+		return fmt.Errorf("remove SandboxSet %s's owner reference from claimed sandbox %s/%s: %w", set.Name, sb.Namespace, sb.Name, err)
+	}
+	klog.FromContext(ctx).Info("Released a claimed sandbox: removed its SandboxSet's owner reference, so deleting the set does not delete it", "sandbox", klog.KObj(sb), "uid", sb.UID)
+	return nil
+}
+
+// releasePatch is release's JSON patch of sb: tests of its UID, its claimed
+// label and owner reference i's UID, then the removal of that reference.
+func releasePatch(sb *agentsv1alpha1.Sandbox, i int) ([]byte, error) {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	ref := fmt.Sprintf("/metadata/ownerReferences/%d", i)
+	return json.Marshal([]op{
+		{Op: "test", Path: "/metadata/uid", Value: sb.UID},
+		{Op: "test", Path: "/metadata/labels/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(agentsv1alpha1.LabelSandboxClaimed), Value: "true"},
+		{Op: "test", Path: ref + "/uid", Value: sb.OwnerReferences[i].UID},
+		{Op: "remove", Path: ref},
+	})
+}
+
+// ownerIndex is the index of the owner reference of sb whose UID is uid,
+// -1 when it has none.
+func ownerIndex(sb *agentsv1alpha1.Sandbox, uid types.UID) int {
+	for i, ref := range sb.OwnerReferences {
+		if ref.UID == uid {
+			return i
+		}
+	}
+	return -1
+}

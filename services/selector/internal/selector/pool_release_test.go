@@ -1,0 +1,124 @@
+package selector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// TestPoolReleasesALabelClaimedMember: a member labelled
+// sandbox-claimed=true while it still carries its set's owner reference (a
+// claim written in two steps, or by hand) loses that reference, so that
+// deleting the set does not have the garbage collector delete a user's
+// sandbox; unclaimed members keep theirs. A second release from the stale
+// copy writes nothing. Then the set is deleted: the garbage collector
+// removes its members and leaves the claimed sandbox.
+func TestPoolReleasesALabelClaimedMember(t *testing.T) {
+	f := newFixture(t)
+	f.startSelector()
+	ctx := context.Background()
+	sandboxes := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: f.ns}}
+	set.Spec.Replicas = 2
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: oldImage}}}}
+	set, err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Create(ctx, set, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := func(sb *agentsv1alpha1.Sandbox) bool { return ownerIndex(sb, set.UID) >= 0 }
+	var members []agentsv1alpha1.Sandbox
+	testenv.Eventually(t, 30*time.Second, "the pool creates 2 members", func() (bool, error) {
+		list, err := sandboxes.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		members = list.Items
+		return len(members) == 2, fmt.Errorf("%d sandboxes", len(members))
+	})
+
+	// Claimed by the label alone: the owner reference is left in place.
+	claimedName := members[0].Name
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{agentsv1alpha1.LabelSandboxClaimed: "true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled, err := sandboxes.Patch(ctx, claimedName, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !owned(labelled) {
+		t.Fatalf("sandbox %s lost its owner reference with the label: this test shows nothing", claimedName)
+	}
+	testenv.Eventually(t, 30*time.Second, "the claimed sandbox loses the set's owner reference", func() (bool, error) {
+		sb, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return !owned(sb), fmt.Errorf("owner references %+v", sb.OwnerReferences)
+	})
+	claimed, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claimed.Labels[agentsv1alpha1.LabelSandboxClaimed] != "true" || claimed.Labels[agentsv1alpha1.LabelSandboxPool] != set.Name {
+		t.Errorf("claimed sandbox labels %v, want them as they were", claimed.Labels)
+	}
+	testenv.Eventually(t, 30*time.Second, "the pool refills to 2 members, each owned by the set", func() (bool, error) {
+		list, err := sandboxes.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for i := range list.Items {
+			sb := &list.Items[i]
+			if sb.Name == claimedName {
+				continue
+			}
+			if !owned(sb) {
+				return false, fmt.Errorf("unclaimed sandbox %s has no owner reference to the set", sb.Name)
+			}
+			n++
+		}
+		return n == 2, fmt.Errorf("%d members", n)
+	})
+
+	// The same release again, from the copy read before it: a test fails,
+	// nothing is written, and the set is looked at again.
+	requeued := false
+	again := &pool{client: f.agents, enqueueAfter: func(string, time.Duration) { requeued = true }}
+	if err := again.release(ctx, set, labelled, ownerIndex(labelled, set.UID)); err != nil || !requeued {
+		t.Errorf("a repeated release: err %v, looked again %v; want no error, looked again", err, requeued)
+	}
+	if sb, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); err != nil || sb.ResourceVersion != claimed.ResourceVersion {
+		t.Errorf("a repeated release wrote the sandbox (err %v)", err)
+	}
+
+	// Deleting the set: its members go with it, the claimed sandbox stays.
+	if err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Delete(ctx, set.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the garbage collector deletes the members and not the claimed sandbox", func() (bool, error) {
+		list, err := sandboxes.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var names []string
+		for _, sb := range list.Items {
+			names = append(names, sb.Name)
+		}
+		return len(names) == 1 && names[0] == claimedName, fmt.Errorf("sandboxes %v, want [%s]", names, claimedName)
+	})
+	if _, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Errorf("the claimed sandbox was deleted with its set")
+	}
+}
