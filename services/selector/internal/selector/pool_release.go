@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // A claim takes a sandbox out of its pool: it is labelled
@@ -47,7 +47,8 @@ func (p *pool) releaseClaimed(ctx context.Context, set *agentsv1alpha1.SandboxSe
 	return nil
 }
 
-// release removes owner reference i (set's) from the claimed sandbox sb, in one JSON patch that first tests what the cache showed: the same
+// release removes owner reference i (set's) from the claimed sandbox sb,
+// in one JSON patch that first tests what the cache showed: the same
 // sandbox (its UID: never one created again under its name), still
 // labelled claimed, the set's reference still at i. A failed test (the
 // reference already removed by an earlier try, the sandbox unclaimed or
@@ -87,7 +88,7 @@ func releasePatch(sb *agentsv1alpha1.Sandbox, i int) ([]byte, error) {
 	ref := fmt.Sprintf("/metadata/ownerReferences/%d", i)
 	return json.Marshal([]op{
 		{Op: "test", Path: "/metadata/uid", Value: sb.UID},
-		{Op: "test", Path: "/metadata/labels/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(agentsv1alpha1.LabelSandboxClaimed), Value: "true"},
+		{Op: "test", Path: "/metadata/labels/" + upgrade.PointerToken(agentsv1alpha1.LabelSandboxClaimed), Value: "true"},
 		{Op: "test", Path: ref + "/uid", Value: sb.OwnerReferences[i].UID},
 		{Op: "remove", Path: ref},
 	})
