@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -217,20 +218,33 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 
 // loadSandbox returns the event's sandbox: the informer's copy when it already
 // shows what the event says the earlier stages wrote (the same sandbox, still
-// claimed by the ops, the template at the patched revision), else a fresh
-// read (at least as new as the version the event carries, from the API
-// server's watch cache, upgrade.GetAtLeast). Whatever the copy's status says, the pod's own state decides what is
-// done next (livePod, isAttemptPod; the delete has a UID precondition).
+// claimed by the ops, the template at the patched revision, and at least the
+// version the patcher wrote), else a fresh read (at least as new as that
+// version, from the API server's watch cache, upgrade.GetAtLeast). The
+// version matters on a resume: the template is already at the target
+// revision, and a copy from before the patcher's write lacks its
+// CheckpointRestore mark (upgrade.ChecksPoint), so the old pod would be
+// deleted without a checkpoint. Whatever the copy's status says, the pod's
+// own state decides what is done next (livePod, isAttemptPod; the delete has
+// a UID precondition).
 func (c *cycler) loadSandbox(ctx context.Context, d events.Data) (*agentsv1alpha1.Sandbox, error) {
 	ns, name := d.Sandbox.Namespace, d.Sandbox.Name
 	if cached, err := c.sandboxes.Sandboxes(ns).Get(name); err == nil && d.TargetRevision != "" &&
-		cached.UID == d.Sandbox.UID && cached.DeletionTimestamp == nil &&
+		cached.UID == d.Sandbox.UID && cached.DeletionTimestamp == nil && atLeast(cached.ResourceVersion, d.SandboxResourceVersion) &&
 		upgrade.ClaimedBy(cached, d.Ops.Name, d.Attempt) && cached.Spec.Template != nil {
 		if rev, err := upgrade.Revision(cached.Spec.Template); err == nil && rev == d.TargetRevision {
 			return cached.DeepCopy(), nil
 		}
 	}
 	return upgrade.GetAtLeast(ctx, c.agents, ns, name, d.SandboxResourceVersion)
+}
+
+// atLeast reports whether resource version have is at least want; false
+// when want is empty or either is not a version the API server's etcd
+// storage gives (then the caller reads from the API server).
+func atLeast(have, want string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(have, want)
+	return err == nil && cmp >= 0
 }
 
 // failStage ends the attempt in UpgradePodFailed with message.
