@@ -2,6 +2,8 @@ package statusagg
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -151,16 +153,47 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
+// podNotReadyMessage says what the sandbox's pod is doing: its phase, its
+// Ready condition's message, and what holds its containers (waiting on an
+// image or a crash loop, or exited with an error), which is what a user
+// fixes.
 func podNotReadyMessage(pod *corev1.Pod) string {
 	if pod.DeletionTimestamp != nil {
 		return fmt.Sprintf("pod %s is being deleted", pod.Name)
 	}
+	msg := fmt.Sprintf("pod %s is %s", pod.Name, pod.Status.Phase)
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Message != "" {
-			return fmt.Sprintf("pod %s is %s: %s", pod.Name, pod.Status.Phase, c.Message)
+			msg += ": " + c.Message
 		}
 	}
-	return fmt.Sprintf("pod %s is %s", pod.Name, pod.Status.Phase)
+	if held := containersHeld(pod); len(held) > 0 {
+		msg += "; " + strings.Join(held, "; ")
+	}
+	return agentsv1alpha1.TruncateConditionMessage(msg)
+}
+
+// containersHeld names the pod's containers that wait for something other
+// than their start (ImagePullBackOff, CrashLoopBackOff,
+// CreateContainerConfigError...) or exited with an error, with the
+// kubelet's reason and, but for a back-off (whose words change with every
+// retry and would cost a status write each), its message.
+func containersHeld(pod *corev1.Pod) []string {
+	var held []string
+	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		switch {
+		case s.State.Waiting != nil && s.State.Waiting.Reason != "" &&
+			s.State.Waiting.Reason != "ContainerCreating" && s.State.Waiting.Reason != "PodInitializing":
+			why := s.State.Waiting.Reason
+			if s.State.Waiting.Message != "" && !strings.Contains(why, "BackOff") {
+				why += ": " + s.State.Waiting.Message
+			}
+			held = append(held, fmt.Sprintf("container %s waits: %s", s.Name, why))
+		case s.State.Terminated != nil && s.State.Terminated.ExitCode != 0:
+			held = append(held, fmt.Sprintf("container %s exited with code %d (%s)", s.Name, s.State.Terminated.ExitCode, s.State.Terminated.Reason))
+		}
+	}
+	return held
 }
 
 // podCreateFailedMessage is Ready's message while the API server refuses

@@ -147,3 +147,24 @@ func TestNoTemplateSaysWhatToSet(t *testing.T) {
 		t.Fatalf("Ready = %+v, want it to name the missing spec.template and what to do", ready)
 	}
 }
+
+// PodNotReady's message says what holds the pod's containers, so a user sees
+// ImagePullBackOff or a crash without describing the pod; a back-off's
+// changing words are left out, a configuration error's are kept.
+func TestPodNotReadyMessageNamesWhatHoldsTheContainers(t *testing.T) {
+	pod := testPod(false)
+	pod.Name = "box"
+	pod.Status.Phase = corev1.PodPending
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{
+		{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "nope:v9"`}}},
+		{Name: "sidecar", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `secret "token" not found`}}},
+		{Name: "creating", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}},
+	}
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}},
+	}
+	want := `pod box is Pending; container init exited with code 2 (Error); container main waits: ImagePullBackOff; container sidecar waits: CreateContainerConfigError: secret "token" not found`
+	if got := podNotReadyMessage(pod); !strings.HasPrefix(got, "pod box is Pending") || !strings.HasSuffix(got, want[len("pod box is Pending"):]) {
+		t.Errorf("message\n%s\nwant\n%s", got, want)
+	}
+}
