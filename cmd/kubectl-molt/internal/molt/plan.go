@@ -343,7 +343,7 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 func resumeNote(reason string) string {
 	at := upgrade.ResumeStage(reason)
 	if at == agentsv1alpha1.UpgradingReasonPreUpgrade {
-		return fmt.Sprintf("resumes a %s attempt from PreUpgrade; its pod was never replaced, and is kept (under Recreate) if it already runs the patched template", reason)
+		return fmt.Sprintf("resumes the failed attempt (%s) from PreUpgrade; its pod was never replaced, and is kept (under Recreate) if it already runs the patched template", reason)
 	}
-	return fmt.Sprintf("resumes a %s attempt from %s (from PreUpgrade if its original pod is still there)", reason, at)
+	return fmt.Sprintf("resumes the failed attempt (%s) from %s (from PreUpgrade if its original pod is still there)", reason, at)
 }

@@ -165,7 +165,7 @@ func templateRefusedMessage(set *agentsv1alpha1.SandboxSet, revision, cause stri
 	}
 	return upgrade.WithNote(
 		fmt.Sprintf("SandboxSet %s/%s: a pod from spec.template (revision %s) would not run: %s", set.Namespace, set.Name, revision, cause),
-		fmt.Sprintf("no idle sandbox was replaced and none is created from this revision (checked again every %s: a quota refusal can clear by itself); "+
+		fmt.Sprintf("no idle sandbox was replaced and none is created from this revision (checked again every %s); "+
 			"fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
 			templateRecheck, set.Name, set.Namespace))
 }
