@@ -34,21 +34,9 @@ func TestDryRunOfAReplacementInAFullQuota(t *testing.T) {
 	}
 	setQuota := func(hardPods, usedPods, hardCPU string) {
 		t.Helper()
-		hard := corev1.ResourceList{corev1.ResourcePods: resource.MustParse(hardPods), corev1.ResourceRequestsCPU: resource.MustParse(hardCPU)}
-		q, err := env.Kube.CoreV1().ResourceQuotas(ns).Get(ctx, "q", metav1.GetOptions{})
-		if err != nil {
-			if q, err = env.Kube.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		q.Spec.Hard = hard
-		if q, err = env.Kube.CoreV1().ResourceQuotas(ns).Update(ctx, q, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse(usedPods), corev1.ResourceRequestsCPU: resource.MustParse("500m")}}
-		if _, err := env.Kube.CoreV1().ResourceQuotas(ns).UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		env.SetQuota(t, ns, "q",
+			corev1.ResourceList{corev1.ResourcePods: resource.MustParse(hardPods), corev1.ResourceRequestsCPU: resource.MustParse(hardCPU)},
+			corev1.ResourceList{corev1.ResourcePods: resource.MustParse(usedPods), corev1.ResourceRequestsCPU: resource.MustParse("500m")})
 	}
 
 	setQuota("1", "1", "2")

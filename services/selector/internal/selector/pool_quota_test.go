@@ -25,21 +25,14 @@ import (
 func TestTemplateCheckInAFullQuota(t *testing.T) {
 	env := testenv.Get(t)
 	ctx, ns := context.Background(), env.Namespace(t)
-	quotas := env.Kube.CoreV1().ResourceQuotas(ns)
 	asking := func(image, cpu string) *corev1.PodTemplateSpec {
 		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image,
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
 	}
 	// Four members of 1 cpu each: 4 pods of 4, 4 cpu of 16 used.
-	hard := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("4"), corev1.ResourceRequestsCPU: resource.MustParse("16")}
-	q, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "compute"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("4"), corev1.ResourceRequestsCPU: resource.MustParse("4")}}
-	if _, err := quotas.UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	env.SetQuota(t, ns, "compute",
+		corev1.ResourceList{corev1.ResourcePods: resource.MustParse("4"), corev1.ResourceRequestsCPU: resource.MustParse("16")},
+		corev1.ResourceList{corev1.ResourcePods: resource.MustParse("4"), corev1.ResourceRequestsCPU: resource.MustParse("4")})
 
 	members := asking(oldImage, "1")
 	tests := []struct {

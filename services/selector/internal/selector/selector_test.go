@@ -480,8 +480,7 @@ func TestReleaseMarksASandboxThatFailedMeanwhile(t *testing.T) {
 
 // A patch whose pod asks for more than the namespace's ResourceQuota has left fails the
 // ops before any sandbox is claimed, and the message says it is the quota and what to
-// do (raise it, or ask for less), not only that the patch is invalid. The quota's
-// status is written by hand, as its controller would (the test cluster runs none).
+// do (raise it, or ask for less), not only that the patch is invalid.
 func TestPatchCheckNamesTheQuotaAPatchedPodExceeds(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -490,15 +489,9 @@ func TestPatchCheckNamesTheQuotaAPatchedPodExceeds(t *testing.T) {
 	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Update(ctx, sb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hard := corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}
-	q, err := testenv.Get(t).Kube.CoreV1().ResourceQuotas(f.ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("100m")}}
-	if _, err := testenv.Get(t).Kube.CoreV1().ResourceQuotas(f.ns).UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Get(t).SetQuota(t, f.ns, "cpu",
+		corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")},
+		corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("100m")})
 	f.startSelector()
 	f.ops("big", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
 		o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"main","image":"` + newImage + `","resources":{"requests":{"cpu":"2"}}}]}}`)}
