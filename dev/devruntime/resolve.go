@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -28,6 +29,9 @@ func SandboxEndpoint(ctx context.Context, kube kubernetes.Interface, agents vers
 		return "", "", fmt.Errorf("sandbox %s/%s has no %s annotation: its agent-runtime refuses every call", namespace, name, agentsv1alpha1.AnnotationRuntimeAccessToken)
 	}
 	pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && sb.Spec.Paused {
+		return "", "", fmt.Errorf("sandbox %s/%s is paused (spec.paused: true), so it has no pod to run in: unpause it with `kubectl patch sbx %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}'`", namespace, name, name, namespace)
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("get pod of sandbox %s/%s: %w", namespace, name, err)
 	}
