@@ -96,8 +96,9 @@ func (s Summary) Finished() bool {
 
 // summarize builds the Summary of ops from the sandboxes it has claimed
 // (label update-ops = its name) at now. Counters are the ops's status
-// (statusagg recounts them); the stage of each sandbox is its Upgrading
-// condition for this attempt.
+// (statusagg recounts them), brought up to the sandboxes as read while the
+// ops runs; the stage of each sandbox is its Upgrading condition for this
+// attempt.
 func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sandbox, now time.Time, slowest int) Summary {
 	st := ops.Status
 	s := Summary{
@@ -135,6 +136,20 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 			}
 			s.FailedSandboxes = append(s.FailedSandboxes, f)
 		}
+	}
+	if !s.Finished() {
+		// The status's counters are written at most every
+		// --ops-status-interval, the sandboxes' stages as they move: the
+		// counters shown agree with the stages. Updated and failed keep the
+		// status's count when it is higher: it still counts sandboxes that
+		// left the ops (deleted after their upgrade).
+		live := 0
+		for _, n := range counts {
+			live += n
+		}
+		s.Updating, s.Updated, s.Failed = live, max(s.Updated, s.liveUpdated), max(s.Failed, s.liveFailed)
+		s.Total = max(s.Total, s.Updated+s.Updating+s.Failed)
+		s.NotStarted = max(0, s.Total-s.Updated-s.Updating-s.Failed)
 	}
 	for _, stage := range append([]string{stageAdmitted}, upgrade.Stages()...) {
 		if counts[stage] > 0 || slices.Contains(mainStages, stage) {

@@ -249,3 +249,22 @@ func TestAlsoResumedNamesOtherFailedSandboxes(t *testing.T) {
 		t.Errorf("alsoResumed with only the ops's own sandbox = %v, want none", got)
 	}
 }
+
+// While the ops runs, the counters agree with the stages shown: the status's
+// are written at most every --ops-status-interval, and a status that still
+// says 0 updating beside 3 sandboxes in a stage reads as a contradiction.
+// Updated keeps the status's higher count (a sandbox deleted after its
+// upgrade stays counted).
+func TestCountersAgreeWithTheStagesWhileRunning(t *testing.T) {
+	ops, sandboxes := fixture()
+	ops.Status.UpdatingReplicas, ops.Status.UpdatedReplicas, ops.Status.FailedReplicas = 0, 5, 0
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	if s.Updating != 3 || s.Updated != 5 || s.Failed != 1 || s.NotStarted != 1 || s.Total != 10 {
+		t.Errorf("updating %d, updated %d, failed %d, not started %d of %d; want 3, 5 (the status's), 1, 1 of 10",
+			s.Updating, s.Updated, s.Failed, s.NotStarted, s.Total)
+	}
+	ops.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
+	if s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5); s.Updating != 0 || s.Updated != 5 {
+		t.Errorf("finished: updating %d, updated %d; want the status's final 0 and 5", s.Updating, s.Updated)
+	}
+}
