@@ -83,7 +83,11 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		ready.Reason, ready.Message = ReadyReasonPodNotReady, fmt.Sprintf("pod %s has succeeded", pod.Name)
 	case pod.Status.Phase == corev1.PodFailed:
 		st.Phase = agentsv1alpha1.SandboxFailed
-		ready.Reason, ready.Message = ReadyReasonPodNotReady, fmt.Sprintf("pod %s has failed: %s", pod.Name, pod.Status.Message)
+		why := pod.Status.Message
+		if why == "" {
+			why = strings.Join(containersHeld(pod), "; ")
+		}
+		ready.Reason, ready.Message = ReadyReasonPodNotReady, agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s has failed: %s", pod.Name, why))
 	case podReady(pod):
 		st.Phase = agentsv1alpha1.SandboxRunning
 		ready.Status, ready.Reason = metav1.ConditionTrue, agentsv1alpha1.ReadyReasonPodReady
@@ -91,7 +95,13 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		st.Phase = agentsv1alpha1.SandboxPending
 		ready.Reason, ready.Message = ReadyReasonPodNotReady, podNotReadyMessage(pod)
 	}
+	// The MESSAGE column says why a sandbox is not running (a container
+	// waiting on its image, a template the API server refuses); an upgrade's
+	// failure replaces it below.
 	st.Message = ""
+	if st.Phase == agentsv1alpha1.SandboxPending || st.Phase == agentsv1alpha1.SandboxFailed {
+		st.Message = ready.Message
+	}
 	if paused {
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionTrue,
 			Reason: PausedReasonPodStopped, Message: "the pod is stopped for a pause", ObservedGeneration: sb.Generation})

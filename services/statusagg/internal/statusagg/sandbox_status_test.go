@@ -55,13 +55,14 @@ func TestDesiredSandboxStatus(t *testing.T) {
 		wantReason  string
 		wantMessage string
 	}{
-		{"no pod is Pending", testSandbox(), nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotCreated, ""},
+		{"no pod is Pending, and says so", testSandbox(), nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotCreated, "pod sb does not exist yet"},
 		{"paused without pod is Paused", paused, nil, agentsv1alpha1.SandboxPaused, metav1.ConditionFalse, ReadyReasonPaused, ""},
-		{"no template says so, not to wait", noTemplate, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed, ""},
-		{"a refused pod says why", refused, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed, ""},
+		{"no template says so, not to wait", noTemplate, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed,
+			"pod sb is not created: " + agentsv1alpha1.NoTemplateProblem},
+		{"a refused pod says why", refused, nil, agentsv1alpha1.SandboxPending, metav1.ConditionFalse, agentsv1alpha1.ReadyReasonPodCreateFailed, podCreateFailedMessage(refused)},
 		{"a refusal recorded before the pod was created is past", refused, testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
 		{"ready pod is Running", testSandbox(), testPod(true), agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
-		{"unready pod is Pending", testSandbox(), testPod(false), agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotReady, ""},
+		{"unready pod is Pending", testSandbox(), testPod(false), agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotReady, "pod sb is Running"},
 		{"a stage in progress is Upgrading", withUpgrade(testSandbox(), "UpgradePod", ""), testPod(true),
 			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", ""},
 		{"a failure stays Upgrading with its message", withUpgrade(testSandbox(), "UpgradePodFailed", "container main: ErrImagePull - nope"), testPod(false),
