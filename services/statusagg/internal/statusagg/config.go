@@ -33,6 +33,11 @@ const (
 	DefaultPodReadyTimeout  = 5 * time.Minute
 	DefaultRedrives         = 2
 	DefaultWatchdogInterval = 5 * time.Second
+	// DefaultSetProgressDeadline: a SandboxSet's Progressing turns False
+	// when a member on its current revision has not been available for
+	// this long (a Deployment's progressDeadlineSeconds is 10 minutes; a
+	// warm pool's members are simpler).
+	DefaultSetProgressDeadline = 5 * time.Minute
 )
 
 // Config is everything statusagg needs to run.
@@ -56,6 +61,11 @@ type Config struct {
 	// passes them.
 	Deadlines Deadlines
 
+	// SetProgressDeadline is how long a member on a SandboxSet's current
+	// revision may stay unavailable before the set's Progressing condition
+	// turns False (0: DefaultSetProgressDeadline).
+	SetProgressDeadline time.Duration
+
 	// LeaderElection makes replicas elect one writer of status, Events and
 	// metrics (Lease LeaseName).
 	LeaderElection service.LeaderElection
@@ -75,6 +85,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a sandbox's status write waits to carry more of its changes at once: a stage shorter than this is written only with the next (an attempt's end is written at once) (env MOLT_STATUSAGG_STATUS_COALESCE)")
 	fs.DurationVar(&c.OpsInterval, "ops-status-interval", c.Env.Duration("MOLT_STATUSAGG_OPS_STATUS_INTERVAL", DefaultOpsInterval),
 		"least time between two writes of an ops's status that keep its phase; a phase change is written at once (env MOLT_STATUSAGG_OPS_STATUS_INTERVAL)")
+	fs.DurationVar(&c.SetProgressDeadline, "set-progress-deadline", c.Env.Duration("MOLT_STATUSAGG_SET_PROGRESS_DEADLINE", DefaultSetProgressDeadline),
+		"how long a member on a SandboxSet's current revision may stay unavailable before the set's Progressing condition turns False, reason MembersNotAvailable (env MOLT_STATUSAGG_SET_PROGRESS_DEADLINE)")
 	d := &c.Deadlines
 	fs.DurationVar(&d.Patch, "patch-timeout", c.Env.Duration("MOLT_STATUSAGG_PATCH_TIMEOUT", DefaultPatchTimeout),
 		"time the patcher's part of PreUpgrade may take before the watchdog calls it stalled (env MOLT_STATUSAGG_PATCH_TIMEOUT)")
@@ -107,6 +119,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --status-coalesce=%s: must not be negative", c.Coalesce)
 	case c.OpsInterval < 0:
 		return fmt.Errorf("flag --ops-status-interval=%s: must not be negative", c.OpsInterval)
+	case c.SetProgressDeadline < 0:
+		return fmt.Errorf("flag --set-progress-deadline=%s: must not be negative", c.SetProgressDeadline)
 	case c.Deadlines.Patch < 0:
 		return fmt.Errorf("flag --patch-timeout=%s: must not be negative", c.Deadlines.Patch)
 	case c.Deadlines.HookMargin < 0:

@@ -1,6 +1,7 @@
 package statusagg
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -45,6 +46,9 @@ type server struct {
 	// opsWrites and opsInterval pace an ops's status writes.
 	opsWrites   opsWriteTimes
 	opsInterval time.Duration
+	// progressDeadline is how long a member on a set's current revision
+	// may stay unavailable before the set's Progressing turns False.
+	progressDeadline time.Duration
 	// opsTails knows which ops had admitted every candidate at their last
 	// recount: only there can a sandbox's success end the ops.
 	opsTails opsTails
@@ -90,6 +94,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	s := &server{
 		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), sets: setInf.Lister(), pods: podInf.Lister(),
 		metrics: m, clock: newStageClock(), recorder: recorder, coalesce: cfg.Coalesce, opsInterval: cfg.OpsInterval,
+		progressDeadline: cmp.Or(cfg.SetProgressDeadline, DefaultSetProgressDeadline),
 	}
 	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox, controller.WithMetrics(rt.Queues))
 	s.opsCtl = controller.New("statusagg-ops", s.syncOps, controller.WithMetrics(rt.Queues))

@@ -3,6 +3,7 @@ package statusagg
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -135,7 +136,9 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 
 // syncSet writes one SandboxSet's status when it differs from what its
 // members say (one UpdateStatus against the resourceVersion read; a conflict
-// retries).
+// retries). Its Progressing condition (setProgress) depends on time too:
+// the set is synced again when the next member not available passes the
+// progress deadline.
 func (s *server) syncSet(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -159,6 +162,12 @@ func (s *server) syncSet(ctx context.Context, key string) error {
 		}
 	}
 	want := desiredSetStatus(set, members)
+	late, next := lateMembers(members, want.UpdateRevision, s.progressDeadline, time.Now())
+	setProgress(&want, set, late, s.progressDeadline)
+	if next > 0 {
+		// A member passes the deadline then, with nothing else changing.
+		s.setCtl.EnqueueAfter(key, next)
+	}
 	if equality.Semantic.DeepEqual(set.Status, want) {
 		return nil
 	}
@@ -176,6 +185,10 @@ func (s *server) syncSet(ctx context.Context, key string) error {
 			(!meta.IsStatusConditionTrue(set.Status.Conditions, cond) || meta.FindStatusCondition(set.Status.Conditions, cond).Message != c.Message) {
 			s.recorder.Event(written, corev1.EventTypeWarning, cond, c.Message)
 		}
+	}
+	if c := meta.FindStatusCondition(want.Conditions, ConditionSetProgressing); c != nil && c.Status == metav1.ConditionFalse &&
+		!meta.IsStatusConditionFalse(set.Status.Conditions, ConditionSetProgressing) {
+		s.recorder.Event(written, corev1.EventTypeWarning, SetEventMembersNotAvailable, c.Message)
 	}
 	klog.FromContext(ctx).V(2).Info("Updated SandboxSet status", "sandboxset", klog.KObj(set),
 		"replicas", want.Replicas, "available", want.AvailableReplicas, "updated", want.UpdatedReplicas, "revision", want.UpdateRevision)
