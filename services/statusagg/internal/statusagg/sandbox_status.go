@@ -83,11 +83,7 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		ready.Reason, ready.Message = ReadyReasonPodNotReady, fmt.Sprintf("pod %s has succeeded", pod.Name)
 	case pod.Status.Phase == corev1.PodFailed:
 		st.Phase = agentsv1alpha1.SandboxFailed
-		why := pod.Status.Message
-		if why == "" {
-			why = strings.Join(containersHeld(pod), "; ")
-		}
-		ready.Reason, ready.Message = ReadyReasonPodNotReady, agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s has failed: %s", pod.Name, why))
+		ready.Reason, ready.Message = ReadyReasonPodNotReady, podFailedMessage(pod)
 	case podReady(pod):
 		st.Phase = agentsv1alpha1.SandboxRunning
 		ready.Status, ready.Reason = metav1.ConditionTrue, agentsv1alpha1.ReadyReasonPodReady
@@ -176,6 +172,21 @@ func podNotReadyMessage(pod *corev1.Pod) string {
 		if c.Type == corev1.PodReady && c.Message != "" {
 			msg += ": " + c.Message
 		}
+	}
+	if held := containersHeld(pod); len(held) > 0 {
+		msg += "; " + strings.Join(held, "; ")
+	}
+	return agentsv1alpha1.TruncateConditionMessage(msg)
+}
+
+// podFailedMessage says why the sandbox's pod failed: the kubelet's
+// message (an eviction), and the containers that exited with an error
+// (a pod under restartPolicy Never or OnFailure whose container ended has
+// no message of its own).
+func podFailedMessage(pod *corev1.Pod) string {
+	msg := fmt.Sprintf("pod %s has failed", pod.Name)
+	if pod.Status.Message != "" {
+		msg += ": " + pod.Status.Message
 	}
 	if held := containersHeld(pod); len(held) > 0 {
 		msg += "; " + strings.Join(held, "; ")

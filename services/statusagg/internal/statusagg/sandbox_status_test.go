@@ -169,3 +169,22 @@ func TestPodNotReadyMessageNamesWhatHoldsTheContainers(t *testing.T) {
 		t.Errorf("message\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A failed pod's message names the container that exited (restartPolicy
+// Never: the kubelet writes no message of its own), so a pool's kept dead
+// member says why it died.
+func TestPodFailedMessageNamesTheContainerThatExited(t *testing.T) {
+	pod := testPod(false)
+	pod.Name = "warm-a"
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{
+		{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}},
+	}
+	if got, want := podFailedMessage(pod), "pod warm-a has failed; container main exited with code 1 (Error)"; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	pod.Status.Message, pod.Status.ContainerStatuses = "The node was low on resource: memory.", nil
+	if got, want := podFailedMessage(pod), "pod warm-a has failed: The node was low on resource: memory."; got != want {
+		t.Errorf("evicted: message %q, want %q", got, want)
+	}
+}
