@@ -1,6 +1,8 @@
 package upgrade
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -36,4 +38,30 @@ func PoolOf(sb *agentsv1alpha1.Sandbox) *metav1.OwnerReference {
 func IsPoolMember(sb *agentsv1alpha1.Sandbox, set *agentsv1alpha1.SandboxSet) bool {
 	ref := PoolOf(sb)
 	return ref != nil && ref.UID == set.UID && sb.DeletionTimestamp == nil
+}
+
+// AnnotationMembersFailing is the SandboxSet annotation the selector writes
+// while its pool keeps dead members (phase Failed or Succeeded) of the
+// set's current revision instead of replacing them: "<revision> <why>",
+// why naming a failed member and what its Ready condition says. Members of
+// that revision died again and again (the selector's threshold), so
+// replacing them would be a hot loop that also destroys the evidence. The
+// selector removes it once no dead member of that revision is left (the
+// user deleted them: the pool replaces dead members again) or the template
+// changes. statusagg shows it as the set's MembersFailing condition and
+// Event.
+const AnnotationMembersFailing = "molt.dev/members-failing"
+
+// MembersFailingValue encodes AnnotationMembersFailing.
+func MembersFailingValue(revision, why string) string { return revision + " " + why }
+
+// MembersFailing returns why the pool keeps set's dead members of revision,
+// as the selector recorded it; "" when it does not, or the record is of
+// another revision (the template changed since).
+func MembersFailing(set *agentsv1alpha1.SandboxSet, revision string) string {
+	rev, why, ok := strings.Cut(set.Annotations[AnnotationMembersFailing], " ")
+	if !ok || rev != revision {
+		return ""
+	}
+	return why
 }

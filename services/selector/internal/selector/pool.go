@@ -50,6 +50,9 @@ type pool struct {
 	// revision, so the API server is asked once per set UID and revision
 	// rather than once per sync.
 	checks map[string]templateCheck
+	// deaths holds, per set, its dead members of the current revision
+	// deleted lately (pool_dead.go).
+	deaths map[string]deaths
 }
 
 // expectation is what one sync wrote and waits to see in the cache.
@@ -94,7 +97,10 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 //  4. its members (upgrade.IsPoolMember: controller = the set, not labelled
 //     claimed, not being deleted) and its revision
 //     (upgrade.Revision of its template);
-//  5. delete dead members (phase Succeeded or Failed);
+//  5. delete dead members (phase Succeeded or Failed), but keep those of
+//     the current revision once deadReplaced of them died within
+//     deadWindow (removeDead, recorded on the set for statusagg to show as
+//     MembersFailing): they stay members, not available;
 //  6. plan the rest (planPool): the outdated members to replace, the surplus
 //     to remove, how many to create;
 //  7. if the plan deletes an outdated member or creates one, check first
@@ -178,6 +184,7 @@ func (p *pool) forget(key string) {
 	defer p.mu.Unlock()
 	delete(p.expect, key)
 	delete(p.checks, key)
+	delete(p.deaths, key)
 }
 
 // reconcile is steps 4 to 10 of sync for set, recording its writes in e.
@@ -193,16 +200,21 @@ func (p *pool) reconcile(ctx context.Context, set *agentsv1alpha1.SandboxSet, e 
 		return err
 	}
 
-	var live []*agentsv1alpha1.Sandbox
+	var live, deadMembers []*agentsv1alpha1.Sandbox
 	for _, sb := range members {
-		if sb.Status.Phase == agentsv1alpha1.SandboxSucceeded || sb.Status.Phase == agentsv1alpha1.SandboxFailed {
-			if err := p.delete(ctx, e, sb, "dead: phase "+string(sb.Status.Phase)); err != nil {
-				return err
-			}
+		if dead(sb) {
+			deadMembers = append(deadMembers, sb)
 			continue
 		}
 		live = append(live, sb)
 	}
+	kept, err := p.removeDead(ctx, e, set, revision, deadMembers, time.Now())
+	if err != nil {
+		return err
+	}
+	// Dead members kept are members not available: not replaced, and
+	// counted against maxUnavailable.
+	live = append(live, kept...)
 
 	limits := poolLimits{replicas: int(set.Spec.Replicas), maxUnavailable: PoolMaxUnavailable(set)}
 	limits.maxCreating, limits.creatingLimited = poolScaleLimit(set)
@@ -308,7 +320,7 @@ func (pl poolPlan) needsTemplate() bool {
 }
 
 // planPool decides, from the cache alone, what a sync does to live (the
-// set's members, dead ones left out) on revision, within limits: steps 8
+// set's members, dead ones left out but for those kept) on revision, within limits: steps 8
 // to 10 of sync. It does not change live.
 func planPool(live []*agentsv1alpha1.Sandbox, revision string, limits poolLimits) poolPlan {
 	var plan poolPlan

@@ -87,7 +87,8 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 		return fmt.Errorf("watch Pods: %w", err)
 	}
 	// The SandboxSet warm pools. A refused template is recorded on its set
-	// (upgrade.AnnotationTemplateCheck), which statusagg shows.
+	// (upgrade.AnnotationTemplateCheck), and so are dead members kept
+	// (upgrade.AnnotationMembersFailing), which statusagg shows.
 	setInformer := factory.Agents().V1alpha1().SandboxSets()
 	pl := &pool{
 		client: client, sets: setInformer.Lister(), sandboxes: sandboxInformer.Lister(),
@@ -106,7 +107,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 			}
 			return err
 		},
-		expect: map[string]*expectation{}, checks: map[string]templateCheck{},
+		expect: map[string]*expectation{}, checks: map[string]templateCheck{}, deaths: map[string]deaths{},
 	}
 	poolCtl := controller.New("selector-pool", pl.sync, controller.WithMetrics(queues))
 	pl.enqueueAfter = poolCtl.EnqueueAfter
