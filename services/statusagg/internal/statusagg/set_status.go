@@ -66,6 +66,32 @@ func memberCreateRefusedMessage(set *agentsv1alpha1.SandboxSet, why string) stri
 		"fix what refuses them (a ResourceQuota on sandboxes: kubectl describe resourcequota -n %s; an admission webhook; the selector's RBAC)", set.Name, why, set.Namespace))
 }
 
+// ConditionMembersFailing is True on a SandboxSet while its pool keeps dead
+// members (phase Failed or Succeeded) of its current revision instead of
+// replacing them (the selector's upgrade.AnnotationMembersFailing): members
+// of that revision died again and again. A Warning Event of the same name
+// says so when it turns True.
+const (
+	ConditionMembersFailing = "MembersFailing"
+	// MembersFailingReasonDeadMembersKept: MembersFailing=True; the message
+	// names a failed member, what its Ready condition says, and what to do.
+	MembersFailingReasonDeadMembersKept = "DeadMembersKept"
+	// MembersFailingReasonReplacing: MembersFailing=False once the pool
+	// replaces dead members again (the template changed, or the dead
+	// members were deleted).
+	MembersFailingReasonReplacing = "Replacing"
+)
+
+// membersFailingMessage is MembersFailing's message for the selector's
+// record why: what the pool does, why, and what to do.
+func membersFailingMessage(set *agentsv1alpha1.SandboxSet, revision, why string) string {
+	return upgrade.WithNote(
+		fmt.Sprintf("members of the current revision (%s) keep dying: %s", revision, why),
+		fmt.Sprintf("they are kept, not replaced, and hold the rolling update: fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`; "+
+			"changing the template, or deleting the failed members (`kubectl get sbx -n %s -l %s=%s` lists them), resumes replacing them",
+			set.Name, set.Namespace, set.Namespace, agentsv1alpha1.LabelSandboxPool, set.Name))
+}
+
 // desiredSetStatus recomputes a SandboxSet's status from its members (the
 // sandboxes it controls that are not labelled claimed nor being deleted:
 // upgrade.IsPoolMember), recounted at every
@@ -81,7 +107,12 @@ func memberCreateRefusedMessage(set *agentsv1alpha1.SandboxSet, why string) stri
 //   - TemplateRefused: True with the selector's message while it refuses
 //     the current template, True (NoTemplate) while the set has no
 //     spec.template (only spec.templateRef, which molt does not support),
-//     False once neither holds.
+//     False once neither holds;
+//   - MemberCreateRefused: True while the selector records a refused
+//     member create;
+//   - MembersFailing: True while the selector records dead members of the
+//     current revision kept (upgrade.MembersFailing), False once it does
+//     not.
 func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.Sandbox) agentsv1alpha1.SandboxSetStatus {
 	st := *set.Status.DeepCopy()
 	st.ObservedGeneration = set.Generation
@@ -115,6 +146,13 @@ func desiredSetStatus(set *agentsv1alpha1.SandboxSet, members []*agentsv1alpha1.
 	} else if meta.FindStatusCondition(st.Conditions, ConditionMemberCreateRefused) != nil {
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionMemberCreateRefused, Status: metav1.ConditionFalse,
 			Reason: MemberReasonCreated, Message: "members are created again, or none is needed", ObservedGeneration: set.Generation})
+	}
+	if why := upgrade.MembersFailing(set, st.UpdateRevision); why != "" && st.UpdateRevision != "" {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionMembersFailing, Status: metav1.ConditionTrue,
+			Reason: MembersFailingReasonDeadMembersKept, Message: membersFailingMessage(set, st.UpdateRevision, why), ObservedGeneration: set.Generation})
+	} else if meta.FindStatusCondition(st.Conditions, ConditionMembersFailing) != nil {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionMembersFailing, Status: metav1.ConditionFalse,
+			Reason: MembersFailingReasonReplacing, Message: "the pool replaces dead members again", ObservedGeneration: set.Generation})
 	}
 	st.Replicas, st.AvailableReplicas, st.UpdatedReplicas, st.UpdatedAvailableReplicas = 0, 0, 0, 0
 	for _, sb := range members {
@@ -180,7 +218,7 @@ func (s *server) syncSet(ctx context.Context, key string) error {
 		}
 		return fmt.Errorf("update status of SandboxSet %s: %w", key, err)
 	}
-	for _, cond := range []string{ConditionTemplateRefused, ConditionMemberCreateRefused} {
+	for _, cond := range []string{ConditionTemplateRefused, ConditionMemberCreateRefused, ConditionMembersFailing} {
 		if c := meta.FindStatusCondition(want.Conditions, cond); c != nil && c.Status == metav1.ConditionTrue &&
 			(!meta.IsStatusConditionTrue(set.Status.Conditions, cond) || meta.FindStatusCondition(set.Status.Conditions, cond).Message != c.Message) {
 			s.recorder.Event(written, corev1.EventTypeWarning, cond, c.Message)

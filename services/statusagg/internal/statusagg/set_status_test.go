@@ -128,3 +128,33 @@ func TestSetStatusWithoutTemplate(t *testing.T) {
 		t.Error("with spec.template: no updateRevision")
 	}
 }
+
+// The selector's record of dead members kept shows as MembersFailing=True
+// with a failed member's message and what to do, only for the current
+// revision, and turns False once the record is gone.
+func TestSetStatusShowsDeadMembersKept(t *testing.T) {
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: "ns", Generation: 1}}
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+	rev := desiredSetStatus(set, nil).UpdateRevision
+	set.Annotations = map[string]string{upgrade.AnnotationMembersFailing: upgrade.MembersFailingValue("older", "warm-a: pod warm-a has failed")}
+	if c := meta.FindStatusCondition(desiredSetStatus(set, nil).Conditions, ConditionMembersFailing); c != nil {
+		t.Fatalf("an earlier revision's record shows: %+v", c)
+	}
+	set.Annotations[upgrade.AnnotationMembersFailing] = upgrade.MembersFailingValue(rev, "warm-b: pod warm-b has failed; container sandbox exited with code 1 (Error)")
+	st := desiredSetStatus(set, nil)
+	c := meta.FindStatusCondition(st.Conditions, ConditionMembersFailing)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != MembersFailingReasonDeadMembersKept {
+		t.Fatalf("MembersFailing = %+v, want True, reason %s", c, MembersFailingReasonDeadMembersKept)
+	}
+	for _, want := range []string{"warm-b: pod warm-b has failed; container sandbox exited with code 1", "kubectl patch sbs warm -n ns",
+		"deleting the failed members", "agents.kruise.io/sandbox-pool=warm"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+	set.Status = st
+	delete(set.Annotations, upgrade.AnnotationMembersFailing)
+	if c := meta.FindStatusCondition(desiredSetStatus(set, nil).Conditions, ConditionMembersFailing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != MembersFailingReasonReplacing {
+		t.Fatalf("after the record is gone: MembersFailing = %+v, want False", c)
+	}
+}
