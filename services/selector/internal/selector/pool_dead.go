@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -48,15 +49,11 @@ type deaths struct {
 	deleted  map[types.UID]time.Time
 }
 
-// recent is how many of d's deletions were within deadWindow of now.
+// recent is how many of d's deletions were within deadWindow of now; it
+// forgets the older ones.
 func (d deaths) recent(now time.Time) int {
-	n := 0
-	for _, at := range d.deleted {
-		if now.Sub(at) < deadWindow {
-			n++
-		}
-	}
-	return n
+	maps.DeleteFunc(d.deleted, func(_ types.UID, at time.Time) bool { return now.Sub(at) >= deadWindow })
+	return len(d.deleted)
 }
 
 // dead reports whether sb's pod ended: phase Succeeded or Failed.

@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
@@ -204,5 +206,14 @@ func TestDeadMembersAreKeptAfterTheThreshold(t *testing.T) {
 	}
 	if v, ok := set.Annotations[upgrade.AnnotationMembersFailing]; ok {
 		t.Errorf("record %q kept after the template changed", v)
+	}
+}
+
+// Deaths older than deadWindow are not counted, nor kept.
+func TestDeathsRecent(t *testing.T) {
+	now := time.Now()
+	d := deaths{deleted: map[types.UID]time.Time{"old": now.Add(-deadWindow - time.Second), "new": now.Add(-time.Minute)}}
+	if n := d.recent(now); n != 1 || len(d.deleted) != 1 {
+		t.Errorf("recent %d, %d remembered; want 1, 1", n, len(d.deleted))
 	}
 }
