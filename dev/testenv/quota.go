@@ -22,6 +22,14 @@ import (
 // requests.cpu (the probe asks for CPU alone).
 func (e *Env) SetQuota(t testing.TB, ns, name string, hard, used corev1.ResourceList) {
 	t.Helper()
+	if _, ok := hard[corev1.ResourceRequestsCPU]; !ok {
+		t.Fatalf("SetQuota %s/%s: hard must limit requests.cpu (the probe that tells when admission reads the status asks for CPU)", ns, name)
+	}
+	for res := range hard {
+		if _, ok := used[res]; !ok || (res != corev1.ResourcePods && res != corev1.ResourceRequestsCPU) {
+			t.Fatalf("SetQuota %s/%s: %s: hard may limit only pods and requests.cpu, and used must give each (admission refuses a quota whose status leaves one out)", ns, name, res)
+		}
+	}
 	ctx := context.Background()
 	quotas := e.Kube.CoreV1().ResourceQuotas(ns)
 	q, err := quotas.Get(ctx, name, metav1.GetOptions{})

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,6 +52,12 @@ func IsPoolMember(sb *agentsv1alpha1.Sandbox, set *agentsv1alpha1.SandboxSet) bo
 // changes. statusagg shows it as the set's MembersFailing condition and
 // Event.
 const AnnotationMembersFailing = "molt.dev/members-failing"
+
+// DeadMembersRetry is how long the pool keeps dead members before it tries
+// replacing them again (a few, then it keeps the next ones for as long
+// again): a cause that passed (an eviction, a registry that was down) does
+// not hold the pool short for good.
+const DeadMembersRetry = 10 * time.Minute
 
 // MembersFailingValue encodes AnnotationMembersFailing.
 func MembersFailingValue(revision, why string) string { return revision + " " + why }

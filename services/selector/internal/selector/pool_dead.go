@@ -29,24 +29,33 @@ import (
 // revision) or when no dead member of the revision is left (the user
 // deleted them). Dead members of another revision are deleted as before.
 //
+// Members kept for upgrade.DeadMembersRetry are tried again: the pool
+// replaces up to deadReplaced of them, then keeps the rest for as long
+// again, so a cause that passed (an eviction, a registry that was down)
+// does not hold the pool short for good, and one that did not costs
+// deadReplaced replacements per period, not a hot loop.
+//
 // The count lives in memory; the record on the set does not. A selector
 // that restarts while dead members are kept keeps them (the record says
-// so); one that restarts before it recorded anything deletes at most
-// deadReplaced dead members again before it keeps one.
+// so) for a whole period from its restart; one that restarts before it
+// recorded anything deletes at most deadReplaced dead members again before
+// it keeps one.
 
 const (
 	// deadReplaced is how many dead members of one revision the pool
 	// deletes within deadWindow before it keeps the next ones.
 	deadReplaced = 3
-	deadWindow   = 10 * time.Minute
+	deadWindow   = upgrade.DeadMembersRetry
 )
 
 // deaths is what the pool remembers of a set's dead members deleted: the
-// set (by UID), its revision, and when each (by UID) was deleted.
+// set (by UID), its revision, when each (by UID) was deleted, and since
+// when this process has seen the set keep dead members (zero: it does not).
 type deaths struct {
-	uid      types.UID
-	revision string
-	deleted  map[types.UID]time.Time
+	uid       types.UID
+	revision  string
+	deleted   map[types.UID]time.Time
+	heldSince time.Time
 }
 
 // recent is how many of d's deletions were within deadWindow of now; it
@@ -121,9 +130,26 @@ func (p *pool) removeDead(ctx context.Context, e *expectation, set *agentsv1alph
 		p.deaths[key] = d
 	}
 	recent := d.recent(now)
-	p.mu.Unlock()
-
 	held := upgrade.MembersFailing(set, revision) != ""
+	var retryIn time.Duration
+	switch {
+	case !held:
+		d.heldSince = time.Time{}
+	case d.heldSince.IsZero():
+		d.heldSince, retryIn = now, upgrade.DeadMembersRetry
+	case now.Sub(d.heldSince) < upgrade.DeadMembersRetry:
+		retryIn = upgrade.DeadMembersRetry - now.Sub(d.heldSince)
+	default:
+		// Kept for a whole period: try a few replacements again.
+		held, recent, d.heldSince = false, 0, time.Time{}
+		clear(d.deleted)
+	}
+	p.deaths[key] = d
+	p.mu.Unlock()
+	if retryIn > 0 {
+		p.enqueueAfter(key, retryIn)
+	}
+
 	remove, keep := planDead(deadMembers, revision, recent, held)
 	for _, sb := range remove {
 		if err := p.delete(ctx, e, sb, "dead: phase "+string(sb.Status.Phase)); err != nil {

@@ -207,6 +207,43 @@ func TestDeadMembersAreKeptAfterTheThreshold(t *testing.T) {
 	if v, ok := set.Annotations[upgrade.AnnotationMembersFailing]; ok {
 		t.Errorf("record %q kept after the template changed", v)
 	}
+	gone := member("warm-dead-z2", revision, failed)
+	gone.Namespace = "team-a"
+	if err := indexer.Delete(gone); err != nil {
+		t.Fatal(err)
+	}
+
+	// The new revision's members die too, past the threshold: kept. Kept
+	// for a whole period (an eviction that passed, a registry back up), the
+	// pool tries again: it replaces the kept member, and the record goes.
+	v2, err := upgrade.Revision(set.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range deadReplaced {
+		sb := add(member("warm-v2-dead-"+string(rune('0'+i)), v2, failed))
+		_ = c.reconcile(ctx, set, &expectation{})
+		writes()
+		if err := indexer.Delete(sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := add(member("warm-v2-dead-x", v2, failed))
+	sync(c, "a death past the threshold, on the new revision")
+	if upgrade.MembersFailing(set, v2) == "" {
+		t.Fatal("no record of the new revision's kept member")
+	}
+	sync(c, "kept, before a whole period")
+	key := set.Namespace + "/" + set.Name
+	c.mu.Lock()
+	d := c.deaths[key]
+	d.heldSince = d.heldSince.Add(-upgrade.DeadMembersRetry)
+	c.deaths[key] = d
+	c.mu.Unlock()
+	sync(c, "kept for a whole period", "delete "+last.Name, "create")
+	if v, ok := set.Annotations[upgrade.AnnotationMembersFailing]; ok {
+		t.Errorf("record %q kept after the kept member was replaced", v)
+	}
 }
 
 // Deaths older than deadWindow are not counted, nor kept.

@@ -164,7 +164,7 @@ func TestPodNotReadyMessageNamesWhatHoldsTheContainers(t *testing.T) {
 	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{
 		{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}},
 	}
-	want := `pod box is Pending; container init exited with code 2 (Error); container main waits: ImagePullBackOff; container sidecar waits: CreateContainerConfigError: secret "token" not found`
+	want := `pod box is Pending; container init exited with code 2 (Error); container main waits: its image does not pull (ImagePullBackOff; kubectl describe pod box says why); container sidecar waits: CreateContainerConfigError: secret "token" not found`
 	if got := podNotReadyMessage(pod); !strings.HasPrefix(got, "pod box is Pending") || !strings.HasSuffix(got, want[len("pod box is Pending"):]) {
 		t.Errorf("message\n%s\nwant\n%s", got, want)
 	}
@@ -186,5 +186,38 @@ func TestPodFailedMessageNamesTheContainerThatExited(t *testing.T) {
 	pod.Status.Message, pod.Status.ContainerStatuses = "The node was low on resource: memory.", nil
 	if got, want := podFailedMessage(pod), "pod warm-a has failed: The node was low on resource: memory."; got != want {
 		t.Errorf("evicted: message %q, want %q", got, want)
+	}
+}
+
+// The message stays the same while a pod cycles through the same cause: an
+// image pull that alternates ErrImagePull and ImagePullBackOff, a container
+// that runs, exits and backs off in turn. Each change would be a status write.
+func TestPodNotReadyMessageIsStableWhileThePodCycles(t *testing.T) {
+	at := func(states ...corev1.ContainerStatus) string {
+		pod := testPod(false)
+		pod.Status.ContainerStatuses = states
+		return podNotReadyMessage(pod)
+	}
+	pulling := []corev1.ContainerStatus{
+		{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "rpc error: manifest unknown"}}},
+		{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "nope:v9"`}}},
+	}
+	if a, b := at(pulling[0]), at(pulling[1]); a != b {
+		t.Errorf("image pull: %q then %q", a, b)
+	}
+	exited := &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+	crashing := []corev1.ContainerStatus{
+		{Name: "main", RestartCount: 3, LastTerminationState: corev1.ContainerState{Terminated: exited}, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+		{Name: "main", RestartCount: 3, LastTerminationState: corev1.ContainerState{Terminated: exited}, State: corev1.ContainerState{Terminated: exited}},
+		{Name: "main", RestartCount: 4, LastTerminationState: corev1.ContainerState{Terminated: exited}, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"}}},
+	}
+	first := at(crashing[0])
+	if !strings.Contains(first, "container main keeps exiting (CrashLoopBackOff): last exit code 1 (Error)") {
+		t.Errorf("crash loop: %q", first)
+	}
+	for _, s := range crashing[1:] {
+		if got := at(s); got != first {
+			t.Errorf("crash loop: %q, then %q", first, got)
+		}
 	}
 }

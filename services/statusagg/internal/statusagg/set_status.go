@@ -88,8 +88,9 @@ func membersFailingMessage(set *agentsv1alpha1.SandboxSet, revision, why string)
 	return upgrade.WithNote(
 		fmt.Sprintf("members of the current revision (%s) keep dying: %s", revision, why),
 		fmt.Sprintf("they are kept, not replaced, and hold the rolling update: fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`; "+
-			"changing the template, or deleting the failed members (`kubectl get sbx -n %s -l %s=%s` lists them), resumes replacing them",
-			set.Name, set.Namespace, set.Namespace, agentsv1alpha1.LabelSandboxPool, set.Name))
+			"changing the template, or deleting the failed members (those of `kubectl get sbx -n %s -l %s=%s,%s=false` whose STATUS is Failed or Succeeded; never a claimed sandbox), resumes replacing them; "+
+			"without either, the pool tries 3 more replacements every %s",
+			set.Name, set.Namespace, set.Namespace, agentsv1alpha1.LabelSandboxPool, set.Name, agentsv1alpha1.LabelSandboxClaimed, upgrade.DeadMembersRetry))
 }
 
 // desiredSetStatus recomputes a SandboxSet's status from its members (the
