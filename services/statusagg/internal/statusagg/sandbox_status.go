@@ -110,6 +110,10 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		(upgrade.InProgress(up.Reason) || agentsv1alpha1.IsUpgradingFailedReason(up.Reason)) {
 		st.Phase = agentsv1alpha1.SandboxUpgrading
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, agentsv1alpha1.ReadyReasonUpgrading, agentsv1alpha1.ReadyMessageUpgrading
+		// The pod's own words wait for the upgrade's end: while a stage
+		// runs the pod comes and goes, and each of its words would be one
+		// more status write.
+		st.Message = ""
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
 			st.Message = up.Message
 		}
