@@ -2,7 +2,6 @@ package statusagg
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,7 +176,7 @@ func podNotReadyMessage(pod *corev1.Pod) string {
 			msg += ": " + c.Message
 		}
 	}
-	if held := containersHeld(pod); len(held) > 0 {
+	if held := upgrade.HeldContainers(pod); len(held) > 0 {
 		msg += "; " + strings.Join(held, "; ")
 	}
 	return agentsv1alpha1.TruncateConditionMessage(msg)
@@ -192,40 +191,10 @@ func podFailedMessage(pod *corev1.Pod) string {
 	if pod.Status.Message != "" {
 		msg += ": " + pod.Status.Message
 	}
-	if held := containersHeld(pod); len(held) > 0 {
+	if held := upgrade.HeldContainers(pod); len(held) > 0 {
 		msg += "; " + strings.Join(held, "; ")
 	}
 	return agentsv1alpha1.TruncateConditionMessage(msg)
-}
-
-// containersHeld names the pod's containers that wait for something other
-// than their start, or exited with an error, in words that stay the same
-// while the cause does (each change costs a status write, and a broken pod
-// cycles for hours): an image that does not pull is one text whether the
-// kubelet is pulling or backing off; a container that keeps exiting is
-// named with its last exit, whether it runs, has just ended or backs off;
-// another wait (CreateContainerConfigError, InvalidImageName...) gives the
-// kubelet's reason and message.
-func containersHeld(pod *corev1.Pod) []string {
-	var held []string
-	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
-		waiting, last := s.State.Waiting, s.LastTerminationState.Terminated
-		switch {
-		case waiting != nil && (waiting.Reason == "ErrImagePull" || waiting.Reason == "ImagePullBackOff"):
-			held = append(held, fmt.Sprintf("container %s waits: its image does not pull (ImagePullBackOff; kubectl describe pod %s says why)", s.Name, pod.Name))
-		case s.RestartCount > 0 && last != nil && last.ExitCode != 0:
-			held = append(held, fmt.Sprintf("container %s keeps exiting (CrashLoopBackOff): last exit code %d (%s)", s.Name, last.ExitCode, last.Reason))
-		case waiting != nil && waiting.Reason != "" && waiting.Reason != "ContainerCreating" && waiting.Reason != "PodInitializing":
-			why := waiting.Reason
-			if waiting.Message != "" && !strings.Contains(why, "BackOff") {
-				why += ": " + waiting.Message
-			}
-			held = append(held, fmt.Sprintf("container %s waits: %s", s.Name, why))
-		case s.State.Terminated != nil && s.State.Terminated.ExitCode != 0:
-			held = append(held, fmt.Sprintf("container %s exited with code %d (%s)", s.Name, s.State.Terminated.ExitCode, s.State.Terminated.Reason))
-		}
-	}
-	return held
 }
 
 // podCreateFailedMessage is Ready's message while the API server refuses
