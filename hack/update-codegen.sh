@@ -117,3 +117,13 @@ echo "crd-overlay: SandboxUpdateOps spec.patch"
 	-crd "${CRD_DIR}/agents.kruise.io_sandboxupdateops.yaml" \
 	-field spec.patch \
 	-properties "${SCRIPT_ROOT}/hack/crd-overlays/sandboxupdateops-patch.yaml")
+
+# The root rule on the length of these names reports its field as
+# .metadata.name, which the schema must declare.
+for kind in sandboxupdateops sandboxsets; do
+	echo "crd-overlay: ${kind} metadata.name"
+	(cd "${SCRIPT_ROOT}/tools/codegen" && go run ./crd-overlay \
+		-crd "${CRD_DIR}/agents.kruise.io_${kind}.yaml" \
+		-field metadata \
+		-properties "${SCRIPT_ROOT}/hack/crd-overlays/metadata-name.yaml")
+done

@@ -196,7 +196,7 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 		// The name is the update-ops label's value on every claimed sandbox.
 		{name: "name of 63 characters", path: "metadata.name", value: strings.Repeat("a", 63)},
 		{name: "name of 64 characters", path: "metadata.name", value: strings.Repeat("a", 64),
-			wantErr: `<nil>: Invalid value: metadata.name must be at most 63 characters: molt writes it as the value of the agents.kruise.io/update-ops label`},
+			wantErr: `metadata.name: Invalid value: metadata.name must be at most 63 characters: molt writes it as the value of the agents.kruise.io/update-ops label`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,7 +397,7 @@ spec:
 		{name: "template not an object", path: "spec.template", value: "pod",
 			wantErr: `spec.template: Invalid value: "string": spec.template in body must be of type object`},
 		{name: "name of 64 characters", path: "metadata.name", value: strings.Repeat("p", 64),
-			wantErr: `<nil>: Invalid value: metadata.name must be at most 63 characters: it is the value of the agents.kruise.io/sandbox-pool`},
+			wantErr: `metadata.name: Invalid value: metadata.name must be at most 63 characters: it is the value of the agents.kruise.io/sandbox-pool`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,7 +26,7 @@ import (
 // +kubebuilder:printcolumn:name="UpdatedAvailableReplicas",type=integer,JSONPath=".status.updatedAvailableReplicas",description="Available sandboxes built from the current template"
 // +kubebuilder:printcolumn:name="UpdateRevision",type=string,JSONPath=".status.updateRevision",description="Hash of the current template"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
-// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.name) || self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is the value of the agents.kruise.io/sandbox-pool and sandbox-template labels on each sandbox of the pool, and a label value is at most 63 characters"
+// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.name) || self.metadata.name.size() <= 63",fieldPath=".metadata.name",message="metadata.name must be at most 63 characters: it is the value of the agents.kruise.io/sandbox-pool and sandbox-template labels on each sandbox of the pool, and a label value is at most 63 characters"
 type SandboxSet struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
