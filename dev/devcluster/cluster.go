@@ -36,6 +36,9 @@ type Config struct {
 	PodCIDR string
 	// CRDDir, when set, holds CRD manifests to install and wait for.
 	CRDDir string
+	// AdmissionPolicy, when set, is a file of ValidatingAdmissionPolicies
+	// and bindings to install after the CRDs (AdmissionPolicyFile).
+	AdmissionPolicy string
 	// Detach starts the processes in their own sessions with pid files, so
 	// they outlive the caller (make up).
 	Detach bool
@@ -215,6 +218,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 		cfg.Logf("CRDs from %s established", cfg.CRDDir)
+	}
+	if cfg.AdmissionPolicy != "" {
+		if err := InstallAdmissionPolicy(ctx, c.RestConfig, cfg.AdmissionPolicy); err != nil {
+			return nil, err
+		}
+		cfg.Logf("admission policy %s installed", cfg.AdmissionPolicy)
 	}
 	if err := EnsureNodes(ctx, kube, cfg.Nodes); err != nil {
 		return nil, c.withLogs(err, "kwok", "kube-controller-manager")

@@ -454,6 +454,10 @@ func deleteDeployWorkloads(t *testing.T, env *testenv.Env) {
 		env.Kube.AppsV1().StatefulSets(deployNamespace).DeleteCollection(ctx, opts, sel),
 		env.Kube.CoreV1().ConfigMaps(deployNamespace).DeleteCollection(ctx, opts, sel),
 		env.Kube.NetworkingV1().NetworkPolicies(deployNamespace).DeleteCollection(ctx, opts, sel),
+		// The one-active-ops policy: the package's other tests start a
+		// second ops beside an active one on purpose, to see it wait.
+		env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().DeleteCollection(ctx, opts, sel),
+		env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().DeleteCollection(ctx, opts, sel),
 	}
 	for _, user := range devcluster.NATSUsers {
 		errs = append(errs, env.Kube.CoreV1().Secrets(deployNamespace).Delete(ctx, "molt-nats-"+user, metav1.DeleteOptions{}))
@@ -476,6 +480,22 @@ func deleteDeployWorkloads(t *testing.T, env *testenv.Env) {
 			return false, err
 		}
 		return len(pods.Items) == 0, fmt.Errorf("%d pods left", len(pods.Items))
+	})
+	// The API server drops a deleted policy asynchronously: wait until a
+	// second ops beside an active one is admitted again.
+	ns := env.Namespace(t)
+	agents := versioned.NewForConfigOrDie(env.RestConfig)
+	idle := func(name string) *agentsv1alpha1.SandboxUpdateOps {
+		return &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: agentsv1alpha1.SandboxUpdateOpsSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"molt.dev/policy-probe": "none"}}, Paused: true}}
+	}
+	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, idle("policy-probe-a"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("create ops policy-probe-a: %v", err)
+		return
+	}
+	testenv.Eventually(t, 30*time.Second, "the one-active-ops policy is gone", func() (bool, error) {
+		_, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, idle("policy-probe-b"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, err
 	})
 }
 
@@ -573,7 +593,10 @@ func testDeployRBAC(t *testing.T, env *testenv.Env) {
 					t.Errorf("%s is allowed %s, which it does not need (%s)", service, a, reason)
 				}
 			}
-			realCalls(t, env, cfg, service, ns)
+			// A namespace per service: each makes its calls on an ops of
+			// its own, and deploy/admission allows one active ops per
+			// namespace.
+			realCalls(t, env, cfg, service, env.Namespace(t))
 		})
 	}
 }

@@ -70,6 +70,7 @@ func install(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("install", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (env KUBECONFIG)")
 	crds := fs.String("crds", "", "directory of the CRD manifests (deploy/crds)")
+	policy := fs.String("admission-policy", "", "file of the admission policy to install after the CRDs (deploy/admission/one-active-ops.yaml); empty installs none")
 	nodes := fs.Int("nodes", 3, "how many kwok nodes to create")
 	timeout := fs.Duration("timeout", 3*time.Minute, "deadline of the whole install")
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +92,12 @@ func install(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("CRDs of %s established\n", *crds)
+	if *policy != "" {
+		if err := devcluster.InstallAdmissionPolicy(ctx, cfg, *policy); err != nil {
+			return err
+		}
+		fmt.Printf("admission policy %s installed\n", *policy)
+	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("build kubernetes client: %w", err)
