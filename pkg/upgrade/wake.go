@@ -61,14 +61,22 @@ func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
 // before preUpgrade is the refusal of an image change, which touches
 // nothing: the pause stopped a pod that was never backed up.)
 //
-// Only the first failure of a chain wakes it: an attempt that failed in
+// Only the first failure of a chain wakes it, unless the template from
+// before the chain's first patch is still kept (OriginalTemplate: no
+// attempt of the chain got past PreUpgrade): an attempt that failed in
 // PreUpgrade after earlier failed attempts (ChainBehind) may follow one
 // that already replaced the pod, and the record keeps no reason but the
 // last one, so its backup may be the good one. Such a resume is not woken.
+//
+// Woken while OriginalTemplate holds, the pod is built from that template
+// (podcycler), not from spec.template, which carries the failed patch.
 func WakeAtAdmission(sb *agentsv1alpha1.Sandbox) bool {
 	if failed, reason, ok := FailedAttempt(sb); ok {
-		at := ResumeStage(reason)
-		return sb.Spec.Paused && at == agentsv1alpha1.UpgradingReasonPreUpgrade && len(ChainBehind(sb, failed)) == 0
+		if !sb.Spec.Paused || ResumeStage(reason) != agentsv1alpha1.UpgradingReasonPreUpgrade {
+			return false
+		}
+		_, backupToTake := OriginalTemplate(sb)
+		return backupToTake || len(ChainBehind(sb, failed)) == 0
 	}
 	return sb.Status.Phase == agentsv1alpha1.SandboxPaused
 }

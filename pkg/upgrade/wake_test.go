@@ -64,6 +64,11 @@ func TestWakeAtAdmission(t *testing.T) {
 		sb.Annotations = map[string]string{AnnotationResumes: ResumesValue(attempt, failed, reason)}
 		return sb
 	}
+	kept := func(sb *agentsv1alpha1.Sandbox, attempt string) *agentsv1alpha1.Sandbox {
+		sb.Annotations[AnnotationOriginalTemplate] = `{"spec":{"containers":[{"name":"sandbox","image":"v0"}]}}`
+		sb.Annotations[AnnotationOriginalTemplateFor] = attempt
+		return sb
+	}
 	sandbox := func(paused bool, phase agentsv1alpha1.SandboxPhase, failed string) *agentsv1alpha1.Sandbox {
 		sb := &agentsv1alpha1.Sandbox{}
 		sb.Spec.Paused = paused
@@ -95,6 +100,10 @@ func TestWakeAtAdmission(t *testing.T) {
 		// a1 failed in PreUpgrade resuming a0, which may have replaced the pod
 		// (the record keeps only a1's reason): a0's backup may be the good one.
 		{"paused, its preUpgrade failed resuming an earlier failure", resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonUpgradePodFailed), false},
+		// ...unless the template from before the chain's first patch is still
+		// kept for a1: no attempt of the chain got past PreUpgrade.
+		{"paused, its preUpgrade failed resuming an earlier one, the original template kept", kept(resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1"), true},
+		{"paused, its preUpgrade failed resuming an earlier one, the original template kept for another attempt", kept(resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonUpgradePodFailed), "a0"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := WakeAtAdmission(tc.sb); got != tc.want {

@@ -96,12 +96,13 @@ type watcher struct {
 	sawUpgrading map[string]bool
 	podAdds      map[string][]string    // sandbox name -> UIDs of pods added after start
 	podAddTimes  map[string][]time.Time // sandbox name -> when each of podAdds was seen
+	podImages    map[string][]string    // sandbox name -> the first container's image of each of podAdds
 	stop         chan struct{}
 }
 
 func watch(t *testing.T, s *stack, ns string) *watcher {
 	t.Helper()
-	w := &watcher{upgrading: map[string]bool{}, sawUpgrading: map[string]bool{}, podAdds: map[string][]string{}, podAddTimes: map[string][]time.Time{}, stop: make(chan struct{})}
+	w := &watcher{upgrading: map[string]bool{}, sawUpgrading: map[string]bool{}, podAdds: map[string][]string{}, podAddTimes: map[string][]time.Time{}, podImages: map[string][]string{}, stop: make(chan struct{})}
 	af := agentsinformers.NewSharedInformerFactoryWithOptions(s.agents, 0, agentsinformers.WithNamespace(ns))
 	kf := informers.NewSharedInformerFactoryWithOptions(s.env.Kube, 0, informers.WithNamespace(ns))
 	sbInf := af.Agents().V1alpha1().Sandboxes().Informer()
@@ -133,6 +134,11 @@ func watch(t *testing.T, s *stack, ns string) *watcher {
 		defer w.mu.Unlock()
 		w.podAdds[pod.Name] = append(w.podAdds[pod.Name], string(pod.UID))
 		w.podAddTimes[pod.Name] = append(w.podAddTimes[pod.Name], time.Now())
+		image := ""
+		if len(pod.Spec.Containers) > 0 {
+			image = pod.Spec.Containers[0].Image
+		}
+		w.podImages[pod.Name] = append(w.podImages[pod.Name], image)
 	}})
 	af.Start(w.stop)
 	kf.Start(w.stop)
@@ -141,7 +147,7 @@ func watch(t *testing.T, s *stack, ns string) *watcher {
 	}
 	// Pods that exist already are the old ones; count only later adds.
 	w.mu.Lock()
-	w.podAdds, w.podAddTimes = map[string][]string{}, map[string][]time.Time{}
+	w.podAdds, w.podAddTimes, w.podImages = map[string][]string{}, map[string][]time.Time{}, map[string][]string{}
 	w.mu.Unlock()
 	t.Cleanup(func() { close(w.stop) })
 	return w
@@ -152,6 +158,14 @@ func (w *watcher) addTimes(name string) []time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]time.Time(nil), w.podAddTimes[name]...)
+}
+
+// images returns the first container's image of each pod of sandbox name
+// seen created, in order.
+func (w *watcher) images(name string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.podImages[name]...)
 }
 
 func (w *watcher) snapshot() (maxUp int, saw map[string]bool, adds map[string][]string) {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,129 @@ func parseHookLines(out string) ([]hookLine, []string) {
 		lines = append(lines, hookLine{kind: f[0], host: f[1], ts: ts})
 	}
 	return lines, bad
+}
+
+// TestPausedPreUpgradeFailureKeepsTheOldTemplate: two paused sandboxes whose
+// woken upgrade failed in PreUpgrade (the hook failed on the pod woken with
+// the old template v1, so no backup was taken) carry the failed patch (v2)
+// in spec.template. No pod may run v2 before a preUpgrade succeeded on a v1
+// pod:
+//   - pf-01, unpaused by hand, gets a pod built from v1 (the template its
+//     workspace last ran), still PreUpgradeFailed, and the new ops backs it
+//     up on that pod before rebuilding it;
+//   - pf-00, resumed by the new ops while paused, is woken again on v1, its
+//     preUpgrade runs there, then it is rebuilt on v2 and paused again.
+func TestPausedPreUpgradeFailureKeepsTheOldTemplate(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	const (
+		pool = "pf-pool"
+		v1   = "my-registry/sandbox-image:v1"
+		v2   = "my-registry/sandbox-image:v2"
+	)
+	names := makeSandboxes(t, s, ns, "pf", 2, pool, func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/mnt/shared"}}
+		sb.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + ns + "/shared"}}}}
+	})
+	woken, unpaused := names[0], names[1]
+	pause(t, s, ns, names)
+	w := watch(t, s, ns)
+	pausedOps := func(name, pre, post string) string {
+		y := strings.Replace(hookOps(name, pool, v2, pre, post, 30), "maxUnavailable: 1", "maxUnavailable: 2", 1)
+		return strings.Replace(y, "spec:\n", "spec:\n  stateFilter:\n    states: [Paused]\n", 1)
+	}
+
+	kubectl(t, pausedOps("pf-up", `echo no space >&2; exit 1`, ""), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "pf-up", agentsv1alpha1.SandboxUpdateOpsFailed, 3*time.Minute)
+	for _, n := range names {
+		testenv.Eventually(t, time.Minute, n+" PreUpgradeFailed and stopped again", func() (bool, error) {
+			sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+			if up == nil || up.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+				return false, fmt.Errorf("Upgrading %+v", up)
+			}
+			if _, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("pod still there (%v)", err)
+			}
+			return true, nil
+		})
+		if got := w.images(n); !slices.Equal(got, []string{v1}) {
+			t.Errorf("%s: pods created by the failed upgrade run %v, want one woken with the old template [%s]", n, got, v1)
+		}
+	}
+	kubectl(t, "", "delete", "suo", "pf-up", "-n", ns, "--wait=true", "--timeout=60s")
+
+	// Unpaused by hand, it runs the template it ran before the failed upgrade.
+	if _, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, unpaused, types.MergePatchType, []byte(`{"spec":{"paused":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("unpause %s: %v", unpaused, err)
+	}
+	testenv.Eventually(t, time.Minute, unpaused+" has a Ready pod again", func() (bool, error) {
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, unpaused, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pod.DeletionTimestamp == nil && podIsReady(pod), fmt.Errorf("pod %s phase %s", pod.UID, pod.Status.Phase)
+	})
+	if got := w.images(unpaused); !slices.Equal(got, []string{v1, v1}) {
+		t.Errorf("%s unpaused after its failed preUpgrade: pods %v, want [%s %s] (the template before the failed upgrade; no backup was taken)", unpaused, got, v1, v1)
+	}
+	if c := upgradingCondition(t, s, ns, unpaused); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+		t.Errorf("%s unpaused: Upgrading %+v, want still PreUpgradeFailed (a new ops resumes it)", unpaused, c)
+	}
+
+	// A new ops resumes both from PreUpgrade, on a pod of the old template.
+	const (
+		pre  = `echo "pre $(hostname) $(date +%s.%N)" >> /mnt/shared/hooks`
+		post = `echo "post $(hostname) $(date +%s.%N)" >> /mnt/shared/hooks`
+	)
+	kubectl(t, pausedOps("pf-retry", pre, post), "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "pf-retry", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	if st := ops.Status; st.Replicas != 2 || st.UpdatedReplicas != 2 || st.FailedReplicas != 0 {
+		t.Errorf("pf-retry status %d %d %d, want 2 2 0", st.Replicas, st.UpdatedReplicas, st.FailedReplicas)
+	}
+	waitPausedWithoutPod(t, s, ns, woken, time.Minute)
+	out, code := sh(t, s, ns, unpaused, "cat /mnt/shared/hooks")
+	if code != 0 {
+		t.Fatalf("read the hook log: exit %d", code)
+	}
+	lines, bad := parseHookLines(out)
+	if len(bad) > 0 {
+		t.Fatalf("unreadable hook lines %q in:\n%s", bad, out)
+	}
+	for _, n := range names {
+		images, times := w.images(n), w.addTimes(n)
+		// pf-up's wake-up, then the resume's pod of the old template (a
+		// wake-up, or the unpause), then the pod of the new one.
+		if want := []string{v1, v1, v2}; !slices.Equal(images, want) {
+			t.Errorf("%s: pods %v, want %v", n, images, want)
+		}
+		var pres []float64
+		for _, l := range lines {
+			if l.host == n && l.kind == "pre" {
+				pres = append(pres, l.ts)
+			}
+		}
+		if len(pres) != 1 {
+			t.Errorf("%s: %d preUpgrade runs, want 1", n, len(pres))
+			continue
+		}
+		for i, img := range images {
+			if at := float64(times[i].UnixNano()) / 1e9; img != v1 && at < pres[0] {
+				t.Errorf("%s: a pod of %s was created at %.3f, before preUpgrade succeeded (%.3f)", n, img, at, pres[0])
+			}
+		}
+	}
+}
+
+func podIsReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -47,7 +47,7 @@ func TestSpecWriteNeedsTheClaimAsRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := &Patcher{agents: client}
-			_, err := p.writeSpec(context.Background(), read, ops, template("v2"), false, "uid-1")
+			_, err := p.writeSpec(context.Background(), read, ops, template("v2"), false, "uid-1", true)
 			got, gerr := client.AgentsV1alpha1().Sandboxes("ns").Get(context.Background(), "sbx", metav1.GetOptions{})
 			if gerr != nil {
 				t.Fatal(gerr)
@@ -56,9 +56,24 @@ func TestSpecWriteNeedsTheClaimAsRead(t *testing.T) {
 			if tc.written && (err != nil || image != "v2") {
 				t.Fatalf("write: err %v, image %s; want v2 written", err, image)
 			}
+			if original, ok := upgrade.OriginalTemplate(withAttempt(got, "uid-1", agentsv1alpha1.UpgradingReasonPreUpgrade)); tc.written &&
+				(!ok || original.Spec.Containers[0].Image != "v1") {
+				t.Fatalf("original template %v (kept: %v); want v1 kept for attempt uid-1 in the same write", original, ok)
+			}
 			if !tc.written && (err == nil || image != "v1") {
 				t.Fatalf("write: err %v, image %s; want it refused and v1 kept", err, image)
 			}
 		})
 	}
+}
+
+// withAttempt returns a copy of sb whose status shows attempt in reason, as
+// statusagg records it.
+func withAttempt(sb *agentsv1alpha1.Sandbox, attempt, reason string) *agentsv1alpha1.Sandbox {
+	sb = sb.DeepCopy()
+	sb.Status.Conditions = []metav1.Condition{
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: attempt},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+	}
+	return sb
 }

@@ -7,10 +7,13 @@
 // PreUpgrade. It applies the ops's Strategic Merge Patch to
 // spec.template and copies the ops's lifecycle hooks, in one Update against
 // the resourceVersion it read (spec.upgradePolicy is left as the user set
-// it). A paused sandbox the ops woke is patched only once its old pod is
-// Ready (it reports ResumeSucceed). Then
-// it publishes `patched` (hookrunner runs preUpgrade next), or, when the
-// attempt resumes at PostUpgrade on a pod already rebuilt, `pod-ready`.
+// it). For an attempt that resumes none, the same update keeps the template
+// it replaces (upgrade.AnnotationOriginalTemplate): until preUpgrade has
+// backed up the pod that runs it, podcycler builds any pod it makes outside
+// UpgradePod from that copy. A paused sandbox the ops woke is patched only
+// once its old pod is Ready (it reports ResumeSucceed). Then it publishes
+// `patched` (hookrunner runs preUpgrade next), or, when the attempt resumes
+// at PostUpgrade on a pod already rebuilt, `pod-ready`.
 //
 // A patch that cannot be applied to this sandbox's own template is filed as
 // PreUpgradeFailed (a `failed` event), before the pod is touched. For a

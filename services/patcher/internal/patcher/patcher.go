@@ -133,7 +133,8 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
-		written, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt)
+		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
+		written, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes)
 		if err != nil {
 			return err
 		}
@@ -186,20 +187,31 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 
 // writeSpec writes template and lifecycle if they differ, and for a
 // CheckpointRestore attempt its strategy (upgrade.AnnotationUpgradeStrategy),
-// in one JSON patch that holds only if the spec is still the one read (a
+// and, for an attempt that resumes none (fresh) and changes the template,
+// the template it replaces (upgrade.AnnotationOriginalTemplate, kept for
+// this attempt: until preUpgrade has backed up the pod that runs it, a pod
+// made outside UpgradePod is built from it), in one JSON patch that holds only if the spec is still the one read (a
 // test of metadata.generation, which status and label writes do not move,
 // so they never make it conflict). spec.upgradePolicy is not written: an ops does not need it,
 // and a policy left behind would make a later template edit recreate the pod
 // by surprise; one the user set stays as it is. It returns the written
 // sandbox's resourceVersion, "" when nothing was written.
-func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string) (string, error) {
+func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (string, error) {
 	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
-	if strategyOK && equality.Semantic.DeepEqual(sb.Spec.Template, target) &&
-		equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
+	sameTemplate := equality.Semantic.DeepEqual(sb.Spec.Template, target)
+	if strategyOK && sameTemplate && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
 		return "", nil
 	}
-	body, err := specPatch(sb, target, ops.Spec.Lifecycle, checkpoint, attempt)
+	original := ""
+	if fresh && !sameTemplate && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] != attempt {
+		value, ok := upgrade.OriginalTemplateValue(sb.Spec.Template)
+		if !ok {
+			klog.FromContext(ctx).Info("The template is too large to keep a copy of: until preUpgrade succeeds, a pod made for the sandbox outside the upgrade (an unpause, a wake-up to resume) is built from the patched template", "limit", upgrade.MaxOriginalTemplate)
+		}
+		original = value
+	}
+	body, err := specPatch(sb, target, ops.Spec.Lifecycle, checkpoint, attempt, original)
 	if err != nil {
 		return "", events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
 	}
@@ -225,13 +237,21 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 // pause once the attempt has failed, so the message carries the cause
 // itself rather than a pod to describe. resumed is the failed attempt this
 // one continues ("" when none): that attempt may have patched the template
-// the pod is woken with, and a new ops cannot wake it past a bad one.
+// the pod is woken with, and a new ops cannot wake it past a bad one; or,
+// when no preUpgrade has run since (upgrade.OriginalTemplate), the pod is
+// woken with the template from before that patch, and the message says how
+// to give that up.
 func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, resumed string) (*corev1.Pod, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.wakeTimeout)
 	defer cancel()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
+	_, original := upgrade.OriginalTemplate(sb)
 	failed := func(why string) string {
+		if original {
+			return fmt.Sprintf("the paused sandbox was woken for its upgrade with the template its pods ran before the patch of the failed upgrade this one resumes (attempt %s), as no preUpgrade has backed it up since (annotation %s), and its pod will not be Ready: %s; nothing was patched and it is paused again: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps; or, to give up that backup and wake it with its spec.template instead, remove the annotation (kubectl annotate sbx %s -n %s %s-), then create a new SandboxUpdateOps",
+				resumed, upgrade.AnnotationOriginalTemplate, why, sb.Name, sb.Namespace, upgrade.AnnotationOriginalTemplateFor)
+		}
 		if resumed != "" {
 			return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and it is paused again. Its spec.template may still carry the patch of the failed upgrade this one resumes (attempt %s), and every new SandboxUpdateOps wakes it with that template first: fix spec.template by hand (kubectl edit sbx %s -n %s, e.g. the image the pod ran before), or fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, resumed, sb.Name, sb.Namespace)
 		}
@@ -339,8 +359,10 @@ func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill
 // meanwhile releases the sandbox, and a template patched after that would
 // never be rolled out, while a later ops with the same patch would find
 // nothing to do), then the template, the lifecycle and, for a
-// CheckpointRestore attempt, the strategy annotation.
-func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifecycle *agentsv1alpha1.SandboxLifecycle, checkpoint bool, attempt string) ([]byte, error) {
+// CheckpointRestore attempt, the strategy annotation, and, when original is
+// not empty, the template replaced (upgrade.AnnotationOriginalTemplate, for
+// attempt).
+func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifecycle *agentsv1alpha1.SandboxLifecycle, checkpoint bool, attempt, original string) ([]byte, error) {
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
@@ -361,11 +383,16 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 	case sb.Spec.Lifecycle != nil:
 		ops = append(ops, op{Op: "remove", Path: "/spec/lifecycle"})
 	}
+	if (checkpoint || original != "") && sb.Annotations == nil {
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+	}
 	if checkpoint {
-		if sb.Annotations == nil {
-			ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
-		}
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationUpgradeStrategy), Value: upgrade.StrategyValue(attempt)})
+	}
+	if original != "" {
+		ops = append(ops,
+			op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOriginalTemplate), Value: original},
+			op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOriginalTemplateFor), Value: attempt})
 	}
 	return json.Marshal(ops)
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // A woken paused sandbox whose pod cannot start fails at once with the
@@ -55,6 +56,18 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 		_, why, err := p.waitAwake(context.Background(), sb, "failed-attempt")
 		if err != nil || !strings.Contains(why, "attempt failed-attempt") || !strings.Contains(why, "kubectl edit sbx "+sb.Name) {
 			t.Fatalf("waitAwake = %q, %v; want it to name the resumed attempt and how to fix the template", why, err)
+		}
+	})
+	t.Run("woken with the template kept from before the failed patch: says how to give it up", func(t *testing.T) {
+		kept := withAttempt(sb, "failed-attempt", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+		kept.Annotations = map[string]string{
+			upgrade.AnnotationOriginalTemplate:    `{"spec":{"containers":[{"name":"sandbox","image":"v1"}]}}`,
+			upgrade.AnnotationOriginalTemplateFor: "failed-attempt",
+		}
+		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		_, why, err := p.waitAwake(context.Background(), kept, "failed-attempt")
+		if err != nil || !strings.Contains(why, "before the patch of the failed upgrade") || !strings.Contains(why, "kubectl annotate sbx box-0 -n default "+upgrade.AnnotationOriginalTemplateFor+"-") {
+			t.Fatalf("waitAwake = %q, %v; want it to say the pod runs the kept template and how to give it up", why, err)
 		}
 	})
 	t.Run("ready", func(t *testing.T) {

@@ -6,7 +6,9 @@
 //
 //   - Lifecycle (sync): a Sandbox with spec.template, not paused and not being deleted, gets
 //     a Pod of its name built from the template (labels plus pod-template-hash, annotations,
-//     a controller reference). A pod is created only when none of that name exists; a
+//     a controller reference), or, while spec.template carries a patch whose preUpgrade
+//     has not backed the workspace up, from the template kept from before it
+//     (upgrade.PodTemplate). A pod is created only when none of that name exists; a
 //     template change alone never recreates a running pod. spec.paused deletes the pod with a
 //     UID precondition; unpausing creates it again. A deleted Sandbox's pod is removed by the
 //     garbage collector.

@@ -159,6 +159,11 @@ func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.San
 //     taken for dead, and the pod is the one that stage builds (target revision, the
 //     attempt's annotations), so a handler redelivered later finds it and adopts it
 //     instead of creating a second one;
+//   - spec.template carries the patch of an attempt that has not had a preUpgrade
+//     succeed (upgrade.OriginalTemplate: a paused sandbox woken to resume an attempt
+//     that failed in PreUpgrade, such a sandbox unpaused by hand, or its pod deleted)
+//     → a plain pod from the template the sandbox had before that patch: a pod of the
+//     patched template would start on the volumes before their backup;
 //   - the attempt ended failed → a pod carrying that attempt (it is a new pod with an
 //     empty workspace: a new attempt that resumes this one never backs it up over the
 //     good backup, upgrade.ResumeAt);
@@ -207,12 +212,17 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	if wrote {
 		logger.V(2).Info("Wrote access token of the agent-runtime")
 	}
-	revision, err := upgrade.Revision(sb.Spec.Template)
+	tpl, original := upgrade.PodTemplate(sb)
+	revision, err := upgrade.Revision(tpl)
 	if err != nil {
 		return fmt.Errorf("hash template of sandbox %s: %w", key, err)
 	}
-	pod, why := buildPod(sb, revision, "", ""), reasonLifecycle
+	pod, why := buildPodFrom(sb, tpl, revision, "", ""), reasonLifecycle
 	switch {
+	case original:
+		// spec.template carries a patch whose preUpgrade has not backed
+		// the workspace up: the pod runs the template it ran before, a
+		// plain pod that a resume takes for the original and backs up.
 	case reason == agentsv1alpha1.UpgradingReasonUpgradePod:
 		pod, why = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps]), reasonUpgrade
 	case agentsv1alpha1.IsUpgradingFailedReason(reason):
@@ -251,7 +261,7 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		return err
 	}
 	if created != nil {
-		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why)
+		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why, "originalTemplate", original)
 	}
 	if _, refused := sb.Annotations[upgrade.AnnotationPodCreateError]; refused {
 		return c.recordCreateRefusal(ctx, sb, "")

@@ -81,3 +81,55 @@ func TestPauseWaitsForTheAttemptInAStage(t *testing.T) {
 	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonSucceeded)
 	waitPodGone(t, ns, sb.Name)
 }
+
+// A sandbox whose attempt failed in PreUpgrade after its template was patched gets, when
+// it is unpaused (or its pod is deleted), a plain pod of the template kept from before the
+// patch: no preUpgrade has backed up its workspace, and a pod of the patched template
+// would start on its volumes first, taken by the resume for the failed attempt's new pod.
+// Once the copy no longer holds (the attempt got past PreUpgrade), spec.template is
+// built again.
+func TestPodOfAFailedPreUpgradeRunsTheOriginalTemplate(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+	const v1, v2 = "registry.example/sandbox:v1", "registry.example/sandbox:v2"
+
+	sb := createSandbox(t, ns, "sbx-orig", v1)
+	waitPodReady(t, ns, sb.Name, "")
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = true })
+	waitPodGone(t, ns, sb.Name)
+	// What the patcher and statusagg leave: the patch (v2) in spec.template, v1 kept
+	// for the attempt, the attempt failed in PreUpgrade.
+	original, ok := upgrade.OriginalTemplateValue(sb.Spec.Template)
+	if !ok {
+		t.Fatal("the template cannot be kept")
+	}
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
+		s.Spec.Template.Spec.Containers[0].Image = v2
+		s.Annotations = map[string]string{upgrade.AnnotationOriginalTemplate: original, upgrade.AnnotationOriginalTemplateFor: "a1"}
+	})
+	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = false })
+	pod := waitPodReady(t, ns, sb.Name, "")
+	revision, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, rev := pod.Spec.Containers[0].Image, pod.Labels[agentsv1alpha1.LabelPodTemplateHash]; img != v1 || rev != revision {
+		t.Errorf("pod of the unpaused sandbox: image %s, revision %s; want the kept template (%s, %s)", img, rev, v1, revision)
+	}
+	if a, ok := pod.Annotations[upgrade.AnnotationPodAttempt]; ok {
+		t.Errorf("pod of the unpaused sandbox carries %s=%s: a resume would take it for the failed attempt's new pod and skip preUpgrade", upgrade.AnnotationPodAttempt, a)
+	}
+
+	// A later attempt got past PreUpgrade (then failed): the copy no longer holds.
+	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	again := waitPodReady(t, ns, sb.Name, string(pod.UID))
+	if img := again.Spec.Containers[0].Image; img != v2 {
+		t.Errorf("pod after the attempt got past PreUpgrade: image %s, want spec.template's %s", img, v2)
+	}
+}

@@ -22,7 +22,12 @@ var sandboxKind = agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox")
 // for an upgrade, molt.dev/attempt=<attempt> and molt.dev/ops=<ops name>, and a controller
 // reference to the sandbox.
 func buildPod(sb *agentsv1alpha1.Sandbox, revision, attempt, ops string) *corev1.Pod {
-	tpl := sb.Spec.Template
+	return buildPodFrom(sb, sb.Spec.Template, revision, attempt, ops)
+}
+
+// buildPodFrom is buildPod from tpl instead of sb's spec.template (revision is
+// tpl's).
+func buildPodFrom(sb *agentsv1alpha1.Sandbox, tpl *corev1.PodTemplateSpec, revision, attempt, ops string) *corev1.Pod {
 	labels := maps.Clone(tpl.Labels)
 	if labels == nil {
 		labels = map[string]string{}

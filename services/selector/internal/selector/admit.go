@@ -83,11 +83,25 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	if upgrade.WakeAtAdmission(sb) {
 		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")
 	}
-	if failed, reason, ok := upgrade.FailedAttempt(sb); ok && failed != attempt {
+	failed, reason, resumes := upgrade.FailedAttempt(sb)
+	if resumes && failed != attempt {
 		// The chain failed itself continued goes on: its pod may be one an
 		// attempt before it built (upgrade.ResumedChain), or one an attempt
 		// that continued it built before it was abandoned (ChainBehind).
 		patch.Metadata.Annotations[upgrade.AnnotationResumes] = ptr(upgrade.ResumesValue(attempt, failed, reason, upgrade.ChainBehind(sb, failed)...))
+	}
+	// The template from before a failed attempt's patch is kept for this
+	// one when that attempt never backed the workspace up: its pods are
+	// built from it until this attempt's preUpgrade succeeds. Any other
+	// copy is stale; a fresh attempt's own is written by the patcher.
+	_, keyed := sb.Annotations[upgrade.AnnotationOriginalTemplateFor]
+	if _, kept := sb.Annotations[upgrade.AnnotationOriginalTemplate]; keyed || kept {
+		if _, holds := upgrade.OriginalTemplate(sb); holds && resumes && failed != attempt {
+			patch.Metadata.Annotations[upgrade.AnnotationOriginalTemplateFor] = ptr(attempt)
+		} else if !holds {
+			patch.Metadata.Annotations[upgrade.AnnotationOriginalTemplateFor] = nil
+			patch.Metadata.Annotations[upgrade.AnnotationOriginalTemplate] = nil
+		}
 	}
 	written, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {

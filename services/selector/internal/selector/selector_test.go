@@ -438,9 +438,31 @@ func TestAdmissionSetsTheWakeMarkForThisAttempt(t *testing.T) {
 	f.updateOps("first", true, func(o *agentsv1alpha1.SandboxUpdateOps) {
 		o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 	})
+	// The patcher kept each one's template from before first's patch
+	// (upgrade.AnnotationOriginalTemplate).
+	original := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`,
+		upgrade.AnnotationOriginalTemplate, `{"spec":{"containers":[{"name":"sandbox","image":"`+oldImage+`"}]}}`,
+		upgrade.AnnotationOriginalTemplateFor, string(first.UID))
+	for _, name := range []string{"sbx-0", "sbx-1"} {
+		if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, name, types.MergePatchType, []byte(original), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("keep the original template of %s: %v", name, err)
+		}
+	}
 
-	f.ops("second", 2, newImage, withPaused)
+	second := f.ops("second", 2, newImage, withPaused)
 	f.waitClaimed("second", "sbx-0", "sbx-1")
+	// sbx-1 was never backed up: the original template is kept for second,
+	// whose pods are built from it until its preUpgrade succeeds. sbx-0's
+	// backup was taken: its copy goes.
+	if sb := f.getSandbox("sbx-1"); sb.Annotations[upgrade.AnnotationOriginalTemplateFor] != string(second.UID) || sb.Annotations[upgrade.AnnotationOriginalTemplate] == "" {
+		t.Errorf("sbx-1 (failed in PreUpgrade) resumed by second: original template kept for %q (%d bytes), want it kept for second (%s)",
+			sb.Annotations[upgrade.AnnotationOriginalTemplateFor], len(sb.Annotations[upgrade.AnnotationOriginalTemplate]), second.UID)
+	}
+	for _, key := range []string{upgrade.AnnotationOriginalTemplate, upgrade.AnnotationOriginalTemplateFor} {
+		if v, ok := f.getSandbox("sbx-0").Annotations[key]; ok {
+			t.Errorf("sbx-0 (failed in UpgradePod) resumed by second: annotation %s = %q, want none: its backup was taken", key, v)
+		}
+	}
 	if v, ok := f.getSandbox("sbx-0").Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger]; ok {
 		t.Errorf("sbx-0 (failed in UpgradePod) resumed by second: annotation %s = %q, want none: its resume builds the new pod", agentsv1alpha1.AnnotationUpgradeResumeTrigger, v)
 	}
