@@ -10,14 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 
 	"molt.dev/pkg/controller"
 	"molt.dev/pkg/events"
-	"molt.dev/pkg/generated/clientset/versioned"
 	"molt.dev/pkg/generated/informers/externalversions"
 	"molt.dev/pkg/service"
 	"molt.dev/pkg/upgrade"
@@ -40,14 +38,17 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		pub := ep.Publisher
-		admit := func(ctx context.Context) error { return runController(ctx, cfg, rt.Agents, rt.Kube, pub, rt.Queues) }
+		admit := func(ctx context.Context) error { return runController(ctx, cfg, rt, pub) }
 		return cfg.LeaderElection.Run(ctx, rt.Kube, admit)
 	})
 }
 
 // runController starts the informers (one shared factory) and the ops
-// controller, and blocks until ctx is cancelled.
-func runController(ctx context.Context, cfg Config, client versioned.Interface, kube kubernetes.Interface, pub *events.Publisher, queues *controller.QueueMetrics) error {
+// controller, and blocks until ctx is cancelled. The replica is ready once
+// its caches have synced: one whose list or watch is refused (RBAC) shows
+// not ready, naming the caches, instead of admitting nothing in silence.
+func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *events.Publisher) error {
+	client, kube, queues := rt.Agents, rt.Kube, rt.Queues
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(controller.StripManagedFields))
 	opsInformer := factory.Agents().V1alpha1().SandboxUpdateOps()
 	sandboxInformer := factory.Agents().V1alpha1().Sandboxes()
@@ -125,6 +126,7 @@ func runController(ctx context.Context, cfg Config, client versioned.Interface, 
 	defer factory.Shutdown()
 	defer podFactory.Shutdown()
 	synced := []cache.InformerSynced{opsInformer.Informer().HasSynced, sandboxInformer.Informer().HasSynced, podInformer.Informer().HasSynced, setInformer.Informer().HasSynced}
+	rt.ReadyWhenSynced("ops, sandbox, pod and SandboxSet caches", synced...)
 	errs := make(chan error, 2)
 	go func() { errs <- directCtl.Run(ctx, 1, synced...) }()
 	go func() { errs <- poolCtl.Run(ctx, 2, synced...) }()
