@@ -67,8 +67,17 @@ func impersonatingKubeconfig(env *testenv.Env, dir, service string) (string, err
 	return path, nil
 }
 
-// rbacKinds are what applyDeployRBAC applies of deploy/base.
-var rbacKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+// rbacKinds are what applyDeployRBAC applies of deploy/base, with the
+// admission policy that limits the selector's and hookrunner's pod writes
+// (servicePodWritesPolicy); not the one-active-ops policy
+// (oneActiveOpsPolicy): the package's tests start a second ops beside an
+// active one on purpose, to see it wait.
+var rbacKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+const (
+	servicePodWritesPolicy = "molt-service-pod-writes"
+	oneActiveOpsPolicy     = "molt-one-active-ops-per-namespace"
+)
 
 // applyDeployRBAC applies, server-side, the namespace, ServiceAccounts and
 // RBAC of deploy/base (not its Deployments) to the harness's control plane.
@@ -79,7 +88,7 @@ func applyDeployRBAC(env *testenv.Env) error {
 	}
 	var docs []string
 	for _, o := range objs {
-		if slices.Contains(rbacKinds, o.GetKind()) {
+		if slices.Contains(rbacKinds, o.GetKind()) && o.GetName() != oneActiveOpsPolicy {
 			data, err := json.Marshal(o.Object)
 			if err != nil {
 				return fmt.Errorf("encode %s %s: %w", o.GetKind(), o.GetName(), err)
@@ -87,7 +96,7 @@ func applyDeployRBAC(env *testenv.Env) error {
 			docs = append(docs, string(data))
 		}
 	}
-	_, err = runKubectl(env, strings.Join(docs, "\n"), "apply", "--server-side", "--field-manager=molt-e2e", "-f", "-")
+	_, err = runKubectl(env, strings.Join(docs, "\n"), "apply", "--server-side", "--force-conflicts", "--field-manager=molt-e2e", "-f", "-")
 	return err
 }
 
@@ -456,8 +465,8 @@ func deleteDeployWorkloads(t *testing.T, env *testenv.Env) {
 		env.Kube.NetworkingV1().NetworkPolicies(deployNamespace).DeleteCollection(ctx, opts, sel),
 		// The one-active-ops policy: the package's other tests start a
 		// second ops beside an active one on purpose, to see it wait.
-		env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().DeleteCollection(ctx, opts, sel),
-		env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().DeleteCollection(ctx, opts, sel),
+		env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, oneActiveOpsPolicy, opts),
+		env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, oneActiveOpsPolicy, opts),
 	}
 	for _, user := range devcluster.NATSUsers {
 		errs = append(errs, env.Kube.CoreV1().Secrets(deployNamespace).Delete(ctx, "molt-nats-"+user, metav1.DeleteOptions{}))
@@ -699,6 +708,31 @@ func realCalls(t *testing.T, env *testenv.Env, cfg *rest.Config, service, ns str
 	}
 	if allowed != nil {
 		t.Errorf("%s may %s, but the API server said: %v", service, allowedWhat, allowed)
+	}
+	// What RBAC grants beyond the need, deploy/admission's
+	// molt-service-pod-writes refuses: a real pod create by the selector,
+	// a hookrunner write of anything but a pod's annotations.
+	var beyond func() error
+	switch service {
+	case "selector":
+		beyond = func() error {
+			probe := pod.DeepCopy()
+			probe.ResourceVersion, probe.UID, probe.Name, probe.GenerateName = "", "", "", pod.Name+"-"
+			_, err := kube.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{})
+			return err
+		}
+	case "hookrunner":
+		beyond = func() error {
+			image := []byte(`{"spec":{"containers":[{"name":"c","image":"example.com/rbac:v2"}]}}`)
+			_, err := kube.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.StrategicMergePatchType, image, metav1.PatchOptions{})
+			return err
+		}
+	}
+	if beyond != nil {
+		testenv.Eventually(t, 30*time.Second, service+"'s write beyond its need is refused by molt-service-pod-writes", func() (bool, error) {
+			err := beyond()
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "molt-service-pod-writes"), err
+		})
 	}
 	if !apierrors.IsForbidden(refused) {
 		t.Errorf("%s must not %s, but the API server answered %v, not Forbidden", service, refusedWhat, refused)
