@@ -148,6 +148,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		// without this plugin a pod created before the namespace's default
 		// service account exists would be refused.
 		"--disable-admission-plugins=ServiceAccount",
+		// On in OpenShift and many hardened clusters: an owner reference
+		// with blockOwnerDeletion needs `update` on the owner's finalizers
+		// (deploy/'s RBAC grants it), which the e2e stack's services then
+		// prove with every pod, Checkpoint and pool member they create.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		// MOLT_APISERVER_PROFILING=1 serves /debug/pprof (where a bench's

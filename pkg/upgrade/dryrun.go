@@ -147,9 +147,14 @@ func QuotaExceeded(refused string) bool {
 }
 
 // isRBACDenial tells the authorizer's refusal ("... cannot create resource
-// "pods" ...") from admission's.
+// "pods" ...") from admission's. The OwnerReferencesPermissionEnforcement
+// admission plugin's refusals are the caller's permissions too: it may not
+// set finalizers on the owner (blockOwnerDeletion) or delete what it owns.
 func isRBACDenial(err error) bool {
-	return strings.Contains(err.Error(), `cannot create resource "pods"`)
+	msg := err.Error()
+	return strings.Contains(msg, `cannot create resource "pods"`) ||
+		strings.Contains(msg, "cannot set blockOwnerDeletion") ||
+		strings.Contains(msg, "cannot set an ownerRef on a resource you can't delete")
 }
 
 // PodFrom is the pod a template would give the sandbox ns/name, as the

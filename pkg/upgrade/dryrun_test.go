@@ -68,3 +68,24 @@ func TestStableRefusalOfALongName(t *testing.T) {
 		t.Errorf("StableRefusal = %q, want %q", got, want)
 	}
 }
+
+// The caller's own permissions refusing a pod create — RBAC, or the
+// OwnerReferencesPermissionEnforcement plugin's owner checks — are not the
+// pod's fault: PodRefusal gives "" (fix the service's RBAC), not a refusal
+// that would fail the sandbox as if its template were wrong.
+func TestPodRefusalLeavesOutTheCallersPermissions(t *testing.T) {
+	pods := schema.GroupResource{Resource: "pods"}
+	forbidden := func(why string) error { return apierrors.NewForbidden(pods, "box-0", errors.New(why)) }
+	for _, err := range []error{
+		forbidden(`User "system:serviceaccount:molt-system:podcycler" cannot create resource "pods" in API group "" in the namespace "demo"`),
+		forbidden(`cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: User "system:serviceaccount:molt-system:podcycler" cannot update resource "sandboxes/finalizers"`),
+		forbidden(`cannot set an ownerRef on a resource you can't delete: User "x" cannot delete resource "pods"`),
+	} {
+		if got := PodRefusal(err); got != "" {
+			t.Errorf("PodRefusal(%v) = %q, want \"\" (the caller's permissions)", err, got)
+		}
+	}
+	if got := PodRefusal(forbidden(`violates PodSecurity "restricted:latest": privileged`)); got == "" {
+		t.Error("PodRefusal of a Pod Security refusal = \"\", want the refusal")
+	}
+}
