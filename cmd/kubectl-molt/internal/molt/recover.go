@@ -404,7 +404,13 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 		return err
 	}
 	if !upgrade.IsFinished(ops) && !ops.Spec.Paused {
-		if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{}); err != nil {
+		// Only the ops read: one deleted and applied again under the same
+		// name meanwhile fails the test and is left running.
+		pause := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"add","path":"/spec/paused","value":true}]`, ops.UID)
+		if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Patch(ctx, name, types.JSONPatchType, []byte(pause), metav1.PatchOptions{}); err != nil {
+			if now, gerr := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil && now.UID != ops.UID {
+				return fmt.Errorf("SandboxUpdateOps %s/%s was deleted and created again while abort read it (uid %s, now %s); nothing was paused: run abort again to abort the new one", ns, name, ops.UID, now.UID)
+			}
 			return fmt.Errorf("pause SandboxUpdateOps %s/%s: %w", ns, name, err)
 		}
 		fmt.Fprintf(a.out, "paused SandboxUpdateOps %s/%s: no new sandbox is admitted\n", ns, name)
