@@ -16,7 +16,11 @@
 // at PostUpgrade on a pod already rebuilt, `pod-ready`.
 //
 // A patch that cannot be applied to this sandbox's own template is filed as
-// PreUpgradeFailed (a `failed` event), before the pod is touched. For a
+// PreUpgradeFailed (a `failed` event), before the pod is touched; so is a
+// spec write the API server refuses for good (an admission policy, RBAC,
+// validation; upgrade.Refusal), at once and in the server's words, once a
+// fresh read shows the sandbox still as read (a failed test of the write's
+// JSON patch is Invalid too, and is retried). For a
 // CheckpointRestore ops it marks the attempt's strategy on the sandbox
 // (upgrade.AnnotationUpgradeStrategy), in the same update; one whose patch
 // changes an image (refused at apply by CEL) fails with CheckpointFailed.

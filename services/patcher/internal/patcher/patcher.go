@@ -48,7 +48,9 @@ type Patcher struct {
 //     PreUpgradeFailed (the stage the patch belongs to) and touches nothing;
 //  5. write template and lifecycle in one update carrying the
 //     resourceVersion read (nothing is written when nothing changes;
-//     spec.upgradePolicy is left as the user set it);
+//     spec.upgradePolicy is left as the user set it); a write the API server
+//     refuses for good while the sandbox is still as read (writeSpec) fails
+//     it as PreUpgradeFailed at once, in the server's words;
 //  6. publish `patched` with the target revision and the pod that exists now;
 //     a resumed attempt continues from upgrade.ResumeAt (never skipping a
 //     backup the original pod can still give), straight to `pod-ready` when
@@ -134,9 +136,13 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
 		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
-		written, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes)
+		written, refused, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes)
 		if err != nil {
 			return err
+		}
+		if refused != "" {
+			return p.fail(ctx, ev, fmt.Sprintf("the API server refused the patched template of sandbox %s/%s (SandboxUpdateOps %s): %s; nothing was changed, preUpgrade did not run and the old pod keeps running: fix the cause (an admission policy or webhook, the patcher's RBAC, or the patch), then create a new SandboxUpdateOps",
+				sb.Namespace, sb.Name, ops.Name, refused))
 		}
 		if written != "" {
 			version = written
@@ -190,18 +196,28 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 // and, for an attempt that resumes none (fresh) and changes the template,
 // the template it replaces (upgrade.AnnotationOriginalTemplate, kept for
 // this attempt: until preUpgrade has backed up the pod that runs it, a pod
-// made outside UpgradePod is built from it), in one JSON patch that holds only if the spec is still the one read (a
-// test of metadata.generation, which status and label writes do not move,
-// so they never make it conflict). spec.upgradePolicy is not written: an ops does not need it,
+// made outside UpgradePod is built from it), in one JSON patch that holds
+// only if the spec is still the one read (a test of metadata.generation,
+// which status and label writes do not move, so they never make it
+// conflict). spec.upgradePolicy is not written: an ops does not need it,
 // and a policy left behind would make a later template edit recreate the pod
-// by surprise; one the user set stays as it is. It returns the written
-// sandbox's resourceVersion, "" when nothing was written.
-func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (string, error) {
+// by surprise; one the user set stays as it is.
+//
+// It returns the written sandbox's resourceVersion ("" when nothing was
+// written); or, when the API server refuses the write for good
+// (upgrade.Refusal: an admission policy or webhook, RBAC, validation) while
+// the sandbox is still as read (stillAsRead), the server's words, for the
+// caller to fail the attempt with at once instead of waiting for
+// redeliveries that get the same answer. Any other error is returned for a
+// redelivery, which reads the sandbox again: a failed test of the patch (the
+// sandbox changed, was released or recreated since read) is Invalid too, and
+// is told apart by reading the sandbox again.
+func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (written, refused string, err error) {
 	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
 	sameTemplate := equality.Semantic.DeepEqual(sb.Spec.Template, target)
 	if strategyOK && sameTemplate && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
-		return "", nil
+		return "", "", nil
 	}
 	original := ""
 	if fresh && !sameTemplate && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] != attempt {
@@ -213,19 +229,65 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 	}
 	body, err := specPatch(sb, target, ops.Spec.Lifecycle, checkpoint, attempt, original)
 	if err != nil {
-		return "", events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
+		return "", "", events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
 	}
-	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	out, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
+		return "", "", fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
+	}
+	if words := upgrade.Refusal(err); words != "" {
+		same, changed, rerr := p.stillAsRead(ctx, sb, ops.Name, attempt)
+		if rerr != nil {
+			return "", "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w; then %w", sb.Namespace, sb.Name, sb.Generation, err, rerr)
+		}
+		if same {
+			klog.FromContext(ctx).Info("The API server refused the spec write", "err", err)
+			return "", words, nil
+		}
+		// The patch's tests failed (or the refusal met a sandbox that has
+		// moved on): the retry reads the sandbox again and skips it, or
+		// patches it as it is now.
+		return "", "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): the sandbox changed since read (%s): %w", sb.Namespace, sb.Name, sb.Generation, changed, err)
 	}
 	if err != nil {
-		// A failed generation test (the spec changed since read) lands
-		// here too: the retry reads the sandbox again.
-		return "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
+		return "", "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
 	}
-	klog.FromContext(ctx).V(1).Info("spec patched", "resourceVersion", written.ResourceVersion)
-	return written.ResourceVersion, nil
+	klog.FromContext(ctx).V(1).Info("spec patched", "resourceVersion", out.ResourceVersion)
+	return out.ResourceVersion, "", nil
+}
+
+// stillAsRead reads the sandbox again, from etcd, and reports whether it is
+// still what specPatch tested read as: the same UID, not being deleted, the
+// spec at the same generation, and claimed as read by attempt of the ops
+// named opsName (its ops label and claim annotation). When it is, a refusal
+// of the spec write was the API server's answer to the write itself, not a
+// failed test: generation only grows and a claim names the ops's UID, so a
+// sandbox that changed and changed back cannot pass for one that did not.
+// The same holds for a refusal that is not Invalid (RBAC answers before the
+// tests are run): an attempt whose ops was deleted meanwhile is skipped by
+// the retry, not failed. changed says, for the log, what differs.
+func (p *Patcher) stillAsRead(ctx context.Context, sb *agentsv1alpha1.Sandbox, opsName, attempt string) (same bool, changed string, err error) {
+	now, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, "it is gone", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("get sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	claim, claimed := sb.Annotations[upgrade.AnnotationClaim]
+	nowClaim, nowClaimed := now.Annotations[upgrade.AnnotationClaim]
+	switch {
+	case now.UID != sb.UID:
+		return false, "another sandbox of that name was created", nil
+	case now.DeletionTimestamp != nil:
+		return false, "it is being deleted", nil
+	case now.Generation != sb.Generation:
+		return false, fmt.Sprintf("its spec is at generation %d, read at %d", now.Generation, sb.Generation), nil
+	case now.Labels[agentsv1alpha1.LabelUpdateOps] != sb.Labels[agentsv1alpha1.LabelUpdateOps] || nowClaim != claim || nowClaimed != claimed ||
+		!upgrade.ClaimedBy(now, opsName, attempt):
+		return false, fmt.Sprintf("it is claimed by %q (%q), read as %q (%q)", now.Labels[agentsv1alpha1.LabelUpdateOps], nowClaim, sb.Labels[agentsv1alpha1.LabelUpdateOps], claim), nil
+	}
+	return true, "", nil
 }
 
 // waitAwake polls until the pod of the woken paused sandbox sb is Ready

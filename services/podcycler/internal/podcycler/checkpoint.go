@@ -39,7 +39,9 @@ const checkpointPoll = 500 * time.Millisecond
 //     the sandbox, persistentContents [filesystem]) unless it exists, and
 //     wait, keeping the message alive, until a checkpointer marks it
 //     Succeeded (→ its id) or Failed (→ its message), for at most
-//     --pod-ready-timeout.
+//     --pod-ready-timeout. A create the API server refuses for good
+//     (upgrade.Refusal: an admission policy, RBAC, validation) is a problem
+//     at once, in the server's words.
 //
 // A problem (not an error) fails the sandbox with CheckpointFailed; the old
 // pod is untouched.
@@ -101,7 +103,15 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 			},
 			Spec: agentsv1alpha1.CheckpointSpec{SandboxName: sb.Name, PodName: old.Name, PersistentContents: []string{"filesystem"}},
 		}
-		if _, err := cps.Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_, err := cps.Create(ctx, want, metav1.CreateOptions{})
+		if words := upgrade.Refusal(err); words != "" {
+			// The same create gets the same answer until a person changes
+			// something: fail now, in the server's words, not after
+			// redeliveries minutes apart.
+			return "", fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s: %s; nothing was checkpointed, and the old pod was not deleted and keeps running: fix the cause (an admission policy or webhook, podcycler's RBAC, a quota on checkpoints), then create a new SandboxUpdateOps",
+				name, old.Name, sb.Namespace, sb.Name, words), nil
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return "", "", fmt.Errorf("create checkpoint %s/%s of pod %s (uid %s): %w", sb.Namespace, name, old.Name, old.UID, err)
 		}
 		klog.FromContext(ctx).Info("Asked for a checkpoint", "checkpoint", klog.KRef(sb.Namespace, name), "pod", klog.KObj(old), "uid", old.UID)

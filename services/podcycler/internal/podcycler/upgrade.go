@@ -70,7 +70,9 @@ func upgradePodFailure(ev events.Event) (events.StageFailure, bool) {
 //     keeps running (a ResourceQuota that a copy of the old pod exceeds too is full to the
 //     pod, not a refusal: upgrade.DryRunReplacePod);
 //  6. publish stage-started UpgradePod;
-//  7. delete the old pod with a UID precondition and wait until its name is free;
+//  7. delete the old pod with a UID precondition and wait until its name is free; a
+//     delete the API server refuses for good fails the sandbox (UpgradePodFailed, the
+//     server's words; deleteRefused) and the old pod keeps running;
 //  8. create the new pod: target revision, this attempt.
 //
 // The wait for Ready is finished by the Pod informer (watchUpgradedPod).
@@ -179,7 +181,7 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	if old != nil {
 		if old.DeletionTimestamp == nil {
 			if err := c.deletePod(ctx, ns, name, old.UID, reasonUpgrade); err != nil {
-				return err
+				return c.deleteRefused(ctx, d, old, err)
 			}
 			logger.Info("Deleted old pod", "pod", klog.KObj(old), "uid", old.UID)
 		}
@@ -245,6 +247,30 @@ func (c *cycler) loadSandbox(ctx context.Context, d events.Data) (*agentsv1alpha
 func atLeast(have, want string) bool {
 	cmp, err := resourceversion.CompareResourceVersion(have, want)
 	return err == nil && cmp >= 0
+}
+
+// deleteRefused handles err, the failed delete of the sandbox's old pod old
+// in the UpgradePod stage of d. A refusal for good (upgrade.Refusal: an
+// admission policy or webhook guarding pods, podcycler's RBAC) fails the
+// stage at once with the API server's words: a redelivery would get the same
+// answer, minutes later. The pod is read again first: a refusal of a name
+// that now holds another pod (admission answers before the UID precondition
+// is checked), or none, is left to the retry, which looks at the pod again.
+// Any other error is returned for a retry.
+func (c *cycler) deleteRefused(ctx context.Context, d events.Data, old *corev1.Pod, err error) error {
+	words := upgrade.Refusal(err)
+	if words == "" {
+		return err
+	}
+	now, gerr := c.livePod(ctx, old.Namespace, old.Name)
+	if gerr != nil {
+		return fmt.Errorf("%w; then %w", err, gerr)
+	}
+	if now == nil || now.UID != old.UID || now.DeletionTimestamp != nil {
+		return err
+	}
+	return c.failStage(ctx, d, fmt.Sprintf("the API server refused to delete the old pod %s (uid %s) of sandbox %s/%s: %s; the old pod keeps running and no new pod was created: fix the cause (an admission policy or webhook guarding pods, podcycler's RBAC), then create a new SandboxUpdateOps to resume",
+		old.Name, old.UID, d.Sandbox.Namespace, d.Sandbox.Name, words))
 }
 
 // failStage ends the attempt in UpgradePodFailed with message.

@@ -1,0 +1,108 @@
+package podcycler_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
+)
+
+// assertOldPodRuns fails the test unless the sandbox's pod is still the old
+// one, not being deleted, and no pod was created for the upgrade.
+func (r *upgradeRun) assertOldPodRuns(t *testing.T) {
+	t.Helper()
+	pod, err := testenv.Get(t).Kube.CoreV1().Pods(r.ns).Get(context.Background(), r.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the old pod: %v", err)
+	}
+	if pod.UID != r.oldPod.UID || pod.DeletionTimestamp != nil {
+		t.Errorf("pod %s (deleting: %v), want the old pod %s untouched", pod.UID, pod.DeletionTimestamp != nil, r.oldPod.UID)
+	}
+	if got := r.pods.of(r.name); len(got) != 0 {
+		t.Errorf("pods created for the upgrade = %v, want none", got)
+	}
+}
+
+// A Checkpoint that the API server refuses (an admission policy on
+// checkpoints) fails the sandbox's Checkpointing at once with the server's
+// words; the old pod keeps running. Before, the create was left to
+// redeliveries minutes apart, and the sandbox failed on a deadline with no
+// word of the cause.
+func TestRefusedCheckpointFailsCheckpointingAtOnce(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-ckpt-refused", func(s *corev1.PodSpec) {
+		s.Containers[0].Env = []corev1.EnvVar{{Name: "UPGRADED", Value: "1"}}
+	})
+	updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { markCheckpointRestore(s, testAttempt) })
+	const words = "checkpoints are not allowed in this namespace"
+	testenv.Get(t).Refuse(t, r.ns, testenv.Refusal{
+		Group: agentsv1alpha1.SchemeGroupVersion.Group, Resource: "checkpoints",
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Allow:      "false", Message: words,
+	}, func(ctx context.Context) error {
+		probe := &agentsv1alpha1.Checkpoint{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: r.ns},
+			Spec: agentsv1alpha1.CheckpointSpec{SandboxName: r.name, PodName: r.name, PersistentContents: []string{"filesystem"}}}
+		_, err := agents(t).AgentsV1alpha1().Checkpoints(r.ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 20*time.Second)
+	t.Logf("failed: %s", ev.Data.Message)
+	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonCheckpointing || ev.Data.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
+		t.Errorf("failed stage/reason = %s/%s, want Checkpointing/CheckpointFailed", ev.Data.Stage, ev.Data.Reason)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s", upgrade.CheckpointName(r.name, testAttempt), r.name, r.ns, r.name),
+		words, "the old pod was not deleted and keeps running", "then create a new SandboxUpdateOps",
+	} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("message %q lacks %q", ev.Data.Message, want)
+		}
+	}
+	r.assertOldPodRuns(t)
+}
+
+// A delete of the old pod that the API server refuses (an admission policy
+// guarding pods, or podcycler's RBAC) fails the sandbox's UpgradePod at once
+// with the server's words; the old pod keeps running and no new one is made.
+func TestRefusedOldPodDeleteFailsUpgradePodAtOnce(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-delete-refused", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
+	const words = "this pod may not be deleted"
+	testenv.Get(t).Refuse(t, r.ns, testenv.Refusal{
+		Resource:   "pods",
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+		Allow:      fmt.Sprintf("oldObject.metadata.name != '%s'", r.name), Message: words,
+	}, func(ctx context.Context) error {
+		return testenv.Get(t).Kube.CoreV1().Pods(r.ns).Delete(ctx, r.name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	})
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 20*time.Second)
+	t.Logf("failed: %s", ev.Data.Message)
+	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonUpgradePod || ev.Data.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+		t.Errorf("failed stage/reason = %s/%s, want UpgradePod/UpgradePodFailed", ev.Data.Stage, ev.Data.Reason)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("the API server refused to delete the old pod %s (uid %s) of sandbox %s/%s", r.name, r.oldPod.UID, r.ns, r.name),
+		words, "the old pod keeps running and no new pod was created", "then create a new SandboxUpdateOps to resume",
+	} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("message %q lacks %q", ev.Data.Message, want)
+		}
+	}
+	r.assertOldPodRuns(t)
+}
