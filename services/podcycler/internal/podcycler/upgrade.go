@@ -312,6 +312,13 @@ func stageData(in events.Data) events.Data {
 // being deleted, built from the target revision, and either created by this attempt or
 // not the pod that existed when the template was patched.
 //
+// A watchdog re-drive that names no old pod (its pod cache showed none, or it came from a
+// statusagg that did not name the original pod) cannot tell the original pod from one
+// built since: only the attempt's own mark makes the pod this attempt's. Otherwise the
+// original pod of a rollback (the template set back to what it runs) would be adopted as
+// this attempt's new pod instead of kept (runsTarget), and a resume after a failed
+// postUpgrade would skip its backup and restore an older one over its live files.
+//
 // Under CheckpointRestore it must also restore a checkpoint (restore-from): a pod
 // without it (built by an older podcycler, or by another writer) would be reported Ready
 // with an empty workspace. It is not adopted but replaced like an old pod: deleted by
@@ -326,7 +333,13 @@ func isAttemptPod(pod *corev1.Pod, sb *agentsv1alpha1.Sandbox, target string, d 
 	if upgrade.ChecksPoint(sb, d.Attempt) && pod.Annotations[upgrade.AnnotationRestoreFrom] == "" {
 		return false
 	}
-	return pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt || pod.UID != d.OldPodUID
+	if pod.Annotations[upgrade.AnnotationPodAttempt] == d.Attempt {
+		return true
+	}
+	if d.Redrive > 0 && d.OldPodUID == "" {
+		return false // taken for the original pod: kept or replaced, never adopted
+	}
+	return pod.UID != d.OldPodUID
 }
 
 // runsTarget reports whether pod, the sandbox's pod that this attempt would replace,

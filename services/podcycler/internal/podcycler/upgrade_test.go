@@ -154,6 +154,47 @@ func TestUpgradeKeepsAPodThatAlreadyRunsTheTarget(t *testing.T) {
 	}
 }
 
+// A watchdog re-drive of UpgradePod that names no old pod (a statusagg whose pod cache
+// showed none, or one from before re-drives named the original pod) does not make the
+// original pod of a rollback this attempt's new pod: it is kept, marked kept, with its
+// files, as when the prehook-done names it. Adopted as a new pod, a resume after a failed
+// postUpgrade would skip its backup and restore an older one over its live files.
+func TestRedriveKeepsThePodThatAlreadyRunsTheTarget(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-redrive-same", func(*corev1.PodSpec) {})
+	if got := r.oldPod.Labels[agentsv1alpha1.LabelPodTemplateHash]; got != r.target {
+		t.Fatalf("old pod revision %q, want the target %q for this test", got, r.target)
+	}
+	started := r.bus.subscribe(t, r.ns, r.name, events.TokenStageStarted)
+	ready := r.bus.subscribe(t, r.ns, r.name, events.TokenPodReady)
+	r.prehook.Data.OldPodUID, r.prehook.Data.Redrive = "", 1
+	r.publishPreHookDone(t)
+
+	ev := next(t, ready, "pod-ready", 60*time.Second)
+	if ev.Data.NewPodUID != r.oldPod.UID || ev.Data.Redrive != 1 {
+		t.Fatalf("pod-ready for pod %s, re-drive %d; want the old pod %s, re-drive 1", ev.Data.NewPodUID, ev.Data.Redrive, r.oldPod.UID)
+	}
+	pod := waitPodReady(t, r.ns, r.name, "")
+	if pod.UID != r.oldPod.UID {
+		t.Fatalf("pod replaced: %s → %s", r.oldPod.UID, pod.UID)
+	}
+	if pod.Annotations[upgrade.AnnotationPodKept] != testAttempt || upgrade.NewPodOf(pod, testAttempt) {
+		t.Fatalf("pod annotations after the re-drive %v: want it marked kept by %s, not a new pod of it", pod.Annotations, testAttempt)
+	}
+	// What a resume after a failed postUpgrade would decide on it: back it up again.
+	if at := upgrade.ResumeAt(agentsv1alpha1.UpgradingReasonPostUpgradeFailed, []string{testAttempt}, pod, r.target); at != agentsv1alpha1.UpgradingReasonPreUpgrade {
+		t.Fatalf("a resume after a failed postUpgrade would continue from %s, want PreUpgrade (the pod holds the workspace)", at)
+	}
+	if got := r.pods.of(r.name); len(got) != 0 {
+		t.Fatalf("pods created = %v, want none", got)
+	}
+	select {
+	case st := <-started:
+		t.Fatalf("stage-started %s published, want none: the pod was not replaced", st.Data.Stage)
+	default:
+	}
+}
+
 // A new image that cannot be pulled fails the upgrade with the container's reason.
 func TestUpgradeReportsImagePullFailure(t *testing.T) {
 	startPodcycler(t)

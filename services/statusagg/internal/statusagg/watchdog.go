@@ -366,9 +366,16 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 // stages), prehook-done for UpgradePod, pod-ready for PostUpgrade. ok is false when
 // PostUpgrade has no pod of this upgrade to run on.
 //
-// A prehook-done names the pod to replace (OldPodUID) when it is one that a failed
-// attempt this one continues built at the target revision: without it, the podcycler
-// would take that pod, which the failure left behind, for this attempt's new one.
+// A prehook-done names the pod to replace (OldPodUID) whenever the sandbox has a pod this
+// attempt did not build, as the prehook-done it stands in for did: the original pod, or
+// one that a failed attempt this one continues built. Without it, the podcycler would take
+// a pod already at the target revision for this attempt's new one: the pod a failure left
+// behind, or the original pod of a rollback (the template set back to what that pod runs),
+// which must be kept with its files, not adopted as a new pod whose files a resume after
+// a failed postUpgrade would restore over from an older backup. A pod that is neither (one
+// made since the patch by another writer) is taken for the original too: kept or
+// replaced, never counted as a new one. A pod this attempt built (or kept) is named by
+// its own mark.
 func redriveEvent(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage string, n int) (ev events.Event, ok bool) {
 	d := events.Data{
 		Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
@@ -387,7 +394,7 @@ func redriveEvent(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt string, o
 		// podcycler takes the checkpoint before it replaces the pod, and finds
 		// the attempt's Checkpoint again by its name.
 		d.Stage = agentsv1alpha1.UpgradingReasonUpgradePod
-		if pod != nil && !upgrade.BuiltBy(pod, attempt) && upgrade.BuiltByResumed(pod, sb, attempt, d.ResumedAttempt) {
+		if pod != nil && !upgrade.BuiltBy(pod, attempt) {
 			d.OldPodUID = pod.UID
 		}
 		return events.Event{Type: events.TypePreHookDone, Data: d}, true

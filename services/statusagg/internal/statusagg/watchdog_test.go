@@ -106,9 +106,12 @@ func TestGivenUpNamesTheWaitingConsumer(t *testing.T) {
 	}
 }
 
-// A re-driven UpgradePod names the pod a failed attempt it continues left behind, so
-// the podcycler replaces that pod instead of taking it for the new one; it names no pod
-// when the pod is this attempt's own or one no molt attempt built.
+// A re-driven UpgradePod names the pod this attempt did not build, as the prehook-done
+// it stands in for did: a pod a failed attempt it continues left behind, so the
+// podcycler replaces that pod instead of taking it for the new one, and the original pod
+// (whatever earlier attempt built or kept it), so the podcycler keeps it when it already
+// runs the target (a rollback) instead of adopting it as a new pod. It names no pod when
+// the pod is this attempt's own (built or kept) or there is none.
 func TestRedriveEventNamesTheFailedAttemptsPod(t *testing.T) {
 	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "ns", Name: "box", UID: "sb-uid",
@@ -121,6 +124,11 @@ func TestRedriveEventNamesTheFailedAttemptsPod(t *testing.T) {
 		}
 		return pod
 	}
+	keptBy := func(uid types.UID, attempt string) *corev1.Pod {
+		pod := podBy(uid, attempt)
+		pod.Annotations[upgrade.AnnotationPodKept] = attempt
+		return pod
+	}
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -128,7 +136,10 @@ func TestRedriveEventNamesTheFailedAttemptsPod(t *testing.T) {
 	}{
 		{"the failed attempt's pod", podBy("p1", "a1"), "p1"},
 		{"this attempt's pod", podBy("p2", "a2"), ""},
-		{"a pod no attempt built", podBy("p3", ""), ""},
+		{"an original pod this attempt kept", keptBy("p2", "a2"), ""},
+		{"the original pod, that no attempt built", podBy("p3", ""), "p3"},
+		{"the original pod, built by an earlier attempt that succeeded", podBy("p4", "a0"), "p4"},
+		{"the original pod, kept by the failed attempt", keptBy("p5", "a1"), "p5"},
 		{"no pod", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
