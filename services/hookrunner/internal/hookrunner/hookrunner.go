@@ -122,6 +122,12 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip running the hook: the pod carries its done mark for this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
 		return h.publish(ctx, next)
 	}
+	if why, wait := noRuntimeAddress(sb, pod, st); why != "" {
+		if wait {
+			return events.Retry(errors.New(why), podIPRetry)
+		}
+		return h.fail(ctx, next, st, "hook execution error: "+why, nil)
+	}
 	if err := h.publish(ctx, events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage)}); err != nil {
 		return err
 	}
@@ -193,6 +199,44 @@ const skipReplaced = "pod already replaced by this attempt"
 // terminatingRetry is how soon a preUpgrade whose pod is being deleted is
 // looked at again.
 const terminatingRetry = 2 * time.Second
+
+// podIPRetry is how soon a hook whose pod has no IP yet is looked at again.
+const podIPRetry = 2 * time.Second
+
+// noRuntimeAddress says why st's hook cannot reach pod's agent-runtime ("" when it
+// can be tried): the runtime is reached at the pod's IP (agentruntime.BaseURL, as the
+// sandbox has no agents.kruise.io/runtime-url), and the pod has none. Without that
+// check the call would go to "http://:49983", the hookrunner's own host, and the hook
+// would fail as an agent-runtime "not reachable" there. wait is true while the pod may
+// still get an IP (Pending, or Running before its IP shows): the message is looked at
+// again (podIPRetry) and its last delivery fails the stage with this reason. A pod that
+// ended (Failed, Succeeded) never gets one: the stage fails at once.
+func noRuntimeAddress(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, st step) (why string, wait bool) {
+	if sb.Annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" || pod.Status.PodIP != "" {
+		return "", false
+	}
+	phase := pod.Status.Phase
+	if phase == "" {
+		phase = corev1.PodPending
+	}
+	where := "not scheduled to a node yet"
+	if pod.Spec.NodeName != "" {
+		where = "on node " + pod.Spec.NodeName
+	}
+	ref := fmt.Sprintf("pod %s/%s (uid %s)", pod.Namespace, pod.Name, pod.UID)
+	describe := fmt.Sprintf("`kubectl describe pod -n %s %s`", pod.Namespace, pod.Name)
+	switch phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		next := fmt.Sprintf("it was not run, and no backup was taken of the pod: find out why it stopped (%s) and save what it holds if you need it; once the sandbox has a running pod again (deleting this one makes molt create a new one), create a new SandboxUpdateOps to resume; it continues from the failed step", describe)
+		if st == postStep {
+			next = fmt.Sprintf("it was not run: find out why the pod stopped (%s) and fix the cause (the patch, the sandbox's template); then create a new SandboxUpdateOps to resume: it rebuilds the pod and runs postUpgrade on it, and any backup preUpgrade made is kept", describe)
+		}
+		return fmt.Sprintf("%s is %s (%s) and has no IP, so %s cannot run in it: its agent-runtime is reached at the pod's IP (the sandbox sets no %s); %s",
+			ref, phase, where, st.hook, agentsv1alpha1.AnnotationRuntimeURL, next), false
+	}
+	return fmt.Sprintf("%s is %s (%s) and has no IP yet, so %s cannot run in it yet: its agent-runtime is reached at the pod's IP (the sandbox sets no %s); if it stays so, find out why (%s), and once the pod runs create a new SandboxUpdateOps to resume; it continues from the failed step",
+		ref, phase, where, st.hook, agentsv1alpha1.AnnotationRuntimeURL, describe), true
+}
 
 // markDone records on the pod, with a UID precondition, that st's hook ran
 // to success for attempt, so a redelivery does not run it again.
