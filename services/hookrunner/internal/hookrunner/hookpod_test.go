@@ -108,3 +108,46 @@ func TestDoneMarkIsRetriedAfterABlip(t *testing.T) {
 		t.Errorf("pod annotations %v, want the done mark of attempt a1", got.Annotations)
 	}
 }
+
+// A hook not run because the pod is not the one the attempt names says which pod
+// the attempt named (or that there was none, never "(uid )") and the next step.
+func TestHookPodOfAnotherPodSaysWhatToDo(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "sb"}}
+	controller := true
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p2",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box", UID: "sb", Controller: &controller}}}}
+	built := pod.DeepCopy()
+	built.Annotations = map[string]string{upgrade.AnnotationPodAttempt: "a1"}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		st   step
+		d    events.Data
+		want []string
+	}{
+		{"preUpgrade, no pod when the upgrade began", pod, preStep, events.Data{Attempt: "a1"},
+			[]string{"no pod existed when the upgrade began", "pod box (uid p2)", "create a new SandboxUpdateOps to resume; it continues from the failed step"}},
+		{"preUpgrade, another pod", pod, preStep, events.Data{Attempt: "a1", OldPodUID: "p1"},
+			[]string{"(uid p1)", "now has uid p2", "create a new SandboxUpdateOps to resume; it continues from the failed step"}},
+		{"postUpgrade, a pod this upgrade did not build", pod, postStep, events.Data{Attempt: "a1"},
+			[]string{"was not built by attempt a1", "create a new SandboxUpdateOps to resume"}},
+		{"postUpgrade, another new pod", built, postStep, events.Data{Attempt: "a1", NewPodUID: "p1"},
+			[]string{"new pod (uid p1)", "now has uid p2", "create a new SandboxUpdateOps to resume; it continues from the failed step"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &HookRunner{kube: fake.NewClientset(tc.pod)}
+			got, reason, err := h.hookPod(context.Background(), sb, tc.st, tc.d)
+			if err != nil || got != nil {
+				t.Fatalf("hookPod = %v, %q, %v; want a reason", got, reason, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(reason, w) {
+					t.Errorf("reason %q\nwant it to contain %q", reason, w)
+				}
+			}
+			if strings.Contains(reason, "(uid )") {
+				t.Errorf("reason %q names an empty uid", reason)
+			}
+		})
+	}
+}

@@ -192,6 +192,10 @@ func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st s
 	return err
 }
 
+// resumeStep is the next step of a hook not run because its pod is not the
+// one the attempt names.
+const resumeStep = "create a new SandboxUpdateOps to resume; it continues from the failed step"
+
 // skipReplaced is hookPod's reason for a preUpgrade whose pod this attempt
 // already replaced: the attempt is past the step, nothing is reported.
 const skipReplaced = "pod already replaced by this attempt"
@@ -293,16 +297,19 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 		if upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
 			return nil, fmt.Sprintf("pod %s (uid %s) was built by the failed attempt %s and holds no workspace to back up; preUpgrade was not run, so the backup that attempt made is kept", pod.Name, pod.UID, d.ResumedAttempt), nil
 		}
-		if d.OldPodUID == "" || pod.UID != d.OldPodUID {
-			return nil, fmt.Sprintf("preUpgrade must run on the pod that existed when the upgrade began (uid %s), but pod %s now has uid %s; it was not run", d.OldPodUID, pod.Name, pod.UID), nil
+		if d.OldPodUID == "" {
+			return nil, fmt.Sprintf("no pod existed when the upgrade began, and pod %s (uid %s) was created since; preUpgrade runs only on the pod that existed then, so it was not run: %s", pod.Name, pod.UID, resumeStep), nil
+		}
+		if pod.UID != d.OldPodUID {
+			return nil, fmt.Sprintf("preUpgrade must run on the pod that existed when the upgrade began (uid %s), but pod %s now has uid %s; it was not run: %s", d.OldPodUID, pod.Name, pod.UID, resumeStep), nil
 		}
 		return pod, "", nil
 	}
 	if !upgrade.BuiltBy(pod, d.Attempt) && !upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
-		return nil, fmt.Sprintf("postUpgrade runs only on the pod this upgrade built, but pod %s (uid %s) was not built by attempt %s; it was not run", pod.Name, pod.UID, d.Attempt), nil
+		return nil, fmt.Sprintf("postUpgrade runs only on the pod this upgrade built, but pod %s (uid %s) was not built by attempt %s; it was not run: create a new SandboxUpdateOps to resume; it takes that pod for the sandbox's original one and starts again from preUpgrade", pod.Name, pod.UID, d.Attempt), nil
 	}
 	if d.NewPodUID != "" && pod.UID != d.NewPodUID {
-		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s", d.NewPodUID, pod.Name, pod.UID), nil
+		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s; it was not run: %s", d.NewPodUID, pod.Name, pod.UID, resumeStep), nil
 	}
 	return pod, "", nil
 }
