@@ -2,7 +2,6 @@ package upgrade
 
 import (
 	"encoding/json"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -64,10 +63,9 @@ func BeforeBackup(reason string) bool {
 // not had a preUpgrade succeed. That attempt is
 //   - the one sb's status shows, in a stage or failed before its backup
 //     (BeforeBackup);
-//   - or one admitted that the status does not show yet: it resumes the
+//   - or one admitted that the status does not show yet that resumes the
 //     failed attempt the status shows, which failed in PreUpgrade (its
-//     AnnotationResumes says so; it stays after the ops is released), or it
-//     resumes nothing and still holds the claim (AnnotationClaim).
+//     AnnotationResumes says so; it stays after the ops is released).
 //
 // ok is false otherwise, and when the annotation is missing or unreadable.
 func OriginalTemplate(sb *agentsv1alpha1.Sandbox) (tpl *corev1.PodTemplateSpec, ok bool) {
@@ -93,11 +91,13 @@ func originalHolds(sb *agentsv1alpha1.Sandbox, key string) bool {
 	if _, shown := ReasonFor(sb, key); shown {
 		return false
 	}
-	if failed, why, resumes := Resumes(sb, key); resumes {
-		return failed == cur && why == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && reason == why
-	}
-	f := strings.Fields(sb.Annotations[AnnotationClaim])
-	return len(f) == 2 && f[1] == key && sb.Labels[agentsv1alpha1.LabelUpdateOps] == f[0]
+	// A fresh attempt the status does not show yet (statusagg's start write
+	// is behind the patch) does not hold it: its stages own the pod, and a
+	// pod missing then is one UpgradePod's handler has just deleted, which
+	// that handler builds again from spec.template. A pod made here from
+	// the copy would be one more pod, replaced at once.
+	failed, why, resumes := Resumes(sb, key)
+	return resumes && failed == cur && why == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && reason == why
 }
 
 // PodTemplate returns the template a pod that sb gets outside UpgradePod is

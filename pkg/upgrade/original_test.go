@@ -64,8 +64,9 @@ func TestOriginalTemplate(t *testing.T) {
 		{"a resume of the attempt failed in PreUpgrade, not shown yet", sandbox("a1", preF, "a2", resume, ResumesValue("a2", "a1", preF)), true},
 		{"a resume of another attempt", sandbox("a1", preF, "a2", resume, ResumesValue("a2", "a0", preF)), false},
 		{"a resume of an attempt that failed after its backup", sandbox("a1", podF, "a2", resume, ResumesValue("a2", "a1", podF)), false},
-		{"a fresh attempt, claimed, not shown yet", claimed(sandbox("a0", succ, "a1"), "up", "a1"), true},
-		{"a fresh attempt, claimed, nothing shown yet", claimed(sandbox("", "", "a1"), "up", "a1"), true},
+		// Its stages own the pod; a missing one is UpgradePod's to build.
+		{"a fresh attempt, claimed, not shown yet", claimed(sandbox("a0", succ, "a1"), "up", "a1"), false},
+		{"a fresh attempt, claimed, nothing shown yet", claimed(sandbox("", "", "a1"), "up", "a1"), false},
 		{"a fresh attempt released before it was shown", sandbox("a0", succ, "a1"), false},
 		{"a fresh attempt, the claim is another's", claimed(sandbox("a0", succ, "a1"), "up", "a9"), false},
 		{"an unreadable copy", sandbox("a1", pre, "a1", AnnotationOriginalTemplate, "{"), false},

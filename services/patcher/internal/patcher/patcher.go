@@ -135,8 +135,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
+		// The template it replaces is kept only when there is a pod to
+		// back up: a sandbox with no pod yet gets its first one from the
+		// patched template, with nothing to lose (and UpgradePod keeps it).
 		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
-		written, refused, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes)
+		written, refused, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes && pod != nil)
 		if err != nil {
 			return err
 		}
