@@ -31,8 +31,7 @@ func InstallAdmissionPolicy(ctx context.Context, cfg *rest.Config, file string) 
 	if err != nil {
 		return fmt.Errorf("read admission policy: %w", err)
 	}
-	policies := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	bindings := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	admission := kube.AdmissionregistrationV1()
 	for _, doc := range strings.Split(string(data), "\n---") {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
@@ -42,40 +41,42 @@ func InstallAdmissionPolicy(ctx context.Context, cfg *rest.Config, file string) 
 		case "":
 			continue
 		case "ValidatingAdmissionPolicy":
-			var p admissionregistrationv1.ValidatingAdmissionPolicy
-			if err := yaml.UnmarshalStrict([]byte(doc), &p); err != nil {
-				return fmt.Errorf("decode %s: %w", file, err)
-			}
-			existing, err := policies.Get(ctx, p.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				_, err = policies.Create(ctx, &p, metav1.CreateOptions{})
-			case err == nil:
-				p.ResourceVersion = existing.ResourceVersion
-				_, err = policies.Update(ctx, &p, metav1.UpdateOptions{})
-			}
-			if err != nil {
-				return fmt.Errorf("apply ValidatingAdmissionPolicy %s from %s: %w", p.Name, file, err)
-			}
+			err = createOrUpdate(ctx, admission.ValidatingAdmissionPolicies(), doc, &admissionregistrationv1.ValidatingAdmissionPolicy{})
 		case "ValidatingAdmissionPolicyBinding":
-			var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			if err := yaml.UnmarshalStrict([]byte(doc), &b); err != nil {
-				return fmt.Errorf("decode %s: %w", file, err)
-			}
-			existing, err := bindings.Get(ctx, b.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				_, err = bindings.Create(ctx, &b, metav1.CreateOptions{})
-			case err == nil:
-				b.ResourceVersion = existing.ResourceVersion
-				_, err = bindings.Update(ctx, &b, metav1.UpdateOptions{})
-			}
-			if err != nil {
-				return fmt.Errorf("apply ValidatingAdmissionPolicyBinding %s from %s: %w", b.Name, file, err)
-			}
+			err = createOrUpdate(ctx, admission.ValidatingAdmissionPolicyBindings(), doc, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
 		default:
 			return fmt.Errorf("%s: unexpected kind %s (want ValidatingAdmissionPolicy or ValidatingAdmissionPolicyBinding)", file, meta.Kind)
 		}
+		if err != nil {
+			return fmt.Errorf("apply %s from %s: %w", meta.Kind, file, err)
+		}
+	}
+	return nil
+}
+
+// createUpdater is a typed client's Get, Create and Update of T.
+type createUpdater[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// createOrUpdate decodes doc strictly into obj and creates it, or updates
+// the one of its name at its resourceVersion.
+func createOrUpdate[T metav1.Object](ctx context.Context, c createUpdater[T], doc string, obj T) error {
+	if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	existing, err := c.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = c.Create(ctx, obj, metav1.CreateOptions{})
+	case err == nil:
+		obj.SetResourceVersion(existing.GetResourceVersion())
+		_, err = c.Update(ctx, obj, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", obj.GetName(), err)
 	}
 	return nil
 }
