@@ -106,3 +106,29 @@ func TestRefusedOldPodDeleteFailsUpgradePodAtOnce(t *testing.T) {
 	}
 	r.assertOldPodRuns(t)
 }
+
+// A sandbox whose spec.template is removed after the patch (spec.templateRef
+// set instead) fails UpgradePod at once, saying what to do; the old pod keeps
+// running. Before, the handler skipped it with a log line and the sandbox
+// waited for the watchdog's deadline and its generic words.
+func TestNoTemplateFailsUpgradePodAtOnce(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-no-template", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
+	updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) {
+		s.Spec.Template = nil
+		s.Spec.TemplateRef = &agentsv1alpha1.SandboxTemplateRef{Name: "elsewhere"}
+	})
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 20*time.Second)
+	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonUpgradePod || ev.Data.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+		t.Errorf("failed stage/reason = %s/%s, want UpgradePod/UpgradePodFailed", ev.Data.Stage, ev.Data.Reason)
+	}
+	for _, want := range []string{"has no spec.template to build its new pod from", "the old pod was not deleted", "set spec.template again"} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("message %q lacks %q", ev.Data.Message, want)
+		}
+	}
+	r.assertOldPodRuns(t)
+}

@@ -95,8 +95,11 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		logger.Info("Skip: stale event, sandbox belongs to another ops or attempt", "currentOps", sb.Labels[agentsv1alpha1.LabelUpdateOps], "claim", sb.Annotations[upgrade.AnnotationClaim])
 		return nil
 	case sb.Spec.Template == nil:
-		logger.Info("Skip: sandbox has no inline template to build a pod from")
-		return nil
+		// Its spec.template was removed since the patch (spec.templateRef
+		// instead): nothing to build the new pod from, and waiting cannot
+		// mend it. Said now, not at the watchdog's deadline.
+		return c.failStage(ctx, d, fmt.Sprintf("sandbox %s has no spec.template to build its new pod from (it was removed after the patch; spec.templateRef is not supported): UpgradePod cannot go on, and the old pod was not deleted by it: set spec.template again (kubectl edit sbx %s -n %s), then create a new SandboxUpdateOps to resume",
+			key, sb.Name, sb.Namespace))
 	}
 	if reason, ok := upgrade.ReasonFor(sb, d.Attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonUpgradePod) {
 		logger.Info("Skip: attempt already past UpgradePod", "reason", reason)
