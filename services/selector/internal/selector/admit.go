@@ -73,12 +73,9 @@ func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	}}
 	// The wake-up mark is written either way: one an earlier ops left (it
 	// failed and was not deleted) must not wake the sandbox for this one.
-	// A record that an edit was not rolled out directly goes too: this ops
-	// continues the sandbox now.
 	patch.Metadata.Annotations = map[string]*string{
 		agentsv1alpha1.AnnotationUpgradeResumeTrigger: nil,
 		upgrade.AnnotationClaim:                       ptr(upgrade.ClaimValue(ops.Name, attempt)),
-		upgrade.AnnotationDirectHeld:                  nil,
 	}
 	if upgrade.WakeAtAdmission(sb) {
 		patch.Metadata.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = ptr("true")

@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,25 +114,13 @@ func podOwnerHandler(enqueue func(string)) cache.ResourceEventHandler {
 
 // sync starts a direct upgrade of one sandbox when:
 //  1. it has spec.upgradePolicy and a template and is not being deleted;
-//  2. no active ops claims it, and no attempt of it is in progress;
-//  3. it is not left failed by an ops, or its spec changed after that
-//     failure (upgrade.SpecChangedSinceAttempt: the user's edit, whose
-//     template replaces the ops's target) and continuing it directly is
-//     safe; when it is not, why and what to do is recorded on the sandbox
-//     (upgrade.AnnotationDirectHeld; statusagg shows it) and nothing else
-//     is touched. A failure with no edit since waits for a new ops, so an
-//     ops's failure alone never starts its upgrade again;
-//  4. its pod exists and was built from another revision than the template
-//     (or, for a failed upgrade whose spec was edited since, from any
-//     revision: the edit may set the template back to its pod's, or fix
-//     only a hook in spec.lifecycle);
-//  5. this revision has not already failed (a new template change retries).
+//  2. no active ops claims it, no attempt of it is in progress, and it is
+//     not left failed by an ops (that is resumed by a new ops);
+//  3. its pod exists and was built from another revision than the template;
+//  4. this revision has not already failed (a new template change retries).
 //
-// A label left by a finished ops (and its upgrade-failed mark, and a held
-// record) is removed first, in the patch that records what a resumed attempt
-// continues, so every stage sees a sandbox claimed by no ops; then
-// `requested` is published. A failed attempt, direct or an ops's, is
-// continued from its failed step (upgrade.ResumeAt), never from the start.
+// A label left by a finished ops is removed first, so every stage sees a
+// sandbox claimed by no ops; then `requested` is published.
 func (d *direct) sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -157,9 +146,8 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		}
 	}
 	attempt := upgrade.CurrentAttempt(sb)
-	byOps := upgrade.FailedByOps(sb)
-	if byOps && !upgrade.SpecChangedSinceAttempt(sb) {
-		return nil // an ops's failed upgrade waits for a new ops, or for the user's edit
+	if upgrade.IsResumable(sb) && !strings.HasPrefix(attempt, DirectAttemptPrefix) {
+		return nil // an ops's failed upgrade waits for a new ops to resume it
 	}
 	reason, _ := upgrade.ReasonFor(sb, attempt)
 	if attempt != "" && reason != agentsv1alpha1.UpgradingReasonSucceeded && !agentsv1alpha1.IsUpgradingFailedReason(reason) {
@@ -167,10 +155,6 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	}
 	pod, err := d.pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		if byOps {
-			return d.hold(ctx, sb, heldMessage(sb, "it has no pod to continue from, and a direct upgrade only replaces a pod: "+
-				"create a SandboxUpdateOps that selects this sandbox (e.g. by the label "+agentsv1alpha1.LabelUpgradeFailed+"=true); it resumes from the failed step with the template as it is now"))
-		}
 		return nil
 	}
 	if err != nil {
@@ -180,18 +164,13 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
-	if pod.DeletionTimestamp != nil || !upgrade.ControlledBy(pod, sb.UID) {
-		// Being replaced, or the pod of an earlier sandbox of this name,
-		// waiting for the garbage collector: this sandbox gets its first
-		// pod, not an upgrade (the pod informer looks again once that one
-		// is gone).
+	if pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision {
 		return nil
 	}
-	if pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision && !(upgrade.IsResumable(sb) && upgrade.SpecChangedSinceAttempt(sb)) {
-		// Nothing to roll out. A failed upgrade whose spec was edited
-		// since goes on even so, as a new ops would: a template set back
-		// to the pod's (a rollback) keeps that pod, a postUpgrade fixed
-		// in spec.lifecycle runs on it.
+	if !upgrade.ControlledBy(pod, sb.UID) {
+		// The pod of an earlier sandbox of this name, waiting for the
+		// garbage collector: this sandbox gets its first pod, not an
+		// upgrade (the pod informer looks again once that one is gone).
 		return nil
 	}
 	next := upgrade.DirectAttempt(revision, sb.Generation)
@@ -207,13 +186,15 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	failed, failedReason, resumes := upgrade.FailedAttempt(sb)
-	if byOps {
-		if why := opsResumeProblem(sb, pod, failed, failedReason, revision); why != "" {
-			return d.hold(ctx, sb, heldMessage(sb, why))
-		}
-	}
 	version := sb.ResourceVersion // the cache's copy holds the template the attempt is for
-	if patch, ok := prepare(sb, next, failed, failedReason, resumes); ok {
+	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || resumes {
+		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion}}
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
+			patch.Metadata.Labels = map[string]*string{agentsv1alpha1.LabelUpdateOps: nil}
+		}
+		if resumes {
+			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationResumes: ptr(upgrade.ResumesValue(next, failed, failedReason, upgrade.ChainBehind(sb, failed)...))}
+		}
 		written, err := d.client.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		if err != nil {
 			return fmt.Errorf("prepare sandbox %s for a direct upgrade: %w", key, err)
@@ -235,7 +216,6 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("request direct upgrade of sandbox %s: %w", key, err)
 	}
 	d.requested(key, sb, next, time.Now())
-	logger.Info("Direct upgrade requested: the template changed and spec.upgradePolicy is set", "revision", revision, "podRevision", pod.Labels[agentsv1alpha1.LabelPodTemplateHash],
-		"resumes", failed, "resumedReason", failedReason, "failedByOps", byOps)
+	logger.Info("Direct upgrade requested: the template changed and spec.upgradePolicy is set", "revision", revision, "podRevision", pod.Labels[agentsv1alpha1.LabelPodTemplateHash])
 	return nil
 }

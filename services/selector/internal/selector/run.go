@@ -87,9 +87,6 @@ func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *ev
 	if _, err := podInformer.Informer().AddEventHandler(podOwnerHandler(directCtl.EnqueueKey)); err != nil {
 		return fmt.Errorf("watch Pods: %w", err)
 	}
-	if _, err := opsInformer.Informer().AddEventHandler(opsEndedHandler(sandboxInformer.Lister(), directCtl.EnqueueKey)); err != nil {
-		return fmt.Errorf("watch SandboxUpdateOps: %w", err)
-	}
 	// The SandboxSet warm pools. A refused template is recorded on its set
 	// (upgrade.AnnotationTemplateCheck), and so are dead members kept
 	// (upgrade.AnnotationMembersFailing), which statusagg shows.

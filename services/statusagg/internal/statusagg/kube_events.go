@@ -54,11 +54,6 @@ const (
 	// the sandbox's pod (Ready=False PodCreateFailed); the message has its
 	// words.
 	EventPodCreateFailed = agentsv1alpha1.ReadyReasonPodCreateFailed
-	// EventDirectUpgradeHeld (Warning, on the sandbox): the user changed
-	// the spec of a sandbox an ops left failed, and the selector did not
-	// roll it out directly (spec.upgradePolicy); the message says why and
-	// what to do (the DirectUpgradeHeld condition's).
-	EventDirectUpgradeHeld = ConditionDirectUpgradeHeld
 )
 
 // eventWriters is how many Event writers statusagg runs.

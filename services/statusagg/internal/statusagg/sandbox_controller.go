@@ -146,9 +146,6 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	if refused := podCreateRefusalNews(known, &want); refused != "" {
 		s.recorder.Event(written, corev1.EventTypeWarning, EventPodCreateFailed, refused)
 	}
-	if held := directHeldNews(known, &want); held != "" {
-		s.recorder.Event(written, corev1.EventTypeWarning, EventDirectUpgradeHeld, held)
-	}
 	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
 	events := len(e.waiters)
 	s.recordWritten(key, written, e.waiters)

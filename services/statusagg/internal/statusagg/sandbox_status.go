@@ -26,16 +26,6 @@ const (
 	PausedReasonPodStopped = "PodStopped"
 	// PausedReasonNotPaused: SandboxPaused=False once the sandbox runs again.
 	PausedReasonNotPaused = "NotPaused"
-
-	// ConditionDirectUpgradeHeld is True while a sandbox an ops left failed
-	// had its spec changed since (spec.upgradePolicy is set) and the
-	// selector did not continue it directly, as it recorded why
-	// (upgrade.AnnotationDirectHeld): the message says why and what to do,
-	// and is the status message too. Absent otherwise. A Warning Event of
-	// the same name (EventDirectUpgradeHeld) announces it.
-	ConditionDirectUpgradeHeld = "DirectUpgradeHeld"
-	// HeldReasonNotRolledOut: DirectUpgradeHeld=True.
-	HeldReasonNotRolledOut = "EditNotRolledOut"
 )
 
 // desiredSandboxStatus recomputes sb's status from its spec, its upgrade
@@ -130,49 +120,11 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 			st.Phase = agentsv1alpha1.SandboxResuming
 		}
 	}
-	if held := directHeld(sb); held != "" {
-		// Newer than the failure's message, which stays on Upgrading, and
-		// it names that failure: the MESSAGE column says what to do now.
-		st.Message = held
-		setCondition(&st.Conditions, metav1.Condition{Type: ConditionDirectUpgradeHeld, Status: metav1.ConditionTrue,
-			Reason: HeldReasonNotRolledOut, Message: held, ObservedGeneration: sb.Generation})
-	} else {
-		meta.RemoveStatusCondition(&st.Conditions, ConditionDirectUpgradeHeld)
-	}
 	if sb.DeletionTimestamp != nil {
 		st.Phase = agentsv1alpha1.SandboxTerminating
 	}
 	setCondition(&st.Conditions, ready)
 	return st
-}
-
-// directHeld is why the selector did not roll out sb's edit directly, while
-// it still applies: sb is not being deleted, its upgrade record still shows
-// an ops's attempt failed, and the record (upgrade.DirectHeld) is of the
-// current generation. "" otherwise.
-func directHeld(sb *agentsv1alpha1.Sandbox) string {
-	up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
-	if sb.DeletionTimestamp != nil || up == nil || !agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
-		return ""
-	}
-	if attempt := upgrade.CurrentAttempt(sb); attempt == "" || strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
-		return ""
-	}
-	return upgrade.DirectHeld(sb)
-}
-
-// directHeldNews is the message of a Warning Event DirectUpgradeHeld when
-// want newly holds a direct upgrade back (or for another reason), ""
-// otherwise.
-func directHeldNews(was, want *agentsv1alpha1.SandboxStatus) string {
-	now := meta.FindStatusCondition(want.Conditions, ConditionDirectUpgradeHeld)
-	if now == nil {
-		return ""
-	}
-	if before := meta.FindStatusCondition(was.Conditions, ConditionDirectUpgradeHeld); before != nil && before.Message == now.Message {
-		return ""
-	}
-	return now.Message
 }
 
 // recordTransition writes an event's transition into the upgrade record:
