@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,6 +151,9 @@ func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.San
 
 // createMissingPod creates the pod of a sandbox that has none:
 //   - an upgrade in this process is replacing the pod → nothing, the handler creates it;
+//   - an ops admitted it for an attempt the status does not show yet, and it is not a
+//     paused sandbox woken for it → nothing for now (admittedNotShown): that attempt's
+//     stages own the pod, as below once it is recorded;
 //   - the attempt in status is in PreUpgrade, Checkpointing or PostUpgrade → nothing, that
 //     stage owns the pod and fails by itself without it;
 //   - the attempt is in UpgradePod → nothing while the stage is young (handlerGrace after
@@ -191,6 +195,16 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	reason, _ := upgrade.ReasonFor(sb, attempt)
 	if upgradeStagesOwningPod[reason] {
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
+		return nil
+	}
+	if admitted := admittedNotShown(sb); admitted != "" && !upgrade.WokenForUpgrade(sb) {
+		// An ops admitted the sandbox and statusagg has not recorded the
+		// attempt yet: its stages own the pod as they will once recorded.
+		// A pod missing now is one its UpgradePod handler (in this replica
+		// or another) has just deleted and builds again, or one it builds
+		// first; one made here would be replaced at once.
+		logger.V(2).Info("Skip for now: pod missing while an admitted attempt is not recorded yet", "attempt", admitted)
+		c.ctl.EnqueueAfter(key, c.handlerGrace)
 		return nil
 	}
 	if reason == agentsv1alpha1.UpgradingReasonUpgradePod {
@@ -344,4 +358,18 @@ func (c *cycler) podHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
 		DeleteFunc: c.enqueueOwner,
 	}
+}
+
+// admittedNotShown returns the attempt an ops admitted sb for (its claim
+// annotation, with the ops label it names) while sb's status does not show
+// that attempt yet, "" otherwise.
+func admittedNotShown(sb *agentsv1alpha1.Sandbox) string {
+	ops, attempt, ok := strings.Cut(sb.Annotations[upgrade.AnnotationClaim], " ")
+	if !ok || ops == "" || attempt == "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops {
+		return ""
+	}
+	if _, shown := upgrade.ReasonFor(sb, attempt); shown {
+		return ""
+	}
+	return attempt
 }
