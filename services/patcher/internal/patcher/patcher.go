@@ -144,7 +144,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return err
 		}
 		if refused != "" {
-			return p.fail(ctx, ev, fmt.Sprintf("the API server refused the patched template of sandbox %s/%s (SandboxUpdateOps %s): %s; nothing was changed, preUpgrade did not run and the old pod keeps running: fix the cause (an admission policy or webhook, the patcher's RBAC, or the patch), then create a new SandboxUpdateOps",
+			return p.fail(ctx, ev, fmt.Sprintf("the API server refused the patched template of sandbox %s/%s (SandboxUpdateOps %s): %s; nothing was changed, preUpgrade did not run and the old pod was not touched (a paused sandbox woken for the upgrade is paused again): fix the cause (an admission policy or webhook, the patcher's RBAC, or the patch), then create a new SandboxUpdateOps",
 				sb.Namespace, sb.Name, ops.Name, refused))
 		}
 		if written != "" {

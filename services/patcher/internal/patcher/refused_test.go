@@ -200,7 +200,7 @@ func TestRefusedSpecWriteFailsPreUpgradeAtOnce(t *testing.T) {
 			for _, want := range []string{
 				"the API server refused the patched template of sandbox " + ns + "/" + sb.Name,
 				policyWords,
-				"the old pod keeps running",
+				"the old pod was not touched",
 				"then create a new SandboxUpdateOps",
 			} {
 				if !strings.Contains(ev.Data.Message, want) {
