@@ -96,7 +96,11 @@ func applyDeployRBAC(env *testenv.Env) error {
 			docs = append(docs, string(data))
 		}
 	}
-	_, err = runKubectl(env, strings.Join(docs, "\n"), "apply", "--server-side", "--force-conflicts", "--field-manager=molt-e2e", "-f", "-")
+	// As kubectl's own field manager, the one the README's install line
+	// applies with: an admission policy's matchConstraints is an atomic
+	// struct the API server fills in with defaults, so a second manager
+	// applying it (TestDeploy, after the stack) would conflict.
+	_, err = runKubectl(env, strings.Join(docs, "\n"), "apply", "--server-side", "--force-conflicts", "--field-manager=kubectl", "-f", "-")
 	return err
 }
 
