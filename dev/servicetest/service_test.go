@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"molt.dev/dev/devcluster"
 	"molt.dev/dev/testenv"
 	"molt.dev/pkg/service"
@@ -175,4 +177,60 @@ func TestBadConfigNamesTheFlag(t *testing.T) {
 		t.Fatalf("err = %v, want one naming the kubeconfig path and flag", err)
 	}
 	_ = os.Remove(missing)
+}
+
+// TestNotReadyWhileTheLeaseIsRefused: a replica campaigning for a Lease the
+// API server refuses it (no RBAC on leases) is not ready and says which
+// grant is missing; it would otherwise look ready while no replica works.
+func TestNotReadyWhileTheLeaseIsRefused(t *testing.T) {
+	env := testenv.Get(t)
+	kubeconfig, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range kubeconfig.AuthInfos {
+		user.Impersonate = "molt-test-no-leases"
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	opts := service.Options{
+		Name: "test", Kubeconfig: path, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("admin"), HTTPAddr: "127.0.0.1:0",
+		KubeQPS: 50, KubeBurst: 100, ShutdownTimeout: 5 * time.Second,
+	}
+	election := service.LeaderElection{Enabled: true, Namespace: ns, LeaseName: "molt-test"}
+	addrCh := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(ctx, opts, func(ctx context.Context, rt *service.Runtime) error {
+			addrCh <- rt.Addr
+			return election.Run(ctx, rt, func(ctx context.Context) error {
+				t.Error("led a Lease the API server refuses")
+				<-ctx.Done()
+				return nil
+			})
+		})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("service.Run did not return within 15s of cancel")
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case <-time.After(30 * time.Second):
+		t.Fatal("service did not start serving within 30s")
+	}
+	testenv.Eventually(t, 20*time.Second, "/readyz names the refused Lease", func() (bool, error) {
+		code, body := get(addr, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "the API server refuses Lease "+ns+"/molt-test") &&
+			strings.Contains(body, "grant this service's ServiceAccount get, create and update on leases"), fmt.Errorf("%d %s", code, body)
+	})
 }

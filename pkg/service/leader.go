@@ -5,11 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -54,14 +55,55 @@ func (l LeaderElection) Validate() error {
 // ctx is cancelled, work's own error, or an error when the lease is lost:
 // the process should restart and campaign again rather than keep working
 // from a stale view.
-func (l LeaderElection) Run(ctx context.Context, kube kubernetes.Interface, work func(context.Context) error) error {
+//
+// While it campaigns, rt's readiness check "leader-election" fails when the
+// API server refuses the Lease (RBAC, or a policy): a replica that can never
+// lead would otherwise look ready while no replica works.
+func (l LeaderElection) Run(ctx context.Context, rt *Runtime, work func(context.Context) error) error {
 	if !l.Enabled {
 		return work(ctx)
 	}
-	return runLeaderElected(ctx, kube, l.Namespace, l.LeaseName, work)
+	return runLeaderElected(ctx, rt, l.Namespace, l.LeaseName, work)
 }
 
-func runLeaderElected(ctx context.Context, kube kubernetes.Interface, namespace, leaseName string, work func(context.Context) error) error {
+// refusalLock is a Lease lock that remembers the API server's last refusal
+// (Forbidden) of a read or write of the Lease, until one succeeds.
+type refusalLock struct {
+	resourcelock.Interface
+	refused atomic.Pointer[error]
+}
+
+func (l *refusalLock) note(err error) {
+	switch {
+	case err == nil:
+		l.refused.Store(nil)
+	case apierrors.IsForbidden(err):
+		l.refused.Store(&err)
+	}
+}
+
+func (l *refusalLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, raw, err := l.Interface.Get(ctx)
+	if !apierrors.IsNotFound(err) {
+		l.note(err)
+	}
+	return r, raw, err
+}
+
+func (l *refusalLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, r)
+	l.note(err)
+	return err
+}
+
+func (l *refusalLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Update(ctx, r)
+	l.note(err)
+	return err
+}
+
+func runLeaderElected(ctx context.Context, rt *Runtime, namespace, leaseName string, work func(context.Context) error) error {
+	kube := rt.Kube
 	host, err := os.Hostname()
 	if err != nil {
 		return fmt.Errorf("read hostname for leader election identity: %w", err)
@@ -71,12 +113,19 @@ func runLeaderElected(ctx context.Context, kube kubernetes.Interface, namespace,
 	logger := klog.FromContext(ctx).WithValues("lease", lease, "identity", identity)
 
 	leading := make(chan context.Context, 1)
+	lock := &refusalLock{Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}}
+	rt.AddReadyCheck("leader-election", func() error {
+		if err := lock.refused.Load(); err != nil {
+			return fmt.Errorf("the API server refuses Lease %s: %v: grant this service's ServiceAccount get, create and update on leases in namespace %s (deploy/base does)", lease, *err, namespace)
+		}
+		return nil
+	})
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: leaseName},
-			Client:     kube.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-		},
+		Lock:            lock,
 		Name:            leaseName,
 		LeaseDuration:   leaseDuration,
 		RenewDeadline:   renewDeadline,

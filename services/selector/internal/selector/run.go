@@ -39,7 +39,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		pub := ep.Publisher
 		admit := func(ctx context.Context) error { return runController(ctx, cfg, rt, pub) }
-		return cfg.LeaderElection.Run(ctx, rt.Kube, admit)
+		return cfg.LeaderElection.Run(ctx, rt, admit)
 	})
 }
 

@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		return cfg.LeaderElection.Run(ctx, rt.Kube, func(ctx context.Context) error { return run(ctx, cfg, rt) })
+		return cfg.LeaderElection.Run(ctx, rt, func(ctx context.Context) error { return run(ctx, cfg, rt) })
 	})
 }
 
