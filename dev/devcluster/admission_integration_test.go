@@ -101,7 +101,7 @@ func TestOneActiveOpsPerNamespace(t *testing.T) {
 		t.Fatalf("delete second: %v\n%s", err, out)
 	}
 	out, err := kubectl(t, env, ops("third", ""), "create", "--dry-run=server", "-n", ns, "-f", "-")
-	if err == nil || !strings.Contains(out, "SandboxUpdateOps second is still active in namespace "+ns+" (phase not set yet, being deleted)") {
+	if err == nil || !strings.Contains(out, "SandboxUpdateOps second is being deleted in namespace "+ns+" and holds it until its sandboxes in flight end their attempt") {
 		t.Fatalf("ops third while second is being deleted with molt's finalizer: err %v\n%s", err, out)
 	}
 	if out, err := kubectl(t, env, "", "patch", "suo", "second", "-n", ns, "--type=json", "-p", `[{"op":"remove","path":"/metadata/finalizers"}]`); err != nil {
