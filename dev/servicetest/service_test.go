@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	"molt.dev/dev/devcluster"
 	"molt.dev/dev/testenv"
 	"molt.dev/pkg/service"
@@ -184,17 +182,7 @@ func TestBadConfigNamesTheFlag(t *testing.T) {
 // grant is missing; it would otherwise look ready while no replica works.
 func TestNotReadyWhileTheLeaseIsRefused(t *testing.T) {
 	env := testenv.Get(t)
-	kubeconfig, err := clientcmd.LoadFromFile(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, user := range kubeconfig.AuthInfos {
-		user.Impersonate = "molt-test-no-leases"
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
-		t.Fatal(err)
-	}
+	path := env.KubeconfigAs(t, "molt-test-no-leases")
 	ns := env.Namespace(t)
 	opts := service.Options{
 		Name: "test", Kubeconfig: path, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("admin"), HTTPAddr: "127.0.0.1:0",

@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/tools/clientcmd"
 
 	"molt.dev/dev/devcluster"
 	"molt.dev/dev/testenv"
@@ -21,17 +18,7 @@ import (
 // ready, naming the caches, rather than look healthy while it admits nothing.
 func TestNotReadyWhileItsCachesCannotSync(t *testing.T) {
 	env := testenv.Get(t)
-	kubeconfig, err := clientcmd.LoadFromFile(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, user := range kubeconfig.AuthInfos {
-		user.Impersonate = "molt-test-no-rbac"
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
-		t.Fatal(err)
-	}
+	path := env.KubeconfigAs(t, "molt-test-no-rbac")
 	port, err := devcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
