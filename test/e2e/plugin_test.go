@@ -567,6 +567,75 @@ func TestPluginRetry(t *testing.T) {
 	}
 }
 
+// TestPluginRetryCreatesBeforeItDeletes: retry creates the new ops before it
+// deletes the failed one, so a user who may create ops but not delete them
+// (or a retry cut off after the create) still has the retry: it says so and
+// exits 2, the new ops runs to Completed beside the failed one left behind,
+// and the workspace is kept. A second retry of the same ops changes nothing.
+func TestPluginRetryCreatesBeforeItDeletes(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "rd", "rd-pool", "/mnt/shared", "/data/shared", 1)
+	pre := fmt.Sprintf(`m=/mnt/shared/pre-once-%s-$(hostname); if [ ! -e $m ]; then touch $m; echo "backup interrupted" >&2; exit 7; fi; %s`, ns, backupHook)
+	kubectl(t, hookOps("rd", "rd-pool", "my-registry/sandbox-image:v2", pre, restoreHook, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "rd", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "rd-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+		t.Fatalf("Upgrading = %+v, want PreUpgradeFailed", c)
+	}
+	kubectl(t, `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: ops-creator
+rules:
+- apiGroups: [agents.kruise.io]
+  resources: [sandboxupdateops]
+  verbs: [get, list, watch, create]
+- apiGroups: [agents.kruise.io]
+  resources: [sandboxes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: ops-creator
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: ops-creator
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: ops-creator
+`, "apply", "-n", ns, "-f", "-")
+	asUser := "--kubeconfig=" + s.env.KubeconfigAs(t, "ops-creator")
+	var out, errOut string
+	var code int
+	testenv.Eventually(t, 30*time.Second, "the Role in force", func() (bool, error) {
+		out, errOut, code = molt(t, "", asUser, "retry", "rd", "-n", ns)
+		return !strings.Contains(errOut, "forbidden") || strings.Contains(errOut, "delete"), nil
+	})
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 2 || !strings.Contains(out, "created SandboxUpdateOps "+ns+"/rd-retry with the same patch and hooks") ||
+		!strings.Contains(errOut, "runs all the same") || !strings.Contains(errOut, "kubectl delete suo rd -n "+ns) {
+		t.Fatalf("retry that may not delete: exit %d, want 2, saying the retry runs and how to delete the failed ops:\n%s\n%s", code, out, errOut)
+	}
+	waitOps(t, s, ns, "rd-retry", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	old, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(context.Background(), "rd", metav1.GetOptions{})
+	if err != nil || old.Status.Phase != agentsv1alpha1.SandboxUpdateOpsFailed {
+		t.Errorf("the failed ops left behind: %v, phase %v; want it kept, Failed", err, old)
+	}
+	if got := workspaceFile(t, s, ns, "rd-00"); got != "data-rd-00" {
+		t.Errorf("workspace after the retry = %q", got)
+	}
+	_, errOut, code = molt(t, "", "retry", "rd", "-n", ns)
+	if code != 2 || !strings.Contains(errOut, "already retries rd") {
+		t.Errorf("a second retry of rd: exit %d, want 2 with already retries: %s", code, errOut)
+	}
+	if list, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(context.Background(), metav1.ListOptions{}); err != nil || len(list.Items) != 2 {
+		t.Errorf("ops after a second retry: %v, want rd and rd-retry only (%v)", list, err)
+	}
+}
+
 // TestPluginAbort: `kubectl molt abort` pauses an ops mid-way, waits for
 // the sandbox in flight to finish its attempt, and deletes the ops: no
 // sandbox is left in a stage, the ones never started keep their template.

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
@@ -36,8 +35,9 @@ func newRetryCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retry OPS",
 		Short: "Retry a Failed ops: a new ops over its failed and not-started sandboxes",
-		Long: `Retry a Failed SandboxUpdateOps the way the user guides say: delete it and create a new
-ops with the same selector, patch, hooks and strategy. Sandboxes already upgraded are
+		Long: `Retry a Failed SandboxUpdateOps the way the user guides say: a new ops with the same
+selector, patch, hooks and strategy replaces it (created first, then the failed one is
+deleted). Sandboxes already upgraded are
 left alone (their template equals the patched one); each failed sandbox continues from
 its failed stage (a new ops resumes it); the ones never started are upgraded.
 
@@ -49,8 +49,9 @@ it keeps the patch and both hooks instead, so their backup is taken.
 
 Nothing is changed, and retry says why, when the ops failed because its patch cannot
 work (create a new ops with a fixed patch), when another ops of the namespace has not
-finished, or when a retry of the ops exists already. If the new ops cannot be created
-after the failed one was deleted, retry prints it as YAML to apply yourself.
+finished, or when a retry of the ops exists already. The new ops is created before the
+failed one is deleted, so an interruption loses nothing: a failed ops left behind is
+final and holds neither its namespace nor its sandboxes.
 
 The new ops is named OPS-retry (OPS-retry-2, ... if taken) unless --name says.`,
 		Example: `  kubectl molt retry upgrade-my-sandboxes
@@ -205,26 +206,17 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 				strings.Join(others, ", "), name)
 		}
 	}
-	// Refused by the API server before anything is deleted.
-	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-		return fmt.Errorf("dry-run create of the retry ops %s/%s (nothing was changed): %w", ns, newName, err)
-	}
-	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
-		var waited *exitError
-		if errors.As(err, &waited) {
-			// Deleted, and then the wait ended (a timeout, Ctrl-C): the spec
-			// lives on only in what is printed here.
-			return &exitError{code: waited.code, msg: waited.msg + "\n" + applyYourself(next)}
-		}
-		var status apierrors.APIStatus
-		if !errors.As(err, &status) {
-			// No answer to the delete (a timeout, Ctrl-C): it may have happened.
-			return &exitError{code: ExitError, msg: fmt.Sprintf("%v; the failed ops may be deleted or not (`kubectl get suo %s -n %s`)\n%s", err, name, ns, applyYourself(next))}
-		}
-		return err // refused: not deleted, nothing was changed
-	}
+	// The retry is created before the failed ops is deleted, so an
+	// interruption at any point leaves the spec in the cluster. The failed
+	// ops is finished: it holds neither its namespace nor its sandboxes (the
+	// retry claims them; its release of the rest carries each sandbox's
+	// resourceVersion, so it never strips the retry's claim).
 	if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
-		return &exitError{code: ExitError, msg: fmt.Sprintf("create the retry ops %s/%s (the failed ops %s is deleted; its sandboxes keep their failed reason, so a new ops resumes them): %v\n%s", ns, newName, name, err, applyYourself(next))}
+		if blocking, berr := retryBlockedBy(ctx, agents, ops); berr == nil && blocking != "" {
+			// Another run of retry, or an ops applied meanwhile, came first.
+			return &exitError{code: ExitError, msg: blocking}
+		}
+		return fmt.Errorf("create the retry ops %s/%s (nothing was changed: the failed ops %s is still there): %w", ns, newName, name, err)
 	}
 	var parts []string
 	keys := make([]string, 0, len(reasons))
@@ -239,26 +231,23 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	if postOnly {
 		how = "with only the postUpgrade hook: the new pods are kept and preUpgrade is not run again"
 	}
-	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s\ncreated SandboxUpdateOps %s/%s %s: retries %s", ns, name, ns, newName, how, strings.Join(parts, ", "))
+	fmt.Fprintf(a.out, "created SandboxUpdateOps %s/%s %s: retries %s", ns, newName, how, strings.Join(parts, ", "))
 	if s.NotStarted > 0 {
 		fmt.Fprintf(a.out, "; and %d not started", s.NotStarted)
 	}
-	fmt.Fprintf(a.out, "\nwatch it: kubectl molt status %s -n %s -w\n", newName, ns)
+	fmt.Fprintln(a.out)
+	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
+		// The retry runs all the same: the failed ops left behind is final
+		// and holds nothing.
+		return &exitError{code: ExitError, msg: fmt.Sprintf("%v\nthe retry SandboxUpdateOps %s/%s is created and runs all the same (kubectl molt status %s -n %s -w); the failed ops %s is final and holds nothing, delete it when you can: kubectl delete suo %s -n %s",
+			err, ns, newName, newName, ns, name, name, ns)}
+	}
+	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s\n", ns, name)
+	fmt.Fprintf(a.out, "watch it: kubectl molt status %s -n %s -w\n", newName, ns)
 	if o.watch {
 		return a.status(ctx, newName, statusOptions{watch: true, interval: time.Second, slowest: 5, color: "auto"})
 	}
 	return nil
-}
-
-// applyYourself is the retry ops next as YAML for the user to apply, once the
-// failed ops is deleted and the retry could not create it: its spec is not
-// lost with the failed ops.
-func applyYourself(next *agentsv1alpha1.SandboxUpdateOps) string {
-	out, err := yaml.Marshal(next)
-	if err != nil {
-		return ""
-	}
-	return "the retry ops was not created; apply it yourself once the failed ops is gone (kubectl apply -f -):\n---\n" + string(out)
 }
 
 // retryBlockedBy says why ops may not be retried now, "" when it may: another
