@@ -18,6 +18,15 @@ import (
 // stays Pending says why.
 const AnnotationPodCreateError = "molt.dev/pod-create-error"
 
+// AnnotationPodDeleteError is the Sandbox annotation podcycler writes when
+// the API server refuses for good (Refusal) the delete of a paused
+// sandbox's pod, with the server's words, and removes once the pod is gone
+// or the sandbox is unpaused. podcycler keeps retrying meanwhile. statusagg
+// shows it as SandboxPaused=False PodDeleteRefused, in the MESSAGE column,
+// and as a Warning Event of that reason, so a pause that does not happen
+// says why.
+const AnnotationPodDeleteError = "molt.dev/pod-delete-error"
+
 // maxPodCreateError bounds the annotation: statusagg adds a sentence of its
 // own around it in a condition message.
 const maxPodCreateError = 700

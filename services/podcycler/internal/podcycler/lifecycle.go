@@ -127,17 +127,31 @@ func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.San
 		// Its pod exists, however it was made (the UpgradePod handler, or
 		// a create whose record was not removed): the refusal is past, and
 		// must not show the next time the sandbox has no pod.
-		if err := c.recordCreateRefusal(ctx, sb, ""); err != nil {
+		if err := c.recordAnnotation(ctx, sb, upgrade.AnnotationPodCreateError, ""); err != nil {
+			return err
+		}
+	}
+
+	pausing := sb.Spec.Paused && !upgrade.KeepAwake(sb)
+	if _, refused := sb.Annotations[upgrade.AnnotationPodDeleteError]; refused &&
+		(!pausing || pod == nil || pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID)) {
+		// Unpaused, or the pod is going: the refusal is past.
+		if err := c.recordAnnotation(ctx, sb, upgrade.AnnotationPodDeleteError, ""); err != nil {
 			return err
 		}
 	}
 
 	switch {
-	case sb.Spec.Paused && !upgrade.KeepAwake(sb):
+	case pausing:
 		if pod == nil || pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID) {
 			return nil
 		}
 		if err := c.deletePod(ctx, namespace, name, pod.UID, reasonPause); err != nil {
+			if words := upgrade.Refusal(err); words != "" {
+				// Retried all the same (the error requeues the sandbox), and
+				// recorded so that the sandbox says why it is not paused.
+				return errors.Join(err, c.recordAnnotation(ctx, sb, upgrade.AnnotationPodDeleteError, words))
+			}
 			return err
 		}
 		logger.Info("Deleted pod of paused sandbox", "pod", klog.KObj(pod), "uid", pod.UID)
@@ -268,7 +282,7 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	}
 	if err != nil {
 		if upgrade.PodCreateRefused(err) {
-			if werr := c.recordCreateRefusal(ctx, sb, upgrade.PodCreateErrorValue(err)); werr != nil {
+			if werr := c.recordAnnotation(ctx, sb, upgrade.AnnotationPodCreateError, upgrade.PodCreateErrorValue(err)); werr != nil {
 				logger.Error(werr, "Could not record the refusal of the pod on the sandbox")
 			}
 		}
@@ -278,23 +292,25 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.Info("Created pod", "pod", klog.KObj(created), "uid", created.UID, "revision", revision, "reason", why, "originalTemplate", original)
 	}
 	if _, refused := sb.Annotations[upgrade.AnnotationPodCreateError]; refused {
-		return c.recordCreateRefusal(ctx, sb, "")
+		return c.recordAnnotation(ctx, sb, upgrade.AnnotationPodCreateError, "")
 	}
 	return nil
 }
 
-// recordCreateRefusal writes why the API server refuses sb's pod
-// (upgrade.AnnotationPodCreateError), or removes it ("" once the pod was
-// created), unless the sandbox already says so: statusagg shows it, and
-// nothing else tells the user why the sandbox stays Pending.
-func (c *cycler) recordCreateRefusal(ctx context.Context, sb *agentsv1alpha1.Sandbox, refusal string) error {
-	if sb.Annotations[upgrade.AnnotationPodCreateError] == refusal {
+// recordAnnotation sets sb's annotation key to value, or removes it when
+// value is "", unless the sandbox already says so: podcycler's records of
+// the API server's refusals of the sandbox's pod (upgrade.AnnotationPodCreateError,
+// removed once the pod is created; upgrade.AnnotationPodDeleteError), which
+// statusagg shows, as nothing else tells the user why a sandbox stays
+// Pending or does not pause.
+func (c *cycler) recordAnnotation(ctx context.Context, sb *agentsv1alpha1.Sandbox, key, value string) error {
+	if have, ok := sb.Annotations[key]; have == value && ok == (value != "") {
 		return nil
 	}
-	patch := upgrade.AnnotationPatch(upgrade.AnnotationPodCreateError, refusal)
+	patch := upgrade.AnnotationPatch(key, value)
 	_, err := c.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("write the pod-create-error annotation of sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+		return fmt.Errorf("write the %s annotation of sandbox %s/%s: %w", key, sb.Namespace, sb.Name, err)
 	}
 	return nil
 }

@@ -132,3 +132,43 @@ func TestNoTemplateFailsUpgradePodAtOnce(t *testing.T) {
 	}
 	r.assertOldPodRuns(t)
 }
+
+// A pause whose pod delete the API server refuses (an admission policy on pod
+// deletes, podcycler's RBAC) is recorded on the sandbox with the server's
+// words, so statusagg can say why the sandbox does not pause; the record goes
+// once the sandbox is unpaused. Before, the delete was only retried, with no
+// word anywhere a user looks.
+func TestRefusedPauseDeleteIsRecorded(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+	sb := createSandbox(t, ns, "sbx-pause-refused", "registry.example/sandbox:v1")
+	pod := waitPodReady(t, ns, sb.Name, "")
+	const words = "pods of this namespace may not be deleted"
+	env.Refuse(t, ns, testenv.Refusal{
+		Resource:   "pods",
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+		Allow:      "false", Message: words,
+	}, func(ctx context.Context) error {
+		return env.Kube.CoreV1().Pods(ns).Delete(ctx, sb.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	})
+
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = true })
+	testenv.Eventually(t, 20*time.Second, "the refused delete recorded on the sandbox", func() (bool, error) {
+		got, err := agents(t).AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
+		return err == nil && strings.Contains(got.Annotations[upgrade.AnnotationPodDeleteError], words), err
+	})
+	if now, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), sb.Name, metav1.GetOptions{}); err != nil || now.UID != pod.UID {
+		t.Fatalf("the pod after a refused pause delete: %v, %v; want the same pod", now, err)
+	}
+
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = false })
+	testenv.Eventually(t, 20*time.Second, "the record removed once unpaused", func() (bool, error) {
+		got, err := agents(t).AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, recorded := got.Annotations[upgrade.AnnotationPodDeleteError]
+		return !recorded, nil
+	})
+}

@@ -54,6 +54,10 @@ const (
 	// the sandbox's pod (Ready=False PodCreateFailed); the message has its
 	// words.
 	EventPodCreateFailed = agentsv1alpha1.ReadyReasonPodCreateFailed
+	// EventPodDeleteRefused (Warning, on the sandbox): the sandbox is paused
+	// and the API server refuses to delete its pod (SandboxPaused=False
+	// PodDeleteRefused); the message has its words.
+	EventPodDeleteRefused = PausedReasonPodDeleteRefused
 )
 
 // eventWriters is how many Event writers statusagg runs.

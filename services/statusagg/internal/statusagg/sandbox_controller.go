@@ -143,8 +143,11 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	// for the informer.
 	st := written.Status
 	e.written = &st
-	if refused := podCreateRefusalNews(known, &want); refused != "" {
+	if refused := refusalNews(known, &want, agentsv1alpha1.ConditionReady, agentsv1alpha1.ReadyReasonPodCreateFailed); refused != "" {
 		s.recorder.Event(written, corev1.EventTypeWarning, EventPodCreateFailed, refused)
+	}
+	if refused := refusalNews(known, &want, agentsv1alpha1.ConditionSandboxPaused, PausedReasonPodDeleteRefused); refused != "" {
+		s.recorder.Event(written, corev1.EventTypeWarning, EventPodDeleteRefused, refused)
 	}
 	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
 	events := len(e.waiters)
@@ -210,15 +213,15 @@ func (s *server) podHandler() cache.ResourceEventHandler {
 	}
 }
 
-// podCreateRefusalNews is the message of a Warning Event PodCreateFailed
-// when want newly says the API server refuses the sandbox's pod (or says so
-// in other words), "" otherwise.
-func podCreateRefusalNews(was, want *agentsv1alpha1.SandboxStatus) string {
-	now := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionReady)
-	if now == nil || now.Reason != agentsv1alpha1.ReadyReasonPodCreateFailed {
+// refusalNews is the message of a Warning Event when want's condition
+// condType newly has reason, a refusal by the API server (or says so in
+// other words), "" otherwise.
+func refusalNews(was, want *agentsv1alpha1.SandboxStatus, condType, reason string) string {
+	now := meta.FindStatusCondition(want.Conditions, condType)
+	if now == nil || now.Reason != reason {
 		return ""
 	}
-	if before := meta.FindStatusCondition(was.Conditions, agentsv1alpha1.ConditionReady); before != nil &&
+	if before := meta.FindStatusCondition(was.Conditions, condType); before != nil &&
 		before.Reason == now.Reason && before.Message == now.Message {
 		return ""
 	}

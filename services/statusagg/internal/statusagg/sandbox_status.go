@@ -26,6 +26,10 @@ const (
 	PausedReasonPodStopped = "PodStopped"
 	// PausedReasonNotPaused: SandboxPaused=False once the sandbox runs again.
 	PausedReasonNotPaused = "NotPaused"
+	// PausedReasonPodDeleteRefused: SandboxPaused=False, the sandbox is
+	// paused but the API server refuses to delete its pod
+	// (upgrade.AnnotationPodDeleteError); the message has its words.
+	PausedReasonPodDeleteRefused = "PodDeleteRefused"
 )
 
 // desiredSandboxStatus recomputes sb's status from its spec, its upgrade
@@ -97,10 +101,16 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 	if st.Phase == agentsv1alpha1.SandboxPending || st.Phase == agentsv1alpha1.SandboxFailed {
 		st.Message = ready.Message
 	}
-	if paused {
+	switch {
+	case paused:
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionTrue,
 			Reason: PausedReasonPodStopped, Message: "the pod is stopped for a pause", ObservedGeneration: sb.Generation})
-	} else if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused) != nil {
+	case sb.Spec.Paused && pod != nil && sb.Annotations[upgrade.AnnotationPodDeleteError] != "":
+		msg := podDeleteRefusedMessage(sb)
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
+			Reason: PausedReasonPodDeleteRefused, Message: msg, ObservedGeneration: sb.Generation})
+		st.Message = msg
+	case meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused) != nil:
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
 			Reason: PausedReasonNotPaused, ObservedGeneration: sb.Generation})
 	}
@@ -195,6 +205,14 @@ func podFailedMessage(pod *corev1.Pod) string {
 		msg += "; " + strings.Join(held, "; ")
 	}
 	return agentsv1alpha1.TruncateConditionMessage(msg)
+}
+
+// podDeleteRefusedMessage is SandboxPaused's message while the API server
+// refuses to delete a paused sandbox's pod (upgrade.AnnotationPodDeleteError,
+// podcycler's record of the refusal): its words, and what to fix.
+func podDeleteRefusedMessage(sb *agentsv1alpha1.Sandbox) string {
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("sandbox %s is paused but the API server refuses to delete its pod %s, which keeps running: %s; podcycler keeps trying: fix what refuses it (an admission policy or webhook on pod deletes, podcycler's RBAC), or unpause the sandbox",
+		sb.Name, sb.Name, sb.Annotations[upgrade.AnnotationPodDeleteError]))
 }
 
 // podCreateFailedMessage is Ready's message while the API server refuses

@@ -123,19 +123,54 @@ func TestPodCreateRefusalNews(t *testing.T) {
 		t.Fatalf("Ready message %q: want the server's words and what to fix", ready.Message)
 	}
 	pending := desiredSandboxStatus(testSandbox(), nil)
-	if got := podCreateRefusalNews(&pending, &refused); got != ready.Message {
+	if got := refusalNews(&pending, &refused, agentsv1alpha1.ConditionReady, agentsv1alpha1.ReadyReasonPodCreateFailed); got != ready.Message {
 		t.Errorf("news from PodNotCreated = %q, want the message", got)
 	}
-	if got := podCreateRefusalNews(&refused, &refused); got != "" {
+	if got := refusalNews(&refused, &refused, agentsv1alpha1.ConditionReady, agentsv1alpha1.ReadyReasonPodCreateFailed); got != "" {
 		t.Errorf("news of the same refusal again = %q, want none", got)
 	}
 	sb.Annotations[upgrade.AnnotationPodCreateError] = `pod "sb" is invalid: spec.containers[0].name: Invalid value: "Main_1"`
 	other := desiredSandboxStatus(sb, nil)
-	if got := podCreateRefusalNews(&refused, &other); got == "" {
+	if got := refusalNews(&refused, &other, agentsv1alpha1.ConditionReady, agentsv1alpha1.ReadyReasonPodCreateFailed); got == "" {
 		t.Error("no news of a refusal in other words")
 	}
-	if got := podCreateRefusalNews(&refused, &pending); got != "" {
+	if got := refusalNews(&refused, &pending, agentsv1alpha1.ConditionReady, agentsv1alpha1.ReadyReasonPodCreateFailed); got != "" {
 		t.Errorf("news when the refusal is gone = %q", got)
+	}
+}
+
+// A paused sandbox whose pod the API server refuses to delete stays Running
+// and says why in SandboxPaused and the MESSAGE column, and a Warning Event
+// tells it once; unpaused, the condition says NotPaused again.
+func TestPodDeleteRefusedSaysWhyThePauseWaits(t *testing.T) {
+	sb := testSandbox()
+	sb.Spec.Paused = true
+	sb.Annotations = map[string]string{upgrade.AnnotationPodDeleteError: "pods may not be deleted here"}
+	running := desiredSandboxStatus(testSandbox(), testPod(true))
+	st := desiredSandboxStatus(sb, testPod(true))
+	paused := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused)
+	if st.Phase != agentsv1alpha1.SandboxRunning || paused == nil || paused.Status != metav1.ConditionFalse || paused.Reason != PausedReasonPodDeleteRefused {
+		t.Fatalf("phase %s, SandboxPaused %+v; want Running, False/%s", st.Phase, paused, PausedReasonPodDeleteRefused)
+	}
+	for _, want := range []string{"pods may not be deleted here", "refuses to delete its pod sb", "or unpause the sandbox"} {
+		if !strings.Contains(paused.Message, want) {
+			t.Errorf("SandboxPaused message %q lacks %q", paused.Message, want)
+		}
+	}
+	if st.Message != paused.Message {
+		t.Errorf("status.message = %q, want SandboxPaused's message", st.Message)
+	}
+	if got := refusalNews(&running, &st, agentsv1alpha1.ConditionSandboxPaused, PausedReasonPodDeleteRefused); got != paused.Message {
+		t.Errorf("news of the refusal = %q, want its message", got)
+	}
+	if got := refusalNews(&st, &st, agentsv1alpha1.ConditionSandboxPaused, PausedReasonPodDeleteRefused); got != "" {
+		t.Errorf("news of the same refusal again = %q, want none", got)
+	}
+	sb.Status = st
+	sb.Spec.Paused = false
+	again := desiredSandboxStatus(sb, testPod(true))
+	if c := meta.FindStatusCondition(again.Conditions, agentsv1alpha1.ConditionSandboxPaused); c == nil || c.Reason != PausedReasonNotPaused || again.Message != "" {
+		t.Errorf("unpaused: SandboxPaused %+v, message %q; want NotPaused and no message", c, again.Message)
 	}
 }
 
