@@ -45,8 +45,9 @@ type cycler struct {
 	// reported remembers, per sandbox, the last outcome published for a pod
 	// ("<pod uid>/<event type>") so informer updates do not publish it again.
 	reported sync.Map
-	// redrives remembers, per sandbox, the watchdog's last re-drive number seen on
-	// prehook-done, so the outcome published again carries it (a new message id).
+	// redrives remembers, per sandbox, the watchdog's last re-drive seen on
+	// prehook-done (a redrive: its attempt and number), so the outcome published
+	// again carries it (a new message id); only that attempt's outcomes do.
 	redrives sync.Map
 
 	readyTimeout time.Duration

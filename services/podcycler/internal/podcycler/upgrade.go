@@ -37,11 +37,17 @@ func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) err
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stage", agentsv1alpha1.UpgradingReasonUpgradePod))
 	if r := msg.Event.Data.Redrive; r > 0 {
 		key := msg.Event.SandboxKey()
-		c.redrives.Store(key, r)
+		c.redrives.Store(key, redrive{attempt: msg.Event.Data.Attempt, n: r})
 		c.reported.Delete(key)
 		c.ctl.EnqueueKey(key)
 	}
 	return c.replacePod(ctx, msg.Event)
+}
+
+// redrive is the watchdog's re-drive number n of an attempt's UpgradePod.
+type redrive struct {
+	attempt string
+	n       int
 }
 
 // upgradePodFailure files a prehook-done podcycler could not handle on its last delivery

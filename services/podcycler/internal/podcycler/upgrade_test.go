@@ -276,3 +276,34 @@ func TestMissingPodUnderUpgradePodWaitsForTheHandlerThenIsCreated(t *testing.T) 
 		t.Errorf("pods created = %v, want exactly one", got)
 	}
 }
+
+// A watchdog re-drive is of one attempt: the next attempt on the same sandbox
+// reports its outcome with no re-drive number (before, the number stayed
+// with the sandbox, and kubectl molt history showed every later attempt as
+// re-driven, under message ids of a re-drive).
+func TestRedriveNumberStaysWithItsAttempt(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-redrive-next", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
+	ready := r.bus.subscribe(t, r.ns, r.name, events.TokenPodReady)
+	r.prehook.Data.Redrive = 1
+	r.publishPreHookDone(t)
+	if ev := next(t, ready, "pod-ready", 60*time.Second); ev.Data.Redrive != 1 || ev.Data.Attempt != testAttempt {
+		t.Fatalf("pod-ready of the re-driven attempt: attempt %s, re-drive %d; want %s, 1", ev.Data.Attempt, ev.Data.Redrive, testAttempt)
+	}
+	pod := waitPodReady(t, r.ns, r.name, string(r.oldPod.UID))
+
+	const next2 = "attempt-after-the-redrive"
+	sb := updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers[0].Image = "registry.example/sandbox:v3" })
+	setUpgradeStatus(t, r.ns, r.name, next2, agentsv1alpha1.UpgradingReasonUpgradePod)
+	target, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.prehook.Data.Ops.UID, r.prehook.Data.Attempt, r.prehook.Data.Redrive = types.UID(next2), next2, 0
+	r.prehook.Data.TargetRevision, r.prehook.Data.OldPodUID = target, pod.UID
+	r.publishPreHookDone(t)
+	ev := next(t, ready, "pod-ready", 60*time.Second)
+	if ev.Data.Attempt != next2 || ev.Data.Redrive != 0 {
+		t.Fatalf("pod-ready of the next attempt: attempt %s, re-drive %d; want %s, 0", ev.Data.Attempt, ev.Data.Redrive, next2)
+	}
+}

@@ -48,7 +48,12 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 		SandboxResourceVersion: sb.ResourceVersion,
 	}
 	if r, ok := c.redrives.Load(key); ok {
-		data.Redrive = r.(int)
+		if r := r.(redrive); r.attempt == attempt {
+			data.Redrive = r.n
+		} else {
+			// A later attempt: the re-drive was of an earlier one.
+			c.redrives.CompareAndDelete(key, r)
+		}
 	}
 	if opsName != "" {
 		data.Ops = events.OpsRef{Name: opsName, UID: types.UID(attempt)}
