@@ -93,7 +93,8 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	if e.pending != nil {
 		view.Status.Conditions = e.pending
 	}
-	want := desiredSandboxStatus(&view, s.podOf(sb))
+	pod := s.podOf(sb)
+	want := desiredSandboxStatus(&view, pod)
 	if equality.Semantic.DeepEqual(*known, want) {
 		written := *sb
 		written.Status = *known
@@ -148,6 +149,10 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	}
 	if refused := refusalNews(known, &want, agentsv1alpha1.ConditionSandboxPaused, PausedReasonPodDeleteRefused); refused != "" {
 		s.recorder.Event(written, corev1.EventTypeWarning, EventPodDeleteRefused, refused)
+	}
+	if agentsv1alpha1.IsUpgradingFailedReason(upgradingReason(&want)) && podRefusedAfterFailure(sb, pod) && want.Message != known.Message {
+		// Ready stays Upgrading (API.md) while the attempt shows failed.
+		s.recorder.Event(written, corev1.EventTypeWarning, EventPodCreateFailed, want.Message)
 	}
 	s.writes.wrote(key, sb.UID, upgrade.InProgress(upgradingReason(&want)), time.Now())
 	events := len(e.waiters)

@@ -125,6 +125,9 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		st.Message = ""
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
 			st.Message = up.Message
+			if podRefusedAfterFailure(sb, pod) {
+				st.Message = podRefusedAfterFailureMessage(sb, up.Message)
+			}
 		}
 		if up.Reason == agentsv1alpha1.UpgradingReasonResuming {
 			st.Phase = agentsv1alpha1.SandboxResuming
@@ -213,6 +216,21 @@ func podFailedMessage(pod *corev1.Pod) string {
 func podDeleteRefusedMessage(sb *agentsv1alpha1.Sandbox) string {
 	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("sandbox %s is paused but the API server refuses to delete its pod %s, which keeps running: %s; podcycler keeps trying: fix what refuses it (an admission policy or webhook on pod deletes, podcycler's RBAC), or unpause the sandbox",
 		sb.Name, sb.Name, sb.Annotations[upgrade.AnnotationPodDeleteError]))
+}
+
+// podRefusedAfterFailure reports whether sb, whose upgrade attempt ended
+// failed, has lost its pod since and the API server refuses a new one
+// (podcycler's record, upgrade.AnnotationPodCreateError): the failure's own
+// message may still say the old pod keeps running.
+func podRefusedAfterFailure(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
+	return pod == nil && !sb.Spec.Paused && sb.Annotations[upgrade.AnnotationPodCreateError] != ""
+}
+
+// podRefusedAfterFailureMessage is status.message for podRefusedAfterFailure:
+// the refusal first, what to do, then the failure it follows.
+func podRefusedAfterFailureMessage(sb *agentsv1alpha1.Sandbox, failure string) string {
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s is gone and the API server refuses a new one from spec.template: %s; podcycler keeps trying: create a new SandboxUpdateOps whose patch fixes the template (the upgrade continues, its backup kept) or sets it back; the upgrade had failed: %s",
+		sb.Name, sb.Annotations[upgrade.AnnotationPodCreateError], failure))
 }
 
 // podCreateFailedMessage is Ready's message while the API server refuses

@@ -174,6 +174,30 @@ func TestPodDeleteRefusedSaysWhyThePauseWaits(t *testing.T) {
 	}
 }
 
+// A sandbox whose upgrade failed with its old pod kept, and which has lost
+// that pod since while the API server refuses a new one from the patched
+// template, says so first in status.message (the failure's own words still
+// say the old pod keeps running); with its pod, only the failure shows.
+func TestPodRefusedAfterAFailedUpgradeSaysThePodIsGone(t *testing.T) {
+	const failure = "the API server refuses the new pod: ...; the old pod (uid 1) was not deleted and keeps running"
+	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePodFailed, failure)
+	sb.Annotations = map[string]string{upgrade.AnnotationPodCreateError: `Pod "sb" is invalid: spec.containers[0].image: Required value`}
+	withPod := desiredSandboxStatus(sb, testPod(true))
+	if withPod.Message != failure {
+		t.Errorf("with its pod: message %q, want the failure's", withPod.Message)
+	}
+	gone := desiredSandboxStatus(sb, nil)
+	ready := meta.FindStatusCondition(gone.Conditions, agentsv1alpha1.ConditionReady)
+	if gone.Phase != agentsv1alpha1.SandboxUpgrading || ready.Reason != agentsv1alpha1.ReadyReasonUpgrading {
+		t.Errorf("phase %s, Ready %s; want Upgrading, Upgrading", gone.Phase, ready.Reason)
+	}
+	for _, want := range []string{"pod sb is gone and the API server refuses a new one", "spec.containers[0].image: Required value", "create a new SandboxUpdateOps", failure} {
+		if !strings.Contains(gone.Message, want) {
+			t.Errorf("without its pod: message %q lacks %q", gone.Message, want)
+		}
+	}
+}
+
 // A sandbox without spec.template says what to set, not to wait for a pod.
 func TestNoTemplateSaysWhatToSet(t *testing.T) {
 	sb := testSandbox()
