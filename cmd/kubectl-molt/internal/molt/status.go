@@ -240,7 +240,7 @@ func (a *app) statusExit(s Summary, o statusOptions) error {
 	}
 	msg := ""
 	if o.output != "json" {
-		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; read one's history with `kubectl molt history %s/SANDBOX`, fix the cause, then `kubectl molt retry %s -n %s`",
+		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; read one's history with `kubectl molt history %s/SANDBOX`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 			s.Namespace, s.Name, s.Failed, s.Total, s.NotStarted, s.Namespace, s.Name, s.Namespace)
 	}
 	return &exitError{code: ExitFailed, msg: msg}
