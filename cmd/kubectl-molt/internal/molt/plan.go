@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -178,6 +179,11 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		}
 		break
 	}
+	unbacked := upgrade.WithoutBackup(ops, sel)
+	if len(unbacked) > 0 {
+		fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup taken first, and postUpgrade then runs on them; if postUpgrade restores a backup, add the preUpgrade that takes it (sandboxes resuming a failure after their backup are fine)\n",
+			len(unbacked), strings.Join(unbacked[:min(len(unbacked), 5)], ", ")+more(len(unbacked)-5))
+	}
 	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {
 		fmt.Fprintf(w, "  no patch and nothing to resume: it would complete at once (NothingToUpdate)\n")
 	}
@@ -195,6 +201,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			if _, reason, ok := upgrade.FailedAttempt(c.Sandbox); ok {
 				note = resumeNote(reason)
 			}
+		}
+		if slices.Contains(unbacked, c.Sandbox.Name) {
+			note = strings.TrimPrefix(note+"; ", "; ") + "no backup: new pod with no preUpgrade, then postUpgrade runs"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", c.Sandbox.Name, c.Sandbox.Status.Phase, batch, note)
 	}
@@ -337,6 +346,14 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 		FromFile: sb.Namespace + "/" + sb.Name + " (current)", ToFile: sb.Namespace + "/" + sb.Name + " (patched)",
 		Context: 3,
 	})
+}
+
+// more is " and N more" for n > 0, else "".
+func more(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %d more", n)
 }
 
 // resumeNote says where a sandbox left failed in reason is resumed from.

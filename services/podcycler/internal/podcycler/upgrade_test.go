@@ -293,7 +293,9 @@ func TestRedriveNumberStaysWithItsAttempt(t *testing.T) {
 	pod := waitPodReady(t, r.ns, r.name, string(r.oldPod.UID))
 
 	const next2 = "attempt-after-the-redrive"
-	sb := updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Template.Spec.Containers[0].Image = "registry.example/sandbox:v3" })
+	sb := updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) {
+		s.Spec.Template.Spec.Containers[0].Image = "registry.example/sandbox:v3"
+	})
 	setUpgradeStatus(t, r.ns, r.name, next2, agentsv1alpha1.UpgradingReasonUpgradePod)
 	target, err := upgrade.Revision(sb.Spec.Template)
 	if err != nil {

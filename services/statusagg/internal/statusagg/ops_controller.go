@@ -117,8 +117,10 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		eventType, reason := opsPhaseEvent(want)
 		s.recorder.Event(written, eventType, reason, opsMessage(want))
 	}
-	if c := meta.FindStatusCondition(want.Conditions, ConditionPatchAddsContainers); c != nil && meta.FindStatusCondition(ops.Status.Conditions, ConditionPatchAddsContainers) == nil {
-		s.recorder.Event(written, corev1.EventTypeWarning, ConditionPatchAddsContainers, c.Message)
+	for _, warning := range []string{ConditionPatchAddsContainers, ConditionPostUpgradeWithoutBackup} {
+		if c := meta.FindStatusCondition(want.Conditions, warning); c != nil && meta.FindStatusCondition(ops.Status.Conditions, warning) == nil {
+			s.recorder.Event(written, corev1.EventTypeWarning, warning, c.Message)
+		}
 	}
 	return nil
 }

@@ -74,6 +74,15 @@ const (
 	ConditionPatchAddsContainers = "PatchAddsContainers"
 	// AddsReasonNotInTemplate: PatchAddsContainers=True.
 	AddsReasonNotInTemplate = "NotInTemplate"
+
+	// ConditionPostUpgradeWithoutBackup is True when the ops has a postUpgrade
+	// hook but no preUpgrade and gives selected sandboxes a new pod with no
+	// backup taken first (upgrade.WithoutBackup): meant for a rollback or a
+	// continuation after the backup, a loss of the workspace otherwise. A
+	// warning, with an Event of the same name: the ops goes on.
+	ConditionPostUpgradeWithoutBackup = "PostUpgradeWithoutBackup"
+	// NoBackupReasonNoPreUpgrade: PostUpgradeWithoutBackup=True.
+	NoBackupReasonNoPreUpgrade = "NoPreUpgrade"
 )
 
 // maxNamedFailures is how many failed sandboxes a condition message names.
@@ -144,6 +153,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	}
 
 	warnOfAddedContainers(&st, ops, sel)
+	warnOfNoBackup(&st, ops, sel)
 
 	if active != nil && active.Name != ops.Name {
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
@@ -214,6 +224,27 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), ops.Name, ops.Namespace)})
 		return
 	}
+}
+
+// warnOfNoBackup sets PostUpgradeWithoutBackup, once, when the ops would give
+// sandboxes a new pod with no backup taken first while its postUpgrade runs
+// on them (upgrade.WithoutBackup): before the first batch if the ops waits.
+func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) {
+	if meta.FindStatusCondition(st.Conditions, ConditionPostUpgradeWithoutBackup) != nil {
+		return
+	}
+	names := upgrade.WithoutBackup(ops, sel)
+	if len(names) == 0 {
+		return
+	}
+	list := strings.Join(names[:min(len(names), maxNamedFailures)], ", ")
+	if extra := len(names) - maxNamedFailures; extra > 0 {
+		list += fmt.Sprintf(" and %d more", extra)
+	}
+	setCondition(&st.Conditions, metav1.Condition{Type: ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
+		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup taken first, and postUpgrade then runs on them (a restore finds no backup of theirs, or an older one). "+
+			"Right for a rollback, or to continue sandboxes that failed after their backup; if not meant, pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the preUpgrade that takes the backup",
+			len(names), list, ops.Name, ops.Namespace))})
 }
 
 // waitingFor says what an ops that is not the active one waits for.

@@ -175,6 +175,31 @@ func TestPatchAddsContainersIsFlagged(t *testing.T) {
 	}
 }
 
+// An ops with postUpgrade and no preUpgrade that gives sandboxes a new pod
+// with no backup first is flagged, once, naming them, before anything starts;
+// with a preUpgrade it is not.
+func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "cont", Namespace: "team", Generation: 1}}
+	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"v2"}]}}`)
+	ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: &agentsv1alpha1.UpgradeAction{}}
+	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
+	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
+
+	st := desiredOpsStatus(ops, other, sel, nil)
+	c := meta.FindStatusCondition(st.Conditions, ConditionPostUpgradeWithoutBackup)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "2 sandboxes (sb-00, sb-01) get a new pod with no backup taken first") {
+		t.Fatalf("PostUpgradeWithoutBackup = %+v", c)
+	}
+	if st.Phase != agentsv1alpha1.SandboxUpdateOpsPending {
+		t.Fatalf("phase = %s: the warning must not change what the ops does", st.Phase)
+	}
+	both := ops.DeepCopy()
+	both.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}
+	if c := meta.FindStatusCondition(desiredOpsStatus(both, both, sel, nil).Conditions, ConditionPostUpgradeWithoutBackup); c != nil {
+		t.Fatalf("with a preUpgrade: PostUpgradeWithoutBackup = %+v, want none", c)
+	}
+}
+
 // A patch changed after its check fails the ops, but only once the sandboxes admitted
 // under the first patch have ended their stage: until then it stays Updating (holding its
 // namespace, admitting nothing) with InvalidPatch=True saying why.

@@ -1,0 +1,60 @@
+package upgrade
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// An ops with postUpgrade but no preUpgrade (the guides' "continue after
+// UpgradePodFailed" and rollback ops) names, the sandboxes it would
+// give a new pod with no backup before postUpgrade runs: the ones not started
+// and the ones resuming a PreUpgradeFailed, not those resuming after their
+// backup; with preUpgrade, or under CheckpointRestore, none.
+func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "cont", Namespace: "ns", UID: "u2"}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v3"}]}}`)}
+	ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: &agentsv1alpha1.UpgradeAction{}}
+	box := func(name, reason string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"pool": "p"}}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		if reason != "" {
+			sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "u1"},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+			}
+		}
+		return sb
+	}
+	all := []*agentsv1alpha1.Sandbox{
+		box("fresh", ""),
+		box("pod-failed", agentsv1alpha1.UpgradingReasonUpgradePodFailed),
+		box("post-failed", agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
+		box("pre-failed", agentsv1alpha1.UpgradingReasonPreUpgradeFailed),
+	}
+	sel, err := Select(ops, all, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := WithoutBackup(ops, sel); !slices.Equal(got, []string{"fresh", "pre-failed"}) {
+		t.Errorf("withoutBackup = %v, want [fresh pre-failed]", got)
+	}
+	withPre := ops.DeepCopy()
+	withPre.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}
+	if got := WithoutBackup(withPre, sel); len(got) != 0 {
+		t.Errorf("withoutBackup with a preUpgrade = %v, want none", got)
+	}
+	checkpoint := ops.DeepCopy()
+	checkpoint.Spec.UpdateStrategy.Type = agentsv1alpha1.UpgradeTypeCheckpointRestore
+	if got := WithoutBackup(checkpoint, sel); len(got) != 0 {
+		t.Errorf("withoutBackup under CheckpointRestore = %v, want none", got)
+	}
+}
