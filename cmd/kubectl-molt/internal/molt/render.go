@@ -80,7 +80,11 @@ func counts(s Summary, color bool) string {
 	if s.Failed > 0 {
 		failed = paint(color, ansiRed, failed)
 	}
-	return fmt.Sprintf("%d/%d updated, %s, %d updating, %d not started", s.Updated, s.Total, failed, s.Updating, s.NotStarted)
+	line := fmt.Sprintf("%d/%d updated, %s, %d updating, %d not started", s.Updated, s.Total, failed, s.Updating, s.NotStarted)
+	if s.Released > 0 {
+		line += fmt.Sprintf(", %d ended and released since the delete", s.Released)
+	}
+	return line
 }
 
 // stages is "PreUpgrade 2, UpgradePod 3, PostUpgrade 0".

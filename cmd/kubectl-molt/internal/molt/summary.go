@@ -35,6 +35,10 @@ type Summary struct {
 	Updating   int  `json:"updating"`
 	Failed     int  `json:"failed"`
 	NotStarted int  `json:"notStarted"`
+	// Released counts, while the ops is being deleted, the sandboxes that
+	// have ended their attempt since and left it (the selector removed its
+	// label): its status is no longer written.
+	Released int `json:"released,omitempty"`
 	// Stages counts the sandboxes in flight per stage, in the stage table's
 	// order.
 	Stages []StageCount `json:"stages"`
@@ -110,6 +114,7 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 		s.Phase = string(agentsv1alpha1.SandboxUpdateOpsPending)
 	}
 	s.NotStarted = max(0, s.Total-s.Updated-s.Updating-s.Failed)
+	notStartedAtDelete := s.NotStarted
 	counts := map[string]int{}
 	for i := range claimed {
 		sb := &claimed[i]
@@ -150,6 +155,13 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 		s.Updating, s.Updated, s.Failed = live, max(s.Updated, s.liveUpdated), max(s.Failed, s.liveFailed)
 		s.Total = max(s.Total, s.Updated+s.Updating+s.Failed)
 		s.NotStarted = max(0, s.Total-s.Updated-s.Updating-s.Failed)
+		if s.Deleting {
+			// Its status stopped at the delete: a sandbox that ended its
+			// attempt since and was released is in no live count, and
+			// nothing more is started.
+			s.Released = max(0, s.NotStarted-notStartedAtDelete)
+			s.NotStarted = min(s.NotStarted, notStartedAtDelete)
+		}
 	}
 	for _, stage := range append([]string{stageAdmitted}, upgrade.Stages()...) {
 		if counts[stage] > 0 || slices.Contains(mainStages, stage) {

@@ -97,6 +97,13 @@ func TestDeletingSaysWhatItWaitsFor(t *testing.T) {
 	if line := plainLine(s) + plainExtra(s); !strings.Contains(line, "being deleted: waiting for 3 sandboxes") || !strings.Contains(line, "ETA -") {
 		t.Errorf("plain line %q, want it to say the ops is being deleted and give no ETA", line)
 	}
+	// The status stopped at the delete (3 updating); one of them has ended
+	// since and was released: it is not counted as not started.
+	released := slices.DeleteFunc(slices.Clone(sandboxes), func(sb agentsv1alpha1.Sandbox) bool { return sb.Name == "box-6" })
+	s = summarize(ops, released, t0.Add(3*time.Minute), 5)
+	if s.NotStarted != 2 || s.Released != 1 || s.Updating != 2 || !strings.Contains(plainLine(s), "2 not started, 1 ended and released since the delete") {
+		t.Errorf("after a release: not started %d, released %d, updating %d, line %q; want 2, 1, 2", s.NotStarted, s.Released, s.Updating, plainLine(s))
+	}
 }
 
 // TestRenderGolden: the terminal screen (colours on) and the plain line.
