@@ -309,7 +309,7 @@ func TestPluginHistory(t *testing.T) {
 	}
 	// Every event in order, with the stage it belongs to.
 	want := []string{
-		`requested\s+PreUpgrade`, `patched\s+PreUpgrade`, `stage-started\s+PreUpgrade`, `prehook-done\s+PreUpgrade`,
+		`requested\s+-`, `patched\s+PreUpgrade`, `stage-started\s+PreUpgrade`, `prehook-done\s+PreUpgrade`,
 		`stage-started\s+UpgradePod`, `pod-ready\s+UpgradePod\s+new pod ` + string(pod.UID),
 		`stage-started\s+PostUpgrade`, `posthook-done\s+PostUpgrade`,
 		`stages: PreUpgrade \S+, UpgradePod \S+, PostUpgrade \S+; Succeeded after`,

@@ -276,6 +276,11 @@ type historyPrinter struct {
 	spans            []stageSpan
 	ended            string
 	printed          bool // the attempt's stage durations are printed
+	// start is the attempt's first event's time; resumed is true when the
+	// attempt continues a failed one; started is true once one of its
+	// stages has started (stage-started).
+	start            time.Time
+	resumed, started bool
 }
 
 // stageSpan is the first and last event time of one stage of one attempt.
@@ -315,6 +320,7 @@ func (h *historyPrinter) add(ev events.Event) {
 	if ev.Data.Attempt != h.attempt {
 		h.flush(true)
 		h.attempt, h.spans, h.ended, h.printed, h.header, h.prev = ev.Data.Attempt, nil, "", false, false, time.Time{}
+		h.start, h.resumed, h.started = ev.Time, ev.Data.ResumedReason != "", false
 		ops := "a direct upgrade (no ops)"
 		if ev.Data.Ops.Name != "" {
 			ops = "ops " + ev.Data.Ops.Name
@@ -345,8 +351,26 @@ func (h *historyPrinter) add(ev events.Event) {
 	}
 	h.prev = ev.Time
 	tok, _ := events.TokenFor(ev.Type)
-	stage := eventStage(ev)
-	fmt.Fprintf(h.tw, "  %s\t%s\t%s\t%s\t%s\n", ev.Time.In(h.loc).Format("15:04:05.000"), since, tok, stage, detail(ev))
+	stage, note := eventStage(ev), detail(ev)
+	if h.resumed && !h.started {
+		// A resumed attempt's hand-over runs no stage: the request, and a
+		// pod-ready that skips UpgradePod (the pod already runs the target),
+		// are not counted in the stage before the one it resumes at.
+		switch ev.Type {
+		case events.TypeRequested:
+			stage = ""
+		case events.TypePodReady:
+			stage, note = "", strings.TrimPrefix(note+", ", ", ")+"UpgradePod skipped: the pod already runs the target revision and is kept"
+		}
+	}
+	if ev.Type == events.TypeStageStarted {
+		h.started = true
+	}
+	shown := stage
+	if shown == "" {
+		shown = "-"
+	}
+	fmt.Fprintf(h.tw, "  %s\t%s\t%s\t%s\t%s\n", ev.Time.In(h.loc).Format("15:04:05.000"), since, tok, shown, note)
 	if stage != "" {
 		if n := len(h.spans); n > 0 && h.spans[n-1].stage == stage {
 			h.spans[n-1].last = ev.Time
@@ -417,7 +441,7 @@ func (h *historyPrinter) flush(inProgressToo bool) {
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", s.stage, end.Sub(s.first).Round(time.Millisecond)))
 	}
-	total := h.spans[len(h.spans)-1].last.Sub(h.spans[0].first).Round(time.Millisecond)
+	total := h.spans[len(h.spans)-1].last.Sub(h.start).Round(time.Millisecond)
 	state := "in progress"
 	if h.ended != "" {
 		state = h.ended

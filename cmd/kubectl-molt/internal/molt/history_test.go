@@ -28,6 +28,7 @@ func TestHistoryGolden(t *testing.T) {
 		return events.Event{Type: typ, Time: at(s), Data: d}
 	}
 	second := events.Data{Ops: events.OpsRef{Name: "up-retry", UID: "u2"}, Attempt: "u2", ResumedAttempt: "u1", ResumedReason: "PreUpgradeFailed"}
+	third := events.Data{Ops: events.OpsRef{Name: "up-retry-2", UID: "u3"}, Attempt: "u3", ResumedAttempt: "u2", ResumedReason: "PostUpgradeFailed"}
 	with := func(d events.Data, f func(*events.Data)) events.Data { f(&d); return d }
 	list := []events.Event{
 		ev(events.TypeRequested, 0, events.Data{}),
@@ -42,7 +43,15 @@ func TestHistoryGolden(t *testing.T) {
 		ev(events.TypeStageStarted, 61.42, with(second, func(d *events.Data) { d.Stage = "UpgradePod" })),
 		ev(events.TypePodReady, 62.2, with(second, func(d *events.Data) { d.NewPodUID = "p2" })),
 		ev(events.TypeStageStarted, 62.21, with(second, func(d *events.Data) { d.Stage = "PostUpgrade" })),
-		ev(events.TypePostHookDone, 63, with(second, func(d *events.Data) { d.NewPodUID, d.HookExitCode = "p2", exit(0) })),
+		ev(events.TypeFailed, 63, with(second, func(d *events.Data) {
+			d.Stage, d.Reason, d.HookExitCode, d.Message = "PostUpgrade", "PostUpgradeFailed", exit(1), "hook failed with exit code 1, stderr: restore interrupted, stdout: "
+		})),
+		// Resumed at PostUpgrade: the patcher hands over with a pod-ready
+		// (UpgradePod skipped), and no PreUpgrade or UpgradePod is shown.
+		ev(events.TypeRequested, 120, third),
+		ev(events.TypePodReady, 120.3, with(third, func(d *events.Data) { d.Stage, d.NewPodUID = "UpgradePod", "p2" })),
+		ev(events.TypeStageStarted, 120.31, with(third, func(d *events.Data) { d.Stage = "PostUpgrade" })),
+		ev(events.TypePostHookDone, 121, with(third, func(d *events.Data) { d.NewPodUID, d.HookExitCode = "p2", exit(0) })),
 	}
 	var out bytes.Buffer
 	h := &historyPrinter{out: &out, loc: time.UTC}
