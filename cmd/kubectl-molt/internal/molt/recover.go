@@ -49,7 +49,8 @@ it keeps the patch and both hooks instead, so their backup is taken.
 
 Nothing is changed, and retry says why, when the ops failed because its patch cannot
 work (create a new ops with a fixed patch), when another ops of the namespace has not
-finished, or when a retry of the ops exists already. The new ops is created before the
+finished, when a retry of the ops exists already, or while one of its sandboxes is still
+ending its attempt. The new ops is created before the
 failed one is deleted, so an interruption loses nothing: a failed ops left behind is
 final and holds neither its namespace nor its sandboxes.
 
@@ -164,6 +165,13 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	if err != nil {
 		return err
 	}
+	// Failed is decided from statusagg's cache: a sandbox admitted in the
+	// same instant may still be in a stage. The retry would leave it out,
+	// and nothing would resume it if it then failed.
+	if tail := stillInFlight(ops, claimed); len(tail) > 0 {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is Failed, but %d of its sandboxes are still ending their attempt (%s): nothing was changed; wait until they end (`kubectl molt status %s -n %s -w`; each stage has a deadline), then retry",
+			ns, name, len(tail), strings.Join(tail, ", "), name, ns)}
+	}
 	reasons := map[string][]string{}
 	var failedReasons []string
 	for i := range claimed {
@@ -216,7 +224,8 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 			// Another run of retry, or an ops applied meanwhile, came first.
 			return &exitError{code: ExitError, msg: blocking}
 		}
-		return fmt.Errorf("create the retry ops %s/%s (nothing was changed: the failed ops %s is still there): %w", ns, newName, name, err)
+		return &exitError{code: ExitError, msg: fmt.Sprintf("create the retry ops %s/%s: %v; nothing was changed, the failed ops %s is still there: fix the cause (or name the retry with --name) and run retry again",
+			ns, newName, err, name)}
 	}
 	var parts []string
 	keys := make([]string, 0, len(reasons))
@@ -239,8 +248,19 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
 		// The retry runs all the same: the failed ops left behind is final
 		// and holds nothing.
-		return &exitError{code: ExitError, msg: fmt.Sprintf("%v\nthe retry SandboxUpdateOps %s/%s is created and runs all the same (kubectl molt status %s -n %s -w); the failed ops %s is final and holds nothing, delete it when you can: kubectl delete suo %s -n %s",
-			err, ns, newName, newName, ns, name, name, ns)}
+		runs := fmt.Sprintf("the retry SandboxUpdateOps %s/%s is created and runs all the same (kubectl molt status %s -n %s -w)", ns, newName, newName, ns)
+		var waited *exitError
+		var status apierrors.APIStatus
+		switch {
+		case errors.As(err, &waited): // deleted; the wait for it to go ended
+			return &exitError{code: ExitError, msg: fmt.Sprintf("%s\n%s", waited.msg, runs)}
+		case errors.As(err, &status): // refused: not deleted
+			return &exitError{code: ExitError, msg: fmt.Sprintf("%v\n%s; the failed ops %s was not deleted: it is final and holds nothing, delete it when you can: kubectl delete suo %s -n %s",
+				err, runs, name, name, ns)}
+		default: // no answer: it may be deleted or not
+			return &exitError{code: ExitError, msg: fmt.Sprintf("%v\n%s; the failed ops %s may be deleted or not: it is final and holds nothing, delete it if it is still there (kubectl get suo %s -n %s)",
+				err, runs, name, name, ns)}
+		}
 	}
 	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s\n", ns, name)
 	fmt.Fprintf(a.out, "watch it: kubectl molt status %s -n %s -w\n", newName, ns)
@@ -248,6 +268,18 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return a.status(ctx, newName, statusOptions{watch: true, interval: time.Second, slowest: 5, color: "auto"})
 	}
 	return nil
+}
+
+// stillInFlight names the sandboxes ops claimed that have not ended their
+// attempt: in a stage, or patched and not recorded yet.
+func stillInFlight(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sandbox) []string {
+	var names []string
+	for i := range claimed {
+		if upgrade.DeletionWaitsFor(ops, &claimed[i]) {
+			names = append(names, claimed[i].Name)
+		}
+	}
+	return names
 }
 
 // retryBlockedBy says why ops may not be retried now, "" when it may: another

@@ -275,3 +275,16 @@ func TestCountersAgreeWithTheStagesWhileRunning(t *testing.T) {
 		t.Errorf("finished: updating %d, updated %d; want the status's final 0 and 5", s.Updating, s.Updated)
 	}
 }
+
+// A Failed ops can still have a sandbox in a stage (admitted in the instant
+// statusagg decided Failed): retry waits for it rather than leave it out.
+func TestStillInFlightNamesTheSandboxesInAStage(t *testing.T) {
+	ops, sandboxes := fixture()
+	ops.Status.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+	if got := stillInFlight(ops, sandboxes); !slices.Equal(got, []string{"box-5", "box-6", "box-7"}) {
+		t.Errorf("stillInFlight = %v, want the two sandboxes in a stage and the one admitted [box-5 box-6 box-7]", got)
+	}
+	if got := stillInFlight(ops, sandboxes[:5]); len(got) != 0 {
+		t.Errorf("stillInFlight of updated and failed sandboxes = %v, want none", got)
+	}
+}

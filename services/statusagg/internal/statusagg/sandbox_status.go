@@ -105,7 +105,7 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 	case paused:
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionTrue,
 			Reason: PausedReasonPodStopped, Message: "the pod is stopped for a pause", ObservedGeneration: sb.Generation})
-	case sb.Spec.Paused && pod != nil && sb.Annotations[upgrade.AnnotationPodDeleteError] != "":
+	case sb.Spec.Paused && !upgrade.KeepAwake(sb) && pod != nil && sb.Annotations[upgrade.AnnotationPodDeleteError] != "":
 		msg := podDeleteRefusedMessage(sb)
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
 			Reason: PausedReasonPodDeleteRefused, Message: msg, ObservedGeneration: sb.Generation})
@@ -229,7 +229,7 @@ func podRefusedAfterFailure(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
 // podRefusedAfterFailureMessage is status.message for podRefusedAfterFailure:
 // the refusal first, what to do, then the failure it follows.
 func podRefusedAfterFailureMessage(sb *agentsv1alpha1.Sandbox, failure string) string {
-	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s is gone and the API server refuses a new one from spec.template: %s; podcycler keeps trying: create a new SandboxUpdateOps whose patch fixes the template (the upgrade continues, its backup kept) or sets it back; the upgrade had failed: %s",
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s is gone and the API server refuses a new one from spec.template: %s; podcycler keeps trying: fix what refuses it (a ResourceQuota, an admission policy), or, when it is the template, create a new SandboxUpdateOps whose patch fixes it (the upgrade continues, its backup kept) or sets it back; the upgrade had failed: %s",
 		sb.Name, sb.Annotations[upgrade.AnnotationPodCreateError], failure))
 }
 
