@@ -73,3 +73,60 @@ func TestAdmissionPolicyRefusingThePatchFailsPreUpgradeAtOnce(t *testing.T) {
 	}
 	waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsFailed, 30*time.Second)
 }
+
+// A pause whose pod delete an admission policy refuses: the sandbox stays
+// Running with its pod, and says why where a user looks (SandboxPaused=False
+// PodDeleteRefused, the MESSAGE column, a Warning Event), in the policy's
+// words; unpaused, it says NotPaused again and the message goes.
+func TestRefusedPauseSaysWhy(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "nopause", 1, "nopause-pool", nil)
+	before := podUIDs(t, s, ns, names)
+	const words = "sandbox pods in this namespace may not be deleted"
+	s.env.Refuse(t, ns, testenv.Refusal{
+		Resource:   "pods",
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+		Allow:      "false", Message: words,
+	}, func(ctx context.Context) error {
+		return s.env.Kube.CoreV1().Pods(ns).Delete(ctx, names[0], metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	})
+	pausePatch := func(paused bool) {
+		t.Helper()
+		body := fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)
+		if _, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, names[0], types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pausePatch(true)
+	var sb *agentsv1alpha1.Sandbox
+	testenv.Eventually(t, 45*time.Second, names[0]+" SandboxPaused=False PodDeleteRefused", func() (bool, error) {
+		var err error
+		if sb, err = s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, names[0], metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionSandboxPaused)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "PodDeleteRefused", fmt.Errorf("SandboxPaused %+v", c)
+	})
+	if sb.Status.Phase != agentsv1alpha1.SandboxRunning || !strings.Contains(sb.Status.Message, words) || !strings.Contains(sb.Status.Message, "or unpause the sandbox") {
+		t.Errorf("phase %s, message %q: want Running, with the policy's words and what to do", sb.Status.Phase, sb.Status.Message)
+	}
+	if after := podUIDs(t, s, ns, names); after[names[0]] != before[names[0]] {
+		t.Errorf("pod %s, want the same pod %s", after[names[0]], before[names[0]])
+	}
+	testenv.Eventually(t, 20*time.Second, "a Warning Event PodDeleteRefused", func() (bool, error) {
+		list, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + names[0] + ",reason=PodDeleteRefused,type=Warning"})
+		return err == nil && len(list.Items) > 0 && strings.Contains(list.Items[0].Message, words), err
+	})
+
+	pausePatch(false)
+	testenv.Eventually(t, 45*time.Second, names[0]+" NotPaused, no message", func() (bool, error) {
+		got, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, names[0], metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, agentsv1alpha1.ConditionSandboxPaused)
+		return c != nil && c.Reason == "NotPaused" && got.Status.Message == "", fmt.Errorf("SandboxPaused %+v, message %q", c, got.Status.Message)
+	})
+}
