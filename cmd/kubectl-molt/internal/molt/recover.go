@@ -224,6 +224,12 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 			// Another run of retry, or an ops applied meanwhile, came first.
 			return &exitError{code: ExitError, msg: blocking}
 		}
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) {
+			// No answer (a timeout, Ctrl-C): the create may have happened.
+			return &exitError{code: ExitError, msg: fmt.Sprintf("create the retry ops %s/%s: %v; it may exist or not (kubectl get suo %s -n %s), the failed ops %s is still there: run retry again, which says so if the retry exists",
+				ns, newName, err, newName, ns, name)}
+		}
 		return &exitError{code: ExitError, msg: fmt.Sprintf("create the retry ops %s/%s: %v; nothing was changed, the failed ops %s is still there: fix the cause (or name the retry with --name) and run retry again",
 			ns, newName, err, name)}
 	}
