@@ -15,7 +15,8 @@ import (
 // UpgradePodFailed" and rollback ops) names, the sandboxes it would
 // give a new pod with no backup before postUpgrade runs: the ones not started
 // and the ones resuming a PreUpgradeFailed, not those resuming after their
-// backup; with preUpgrade, or under CheckpointRestore, none.
+// backup nor those whose last upgrade took one (a rollback restores it); with
+// preUpgrade, or under CheckpointRestore, none.
 func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "cont", Namespace: "ns", UID: "u2"}}
 	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
@@ -34,7 +35,13 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 		}
 		return sb
 	}
+	upgraded := box("upgraded-with-backup", agentsv1alpha1.UpgradingReasonSucceeded)
+	upgraded.Status.Phase = agentsv1alpha1.SandboxRunning
+	upgraded.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{}}
+	upgradedBare := box("upgraded-without-backup", agentsv1alpha1.UpgradingReasonSucceeded)
+	upgradedBare.Status.Phase = agentsv1alpha1.SandboxRunning
 	all := []*agentsv1alpha1.Sandbox{
+		upgraded, upgradedBare,
 		box("fresh", ""),
 		box("pod-failed", agentsv1alpha1.UpgradingReasonUpgradePodFailed),
 		box("post-failed", agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
@@ -44,8 +51,8 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := WithoutBackup(ops, sel); !slices.Equal(got, []string{"fresh", "pre-failed"}) {
-		t.Errorf("withoutBackup = %v, want [fresh pre-failed]", got)
+	if got := WithoutBackup(ops, sel); !slices.Equal(got, []string{"fresh", "pre-failed", "upgraded-without-backup"}) {
+		t.Errorf("withoutBackup = %v, want [fresh pre-failed upgraded-without-backup]", got)
 	}
 	withPre := ops.DeepCopy()
 	withPre.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}

@@ -181,7 +181,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	unbacked := upgrade.WithoutBackup(ops, sel)
 	if len(unbacked) > 0 {
-		fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup taken first, and postUpgrade then runs on them; if postUpgrade restores a backup, add the preUpgrade that takes it (sandboxes resuming a failure after their backup are fine)\n",
+		fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost; if that is not meant, add the preUpgrade that takes the backup\n",
 			len(unbacked), strings.Join(unbacked[:min(len(unbacked), 5)], ", ")+more(len(unbacked)-5))
 	}
 	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {

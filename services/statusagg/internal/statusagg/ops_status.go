@@ -77,9 +77,8 @@ const (
 
 	// ConditionPostUpgradeWithoutBackup is True when the ops has a postUpgrade
 	// hook but no preUpgrade and gives selected sandboxes a new pod with no
-	// backup taken first (upgrade.WithoutBackup): meant for a rollback or a
-	// continuation after the backup, a loss of the workspace otherwise. A
-	// warning, with an Event of the same name: the ops goes on.
+	// backup of theirs taken (upgrade.WithoutBackup): their workspace is lost.
+	// A warning, with an Event of the same name: the ops goes on.
 	ConditionPostUpgradeWithoutBackup = "PostUpgradeWithoutBackup"
 	// NoBackupReasonNoPreUpgrade: PostUpgradeWithoutBackup=True.
 	NoBackupReasonNoPreUpgrade = "NoPreUpgrade"
@@ -242,8 +241,8 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 		list += fmt.Sprintf(" and %d more", extra)
 	}
 	setCondition(&st.Conditions, metav1.Condition{Type: ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
-		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup taken first, and postUpgrade then runs on them (a restore finds no backup of theirs, or an older one). "+
-			"Right for a rollback, or to continue sandboxes that failed after their backup; if not meant, pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the preUpgrade that takes the backup",
+		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or an older one. "+
+			"If that is not meant, pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the preUpgrade that takes the backup",
 			len(names), list, ops.Name, ops.Namespace))})
 }
 

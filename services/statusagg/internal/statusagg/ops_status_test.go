@@ -187,7 +187,7 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 
 	st := desiredOpsStatus(ops, other, sel, nil)
 	c := meta.FindStatusCondition(st.Conditions, ConditionPostUpgradeWithoutBackup)
-	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "2 sandboxes (sb-00, sb-01) get a new pod with no backup taken first") {
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "2 sandboxes (sb-00, sb-01) get a new pod with no backup of theirs taken") {
 		t.Fatalf("PostUpgradeWithoutBackup = %+v", c)
 	}
 	if st.Phase != agentsv1alpha1.SandboxUpdateOpsPending {
