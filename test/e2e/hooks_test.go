@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -275,4 +278,45 @@ func TestHookTimeout(t *testing.T) {
 	if c := upgradingCondition(t, s, ns, "slow-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(c.Message, "timed out after 2 seconds") {
 		t.Fatalf("Upgrading = %+v, want PreUpgradeFailed timed out after 2 seconds", c)
 	}
+}
+
+// Seed 001's "continue after UpgradePodFailed" ops (the patch and only a
+// postUpgrade), applied while the failed ops left sandboxes unstarted, says
+// at once which sandboxes it would give a new pod with no backup of theirs
+// (PostUpgradeWithoutBackup, and kubectl molt plan): the unstarted ones, not
+// the one resuming after its backup. Applied paused here, it touches nothing.
+func TestContinueWithoutPreUpgradeNamesTheUnbackedSandboxes(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "cw", "cw-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 3)
+	kubectl(t, hookOps("cw", "cw-pool", "my-registry/sandbox-image:non-existent", backupHook, restoreHook, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "cw", agentsv1alpha1.SandboxUpdateOpsFailed, 3*time.Minute)
+	if c := upgradingCondition(t, s, ns, "cw-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+		t.Fatalf("cw-00 Upgrading = %+v, want UpgradePodFailed", c)
+	}
+	cont := hookOps("cw-continue", "cw-pool", "my-registry/sandbox-image:v2", "", restoreHook, 30) + "  paused: true\n"
+	file := filepath.Join(t.TempDir(), "continue.yaml")
+	if err := os.WriteFile(file, []byte(cont), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns)
+	if code != 0 || !strings.Contains(out, "warning: this ops has a postUpgrade hook but no preUpgrade: 2 sandboxes (cw-01, cw-02)") ||
+		!regexp.MustCompile(`(?m)^\s+cw-01\s.*no backup`).MatchString(out) || regexp.MustCompile(`(?m)^\s+cw-00\s.*no backup`).MatchString(out) {
+		t.Errorf("plan exit %d: want the warning naming cw-01 and cw-02 only:\n%s\n%s", code, out, errOut)
+	}
+	kubectl(t, cont, "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 30*time.Second, "PostUpgradeWithoutBackup on cw-continue", func() (bool, error) {
+		ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(context.Background(), "cw-continue", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ops.Status.Conditions, "PostUpgradeWithoutBackup")
+		if c == nil {
+			return false, fmt.Errorf("conditions %+v", ops.Status.Conditions)
+		}
+		if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "2 sandboxes (cw-01, cw-02)") {
+			t.Fatalf("PostUpgradeWithoutBackup = %+v, want True naming cw-01 and cw-02 only", c)
+		}
+		return true, nil
+	})
 }
