@@ -177,6 +177,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		if added := upgrade.AddedContainers(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw); len(added) > 0 {
 			fmt.Fprintf(w, "  warning: the patch adds %s, which sandbox %s's template does not have: every upgraded pod gets it beside the others; if you meant an existing container, fix the name\n", strings.Join(added, ", "), c.Sandbox.Name)
 		}
+		if typos := upgrade.MisspeltContainers(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw); len(typos) > 0 {
+			fmt.Fprintf(w, "  molt would pause it before its first sandbox: %s looks like a misspelt container name; resume it if the new container is meant\n", strings.Join(typos, ", "))
+		}
 		break
 	}
 	unbacked := upgrade.WithoutBackup(ops, sel)

@@ -220,6 +220,9 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	s.pausedPassed.Delete(ops.UID) // resumed: checked (and recorded) at its first admission
+	if paused, err := s.pauseForMisspelling(ctx, ops, sel); err != nil || paused {
+		return err
+	}
 	toAdmit := sel.ToAdmit()
 	s.waiting.Store(namespace, sel.NotStarted > len(toAdmit))
 	if len(toAdmit) == 0 {

@@ -531,3 +531,35 @@ func TestPatchCheckNamesTheQuotaAPatchedPodExceeds(t *testing.T) {
 		t.Fatalf("claimed %v (err %v), want none", got, err)
 	}
 }
+
+// A patch that adds a container with only an image, under a name a letter or
+// two from the template's container, pauses the ops before its first
+// sandbox, saying which; resumed by the user, it goes on and is not paused
+// again (the new container is meant).
+func TestMisspeltContainerPausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
+	f := newFixture(t)
+	for i := range 2 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	f.ops("typo", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"mian","image":"` + newImage + `"}]}}`)
+	})
+	testenv.Eventually(t, 30*time.Second, "the ops paused for a misspelt container", func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "typo", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v := o.Annotations[upgrade.AnnotationMisspeltContainer]
+		return o.Spec.Paused && v == "containers/mian (2 edits from containers/main)", fmt.Errorf("paused %v, annotation %q", o.Spec.Paused, v)
+	})
+	if got, err := f.claimed("typo"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
+	}
+
+	f.updateOps("typo", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
+	f.waitClaimed("typo", "sbx-0")
+	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "typo", metav1.GetOptions{}); err != nil || o.Spec.Paused {
+		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
+	}
+}

@@ -26,6 +26,12 @@ const (
 	// ProgressingReasonPaused: Progressing=True while spec.paused: no new
 	// sandbox is admitted, those upgrading finish.
 	ProgressingReasonPaused = "Paused"
+	// ProgressingReasonMisspeltContainer: Progressing=True, paused by the
+	// selector before the first sandbox, as the patch adds a container that
+	// looks like a misspelt name (upgrade.AnnotationMisspeltContainer); the
+	// message says which and the two ways on. A Warning Event of the same
+	// name.
+	ProgressingReasonMisspeltContainer = "MisspeltContainer"
 	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
 	ProgressingReasonCompleted = "Completed"
 	// ProgressingReasonNothingToUpdate: Progressing=False, no sandbox needs the
@@ -189,7 +195,10 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			progressing.Reason = ProgressingReasonPaused
 		}
 		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d updating, %d failed", sel.Updated, sel.Total(), sel.Updating, sel.Failed)
-		if ops.Spec.Paused {
+		if v, ok := ops.Annotations[upgrade.AnnotationMisspeltContainer]; ok && ops.Spec.Paused && sel.NotStarted == sel.Total() {
+			progressing.Reason = ProgressingReasonMisspeltContainer
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.MisspellingNote(ops.Namespace, ops.Name, v))
+		} else if ops.Spec.Paused {
 			progressing.Message += fmt.Sprintf("; paused: no sandbox is started until spec.paused is false (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')", ops.Name, ops.Namespace)
 		}
 	}

@@ -200,6 +200,29 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 	}
 }
 
+// An ops the selector paused for a misspelt container says so in
+// Progressing (reason MisspeltContainer), with the two ways on; resumed by
+// hand, it reads as any running ops.
+func TestMisspeltContainerPauseIsExplained(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "typo", Namespace: "team", Generation: 2,
+		Annotations: map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbx (1 edit from containers/sandbox)"}}}
+	ops.Spec.Paused = true
+	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
+	c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing)
+	if c == nil || c.Reason != ProgressingReasonMisspeltContainer {
+		t.Fatalf("Progressing = %+v, want reason %s", c, ProgressingReasonMisspeltContainer)
+	}
+	for _, want := range []string{"molt paused this ops before its first sandbox", "containers/sandbx (1 edit from containers/sandbox)", "delete this ops and create one with the right name", "resume the ops (kubectl patch suo typo -n team"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+	ops.Spec.Paused = false
+	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonUpdating {
+		t.Fatalf("resumed: Progressing = %+v, want Updating", c)
+	}
+}
+
 // A patch changed after its check fails the ops, but only once the sandboxes admitted
 // under the first patch have ended their stage: until then it stays Updating (holding its
 // namespace, admitting nothing) with InvalidPatch=True saying why.
