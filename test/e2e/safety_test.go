@@ -327,3 +327,31 @@ func TestDirectCheckpointRestoreRefusesANewImage(t *testing.T) {
 	kubectl(t, "", "patch", "sandbox", "dcr-00", "-n", ns, "--type=merge", "-p", `{"spec":{"upgradePolicy":{"type":"Recreate"}}}`)
 	waitDirectUpgraded(t, s, ns, "dcr-00", "my-registry/sandbox-image:v2")
 }
+
+// A misspelt container name in the patch ("sandbx" for "sandbox", only an
+// image) pauses the ops before its first sandbox: no pod is touched, and the
+// ops says why and the two ways on (Progressing MisspeltContainer, a Warning
+// Event). Before, every pod was recreated with an extra container while the
+// real one kept its old image, and the warning came after the ops Completed.
+func TestMisspeltContainerTouchesNoSandbox(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "typo", 2, "typo-pool", nil)
+	before := podUIDs(t, s, ns, names)
+	kubectl(t, opsWithPatch("typo", "typo-pool", "2", "    spec:\n      containers:\n      - name: sandbx\n        image: my-registry/sandbox-image:v2\n"), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 45*time.Second, "ops typo paused with Progressing MisspeltContainer", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "typo", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(o.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+		return o.Spec.Paused && c != nil && c.Reason == "MisspeltContainer" && strings.Contains(c.Message, "containers/sandbx (1 edit from containers/sandbox)"),
+			fmt.Errorf("paused %v, Progressing %+v", o.Spec.Paused, c)
+	})
+	testenv.Eventually(t, 20*time.Second, "a Warning Event MisspeltContainer", func() (bool, error) {
+		list, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=typo,reason=MisspeltContainer,type=Warning"})
+		return err == nil && len(list.Items) > 0, err
+	})
+	assertUntouched(t, s, ns, before)
+}
