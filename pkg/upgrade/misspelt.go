@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // AnnotationMisspeltContainer is the SandboxUpdateOps annotation the selector
@@ -19,17 +22,35 @@ import (
 // paused, and what to do).
 const AnnotationMisspeltContainer = "molt.dev/misspelt-container"
 
+// AnnotationMisspeltPausedAt is the SandboxUpdateOps annotation written
+// with AnnotationMisspeltContainer: the ops's metadata.generation once
+// paused by that write. While the ops is still at it, the pause is molt's;
+// a later pause (after the user resumed) is the user's own.
+const AnnotationMisspeltPausedAt = "molt.dev/misspelt-container-paused-at"
+
+// PausedForMisspelling returns AnnotationMisspeltContainer's value when ops
+// is paused by the selector's write of it and not resumed since.
+func PausedForMisspelling(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
+	v, ok := ops.Annotations[AnnotationMisspeltContainer]
+	if !ok || !ops.Spec.Paused || ops.Annotations[AnnotationMisspeltPausedAt] != strconv.FormatInt(ops.Generation, 10) {
+		return "", false
+	}
+	return v, true
+}
+
 // maxMisspelling is how many single-character edits apart a container name
 // of the patch and one of the template count as a misspelling.
 const maxMisspelling = 2
 
 // MisspeltContainers describes each container or init container that patch
-// adds to tpl (AddedContainers) with nothing but a name and an image, under a
-// name at most maxMisspelling edits from a container of the same list in
-// tpl: what a misspelt name looks like ("sandbx" for "sandbox"). As written,
-// every upgraded pod would get the added container beside the real one,
-// which keeps its old image. A real new container almost always says more
-// than its image, or has a name of its own.
+// adds to tpl (AddedContainers) the way a misspelt name of one of tpl's
+// containers does ("sandbx" for "sandbox"): the entry has nothing but a name
+// and an image; the name is at most maxMisspelling edits (one for names of
+// four characters or fewer) from a container of the same list that the patch
+// does not name itself; the two images are of the same repository (a new tag
+// of the real container's image); and the names do not differ only in a
+// trailing number (worker-1, worker-2). As written, every upgraded pod would
+// get the added container beside the real one, which keeps its old image.
 func MisspeltContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
 	var doc struct {
 		Spec struct {
@@ -46,16 +67,30 @@ func MisspeltContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
 		entries []map[string]json.RawMessage
 		have    []corev1.Container
 	}{{"containers", doc.Spec.Containers, tpl.Spec.Containers}, {"initContainers", doc.Spec.InitContainers, tpl.Spec.InitContainers}} {
+		named := map[string]bool{}
 		for _, e := range list.entries {
 			var name string
-			if json.Unmarshal(e["name"], &name) != nil || name == "" || len(e) != 2 || e["image"] == nil {
+			if json.Unmarshal(e["name"], &name) == nil {
+				named[name] = true
+			}
+		}
+		for _, e := range list.entries {
+			var name, image string
+			if json.Unmarshal(e["name"], &name) != nil || name == "" || len(e) != 2 || json.Unmarshal(e["image"], &image) != nil {
 				continue // a directive, or more than a name and an image
 			}
 			if slices.ContainsFunc(list.have, func(c corev1.Container) bool { return c.Name == name }) {
 				continue
 			}
+			limit := maxMisspelling
+			if len(name) <= 4 {
+				limit = 1
+			}
 			for _, c := range list.have {
-				if d := editDistance(name, c.Name); d <= maxMisspelling {
+				if named[c.Name] || imageRepository(c.Image) != imageRepository(image) || strings.TrimRight(c.Name, "-0123456789") == strings.TrimRight(name, "-0123456789") {
+					continue
+				}
+				if d := editDistance(name, c.Name); d <= limit {
 					out = append(out, fmt.Sprintf("%s/%s (%d %s from %s/%s)", list.field, name, d, plural(d, "edit"), list.field, c.Name))
 					break
 				}
@@ -65,26 +100,43 @@ func MisspeltContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
 	return out
 }
 
-// editDistance is the Levenshtein distance of a and b (container names are
-// short ASCII).
+// imageRepository is image without its tag and digest
+// ("registry:5000/team/app:v2@sha256:..." → "registry:5000/team/app").
+func imageRepository(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+	return image
+}
+
+// editDistance is the number of single-character insertions, deletions,
+// substitutions and swaps of neighbours that turn a into b (the optimal
+// string alignment distance; container names are short ASCII).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev = cur
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
 func plural(n int, word string) string {

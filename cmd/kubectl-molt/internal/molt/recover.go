@@ -194,11 +194,7 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 			return err
 		}
 	}
-	next := &agentsv1alpha1.SandboxUpdateOps{
-		TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxUpdateOps"},
-		ObjectMeta: metav1.ObjectMeta{Name: newName, Namespace: ns, Labels: ops.Labels, Annotations: map[string]string{AnnotationRetryOf: name}},
-		Spec:       spec,
-	}
+	next := retryOps(ops, newName, spec)
 	if postOnly {
 		list, err := agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -274,6 +270,22 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return a.status(ctx, newName, statusOptions{watch: true, interval: time.Second, slowest: 5, color: "auto"})
 	}
 	return nil
+}
+
+// retryOps is the ops named newName, with spec, that retries ops: its
+// labels, and annotations saying what it retries and, when the user resumed
+// ops over an added container that looked misspelt, that the container is
+// meant (the retry is not paused for it again).
+func retryOps(ops *agentsv1alpha1.SandboxUpdateOps, newName string, spec agentsv1alpha1.SandboxUpdateOpsSpec) *agentsv1alpha1.SandboxUpdateOps {
+	next := &agentsv1alpha1.SandboxUpdateOps{
+		TypeMeta:   metav1.TypeMeta{APIVersion: agentsv1alpha1.SchemeGroupVersion.String(), Kind: "SandboxUpdateOps"},
+		ObjectMeta: metav1.ObjectMeta{Name: newName, Namespace: ops.Namespace, Labels: ops.Labels, Annotations: map[string]string{AnnotationRetryOf: ops.Name}},
+		Spec:       spec,
+	}
+	if v, ok := ops.Annotations[upgrade.AnnotationMisspeltContainer]; ok {
+		next.Annotations[upgrade.AnnotationMisspeltContainer] = v
+	}
+	return next
 }
 
 // stillInFlight names the sandboxes ops claimed that have not ended their

@@ -288,3 +288,19 @@ func TestStillInFlightNamesTheSandboxesInAStage(t *testing.T) {
 		t.Errorf("stillInFlight of updated and failed sandboxes = %v, want none", got)
 	}
 }
+
+// A retry carries what it retries, and an added container the user already
+// resumed the failed ops over is not paused for again.
+func TestRetryOpsKeepsTheResumedMisspelling(t *testing.T) {
+	ops, _ := fixture()
+	ops.Labels = map[string]string{"team": "a"}
+	ops.Annotations = map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbox2 (1 edit from containers/sandbox)", upgrade.AnnotationMisspeltPausedAt: "2"}
+	next := retryOps(ops, "up-retry", ops.Spec)
+	if next.Name != "up-retry" || next.Namespace != "default" || next.Labels["team"] != "a" || next.Annotations[AnnotationRetryOf] != "up" ||
+		next.Annotations[upgrade.AnnotationMisspeltContainer] != ops.Annotations[upgrade.AnnotationMisspeltContainer] {
+		t.Errorf("retry ops %+v, want it named up-retry in default, labelled, retrying up, keeping the resumed misspelling", next.ObjectMeta)
+	}
+	if _, ok := next.Annotations[upgrade.AnnotationMisspeltPausedAt]; ok {
+		t.Errorf("retry ops carries %s: it was never paused", upgrade.AnnotationMisspeltPausedAt)
+	}
+}

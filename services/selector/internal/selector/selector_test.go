@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -550,8 +551,9 @@ func TestMisspeltContainerPausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		v := o.Annotations[upgrade.AnnotationMisspeltContainer]
-		return o.Spec.Paused && v == "containers/mian (2 edits from containers/main)", fmt.Errorf("paused %v, annotation %q", o.Spec.Paused, v)
+		v, at := o.Annotations[upgrade.AnnotationMisspeltContainer], o.Annotations[upgrade.AnnotationMisspeltPausedAt]
+		return o.Spec.Paused && v == "containers/mian (1 edit from containers/main)" && at == strconv.FormatInt(o.Generation, 10),
+			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
 	})
 	if got, err := f.claimed("typo"); err != nil || len(got) != 0 {
 		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)

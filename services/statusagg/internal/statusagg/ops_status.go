@@ -195,7 +195,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			progressing.Reason = ProgressingReasonPaused
 		}
 		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d updating, %d failed", sel.Updated, sel.Total(), sel.Updating, sel.Failed)
-		if v, ok := ops.Annotations[upgrade.AnnotationMisspeltContainer]; ok && ops.Spec.Paused && sel.NotStarted == sel.Total() {
+		if v, ok := upgrade.PausedForMisspelling(ops); ok {
 			progressing.Reason = ProgressingReasonMisspeltContainer
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.MisspellingNote(ops.Namespace, ops.Name, v))
 		} else if ops.Spec.Paused {
@@ -259,6 +259,10 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 	if active.DeletionTimestamp != nil {
 		return fmt.Sprintf("waiting for SandboxUpdateOps %s, being deleted, to end the attempts it started", active.Name)
+	}
+	if v, ok := upgrade.PausedForMisspelling(active); ok {
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as its patch adds %s (a misspelt container name?): it finishes only once deleted, or resumed if the new container is meant (kubectl describe suo %s -n %s)",
+			active.Name, v, active.Name, active.Namespace)
 	}
 	if active.Spec.Paused {
 		return fmt.Sprintf("waiting for SandboxUpdateOps %s to finish; it is paused, so it finishes only once resumed (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}') or deleted",

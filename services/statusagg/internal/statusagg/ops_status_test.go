@@ -205,7 +205,7 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 // hand, it reads as any running ops.
 func TestMisspeltContainerPauseIsExplained(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "typo", Namespace: "team", Generation: 2,
-		Annotations: map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbx (1 edit from containers/sandbox)"}}}
+		Annotations: map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbx (1 edit from containers/sandbox)", upgrade.AnnotationMisspeltPausedAt: "2"}}}
 	ops.Spec.Paused = true
 	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
 	c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing)
@@ -217,9 +217,16 @@ func TestMisspeltContainerPauseIsExplained(t *testing.T) {
 			t.Errorf("message %q lacks %q", c.Message, want)
 		}
 	}
-	ops.Spec.Paused = false
+	if w := waitingFor(ops); !strings.Contains(w, "which molt paused before its first sandbox as its patch adds containers/sandbx") {
+		t.Errorf("what a second ops waits for: %q, want the misspelling named", w)
+	}
+	ops.Spec.Paused, ops.Generation = false, 3
 	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonUpdating {
 		t.Fatalf("resumed: Progressing = %+v, want Updating", c)
+	}
+	ops.Spec.Paused, ops.Generation = true, 4 // paused again, by the user
+	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonPaused {
+		t.Fatalf("paused again by the user: Progressing = %+v, want Paused", c)
 	}
 }
 
