@@ -52,21 +52,8 @@ const maxMisspelling = 2
 // trailing number (worker-1, worker-2). As written, every upgraded pod would
 // get the added container beside the real one, which keeps its old image.
 func MisspeltContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
-	var doc struct {
-		Spec struct {
-			Containers     []map[string]json.RawMessage `json:"containers"`
-			InitContainers []map[string]json.RawMessage `json:"initContainers"`
-		} `json:"spec"`
-	}
-	if tpl == nil || json.Unmarshal(patch, &doc) != nil {
-		return nil
-	}
 	var out []string
-	for _, list := range []struct {
-		field   string
-		entries []map[string]json.RawMessage
-		have    []corev1.Container
-	}{{"containers", doc.Spec.Containers, tpl.Spec.Containers}, {"initContainers", doc.Spec.InitContainers, tpl.Spec.InitContainers}} {
+	for _, list := range containerLists(tpl, patch) {
 		named := map[string]bool{}
 		for _, e := range list.entries {
 			var name string

@@ -148,21 +148,8 @@ func SetsImage(patch []byte) (bool, error) {
 // it was, and every upgraded pod gets one more. An unparsable patch adds nothing here
 // (the patch check reports it).
 func AddedContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
-	var doc struct {
-		Spec struct {
-			Containers     []map[string]json.RawMessage `json:"containers"`
-			InitContainers []map[string]json.RawMessage `json:"initContainers"`
-		} `json:"spec"`
-	}
-	if tpl == nil || json.Unmarshal(patch, &doc) != nil {
-		return nil
-	}
 	var added []string
-	for _, list := range []struct {
-		field   string
-		entries []map[string]json.RawMessage
-		have    []corev1.Container
-	}{{"containers", doc.Spec.Containers, tpl.Spec.Containers}, {"initContainers", doc.Spec.InitContainers, tpl.Spec.InitContainers}} {
+	for _, list := range containerLists(tpl, patch) {
 		for _, e := range list.entries {
 			var name string
 			if _, directive := e["$patch"]; directive || json.Unmarshal(e["name"], &name) != nil || name == "" {
@@ -174,4 +161,27 @@ func AddedContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
 		}
 	}
 	return added
+}
+
+// containerList is one of a patch's container lists beside tpl's.
+type containerList struct {
+	field   string // "containers" or "initContainers"
+	entries []map[string]json.RawMessage
+	have    []corev1.Container
+}
+
+// containerLists pairs patch's spec.containers and spec.initContainers
+// entries with tpl's containers and init containers; none when tpl is nil or
+// the patch does not parse (the patch check reports that).
+func containerLists(tpl *corev1.PodTemplateSpec, patch []byte) []containerList {
+	var doc struct {
+		Spec struct {
+			Containers     []map[string]json.RawMessage `json:"containers"`
+			InitContainers []map[string]json.RawMessage `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if tpl == nil || json.Unmarshal(patch, &doc) != nil {
+		return nil
+	}
+	return []containerList{{"containers", doc.Spec.Containers, tpl.Spec.Containers}, {"initContainers", doc.Spec.InitContainers, tpl.Spec.InitContainers}}
 }
