@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	versioned "molt.dev/pkg/generated/clientset/versioned"
@@ -66,62 +65,6 @@ The new ops is named OPS-retry (OPS-retry-2, ... if taken) unless --name says.`,
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the failed ops to be deleted")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "then watch the new ops as status -w does (and exit as it does)")
 	return cmd
-}
-
-type abortOptions struct {
-	timeout time.Duration
-}
-
-func newAbortCommand(a *app) *cobra.Command {
-	o := abortOptions{}
-	cmd := &cobra.Command{
-		Use:   "abort OPS",
-		Short: "Stop an ops: pause it, wait for the sandboxes in flight to end their attempt, delete it",
-		Long: `Abort a SandboxUpdateOps safely: set spec.paused so no new sandbox is admitted, wait
-until every sandbox it is upgrading has ended its attempt (Succeeded or a failed
-reason; each stage has a deadline), then delete the ops (its label is removed from the
-sandboxes). Sandboxes never started keep their old template; a failed one can be
-resumed by a new ops.`,
-		Example: `  kubectl molt abort upgrade-my-sandboxes`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.abort(cmd.Context(), args[0], o)
-		},
-	}
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 15*time.Minute, "how long to wait for the sandboxes in flight")
-	return cmd
-}
-
-// claimedSandboxes lists the sandboxes labelled with the ops.
-func claimedSandboxes(ctx context.Context, agents versioned.Interface, ops *agentsv1alpha1.SandboxUpdateOps) ([]agentsv1alpha1.Sandbox, error) {
-	list, err := agents.AgentsV1alpha1().Sandboxes(ops.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpdateOps + "=" + ops.Name})
-	if err != nil {
-		return nil, fmt.Errorf("list the sandboxes of ops %s/%s: %w", ops.Namespace, ops.Name, err)
-	}
-	return list.Items, nil
-}
-
-// getOps reads an ops, turning NotFound into a message that says what to do.
-func getOps(ctx context.Context, agents versioned.Interface, ns, name string) (*agentsv1alpha1.SandboxUpdateOps, error) {
-	ops, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found: list the ops with `kubectl get suo -n %s`", ns, name, ns)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get SandboxUpdateOps %s/%s: %w", ns, name, err)
-	}
-	return ops, nil
-}
-
-// loadOps returns the clients' agents interface, the namespace and the ops
-// named name in it.
-func (a *app) loadOps(ctx context.Context, name string) (versioned.Interface, string, *agentsv1alpha1.SandboxUpdateOps, error) {
-	agents, _, ns, err := a.clients()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	ops, err := getOps(ctx, agents, ns, name)
-	return agents, ns, ops, err
 }
 
 // retrySpec is the spec of the ops that retries ops, given the reasons its
@@ -344,13 +287,6 @@ func alsoResumed(next *agentsv1alpha1.SandboxUpdateOps, all []agentsv1alpha1.San
 	return others
 }
 
-func phaseOf(ops *agentsv1alpha1.SandboxUpdateOps) string {
-	if ops.Status.Phase == "" {
-		return string(agentsv1alpha1.SandboxUpdateOpsPending)
-	}
-	return string(ops.Status.Phase)
-}
-
 // maxOpsName is the longest name the CRD accepts: an ops name is a label
 // value on the sandboxes it claims.
 const maxOpsName = content.LabelValueMaxLength
@@ -380,142 +316,4 @@ func freeName(ctx context.Context, agents versioned.Interface, ns, name, suffix 
 		free = fitName(name, fmt.Sprintf("%s-%d", suffix, i))
 	}
 	return free, nil
-}
-
-// deleteAndWait deletes ops (by UID) and waits until it is gone: molt's
-// selector removes its label from the sandboxes, then the finalizer.
-func deleteAndWait(ctx context.Context, agents versioned.Interface, ops *agentsv1alpha1.SandboxUpdateOps, timeout time.Duration) error {
-	uid := ops.UID
-	err := agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Delete(ctx, ops.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete SandboxUpdateOps %s/%s: %w", ops.Namespace, ops.Name, err)
-	}
-	what := fmt.Sprintf("waiting for the deleted SandboxUpdateOps %s/%s to go (its finalizer is removed once its sandboxes are released): it is deleted all the same; `kubectl get suo %s -n %s` shows when it is gone", ops.Namespace, ops.Name, ops.Name, ops.Namespace)
-	return poll(ctx, timeout, what, func() (bool, error) {
-		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Get(ctx, ops.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
-			return true, nil
-		}
-		return false, err
-	}, func() string {
-		return fmt.Sprintf("SandboxUpdateOps %s/%s is still there %s after it was deleted: molt's selector removes its finalizer once its sandboxes are released; is the selector running? (`kubectl describe suo %s -n %s`)",
-			ops.Namespace, ops.Name, timeout, ops.Name, ops.Namespace)
-	})
-}
-
-// poll calls cond every second until it is true, the context ends or
-// timeout passes (then the error is what timedOut says).
-func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error), timedOut func() string) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		var stop stopPolling
-		if errors.As(err, &stop) {
-			return &exitError{code: ExitError, msg: stop.msg}
-		}
-		if time.Now().After(deadline) {
-			msg := timedOut()
-			if err != nil {
-				msg += fmt.Sprintf(" (last error: %v)", err)
-			}
-			return &exitError{code: ExitError, msg: msg}
-		}
-		select {
-		case <-ctx.Done():
-			return &exitError{code: ExitError, msg: "interrupted while " + what}
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// stopPolling is an error of poll's cond that waiting longer cannot mend:
-// poll ends at once with its message.
-type stopPolling struct{ msg string }
-
-func (s stopPolling) Error() string { return s.msg }
-
-func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
-	agents, ns, ops, err := a.loadOps(ctx, name)
-	if err != nil {
-		return err
-	}
-	if !upgrade.IsFinished(ops) && !ops.Spec.Paused {
-		// Only the ops read: one deleted and applied again under the same
-		// name meanwhile fails the test and is left running.
-		pause := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"add","path":"/spec/paused","value":true}]`, ops.UID)
-		if _, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Patch(ctx, name, types.JSONPatchType, []byte(pause), metav1.PatchOptions{}); err != nil {
-			if now, gerr := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil && now.UID != ops.UID {
-				return fmt.Errorf("SandboxUpdateOps %s/%s was deleted and created again while abort read it (uid %s, now %s); nothing was paused: run abort again to abort the new one", ns, name, ops.UID, now.UID)
-			}
-			return fmt.Errorf("pause SandboxUpdateOps %s/%s: %w", ns, name, err)
-		}
-		fmt.Fprintf(a.out, "paused SandboxUpdateOps %s/%s: no new sandbox is admitted\n", ns, name)
-	}
-	last := ""
-	var s Summary
-	gone := false
-	what := fmt.Sprintf("waiting for the sandboxes in flight of SandboxUpdateOps %s/%s: it stays paused; run abort again to finish, or resume it with `kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}'`", ns, name, name, ns)
-	err = poll(ctx, o.timeout, what, func() (bool, error) {
-		cur, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && cur.UID != ops.UID) {
-			gone = true // deleted meanwhile (another abort, a retry, kubectl delete): nothing left to wait for
-			return true, nil
-		}
-		if apierrors.IsForbidden(err) {
-			return false, stopPolling{fmt.Sprintf("cannot read SandboxUpdateOps %s/%s: %v; abort needs get on sandboxupdateops and list on sandboxes in namespace %s", ns, name, err, ns)}
-		}
-		if err != nil {
-			return false, err
-		}
-		claimed, err := claimedSandboxes(ctx, agents, cur)
-		if apierrors.IsForbidden(err) {
-			return false, stopPolling{fmt.Sprintf("%v; abort needs list on sandboxes in namespace %s", err, ns)}
-		}
-		if err != nil {
-			return false, err
-		}
-		s = summarize(cur, claimed, time.Now(), len(claimed))
-		var inFlight []string
-		for _, f := range s.InFlight {
-			inFlight = append(inFlight, f.Name+" ("+f.Stage+")")
-		}
-		if len(inFlight) == 0 {
-			return true, nil
-		}
-		if line := strings.Join(inFlight, ", "); line != last {
-			fmt.Fprintf(a.out, "waiting for %d sandboxes in flight to end their attempt: %s\n", len(inFlight), line)
-			last = line
-		}
-		return false, nil
-	}, func() string {
-		return fmt.Sprintf("SandboxUpdateOps %s/%s is paused but sandboxes are still upgrading after %s: %s; each stage has a deadline, see `kubectl molt status %s -n %s`, and run abort again to keep waiting",
-			ns, name, o.timeout, last, name, ns)
-	})
-	if err != nil {
-		return err
-	}
-	if gone {
-		fmt.Fprintf(a.out, "SandboxUpdateOps %s/%s was deleted meanwhile by someone else: nothing left to abort; its sandboxes were released (`kubectl get sbx -n %s -o wide` shows where each one is)\n", ns, name, ns)
-		return nil
-	}
-	if err := deleteAndWait(ctx, agents, ops, 2*time.Minute); err != nil {
-		return err
-	}
-	updated, failed, notStarted := finalCounts(s)
-	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s: %d updated, %d failed (a new ops resumes them), %d never started (they keep their old template)\n",
-		ns, name, updated, failed, notStarted)
-	return nil
-}
-
-// finalCounts are the counts of an ops with nothing in flight, from its
-// claimed sandboxes as summarize last read them: the ops's status counters
-// are written at most every --ops-status-interval, so the last attempts to
-// end may not be in them yet. Updated never goes below the status's (it
-// also counts updated sandboxes that have since left the ops).
-func finalCounts(s Summary) (updated, failed, notStarted int) {
-	updated = max(s.liveUpdated, s.Updated)
-	return updated, s.liveFailed, max(0, s.Total-updated-s.liveFailed)
 }

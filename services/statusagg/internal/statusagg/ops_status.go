@@ -93,6 +93,16 @@ const (
 // maxNamedFailures is how many failed sandboxes a condition message names.
 const maxNamedFailures = 10
 
+// namedList is names joined by commas, the first maxNamedFailures of them
+// and " and N more".
+func namedList(names []string) string {
+	list := strings.Join(names[:min(len(names), maxNamedFailures)], ", ")
+	if extra := len(names) - maxNamedFailures; extra > 0 {
+		list += fmt.Sprintf(" and %d more", extra)
+	}
+	return list
+}
+
 // desiredOpsStatus recomputes an unfinished ops' status from the selection
 // of its namespace's sandboxes (sel, or selErr when the spec cannot select)
 // and the namespace's active ops:
@@ -245,10 +255,7 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 	if len(names) == 0 {
 		return
 	}
-	list := strings.Join(names[:min(len(names), maxNamedFailures)], ", ")
-	if extra := len(names) - maxNamedFailures; extra > 0 {
-		list += fmt.Sprintf(" and %d more", extra)
-	}
+	list := namedList(names)
 	setCondition(&st.Conditions, metav1.Condition{Type: ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
 		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or an older one. "+
 			"If that is not meant, pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the preUpgrade that takes the backup",
@@ -280,10 +287,7 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 			names = append(names, c.Sandbox.Name)
 		}
 	}
-	list := strings.Join(names[:min(len(names), maxNamedFailures)], ", ")
-	if extra := len(names) - maxNamedFailures; extra > 0 {
-		list += fmt.Sprintf(" and %d more", extra)
-	}
+	list := namedList(names)
 	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 		sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted, ops.Namespace, ops.Name, ops.Namespace)
 }
