@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -105,14 +106,15 @@ func UpgradingConditionStatus(reason string) metav1.ConditionStatus {
 // condition's failure reasons, which leave a sandbox in phase Upgrading
 // until a later ops resumes it.
 func IsUpgradingFailedReason(reason string) bool {
-	switch reason {
-	case UpgradingReasonPreUpgradeFailed,
-		UpgradingReasonCheckpointFailed,
-		UpgradingReasonUpgradePodFailed,
-		UpgradingReasonPostUpgradeFailed:
-		return true
-	}
-	return false
+	return slices.Contains(UpgradingFailedReasons, reason)
+}
+
+// UpgradingFailedReasons are the Upgrading condition's failure reasons.
+var UpgradingFailedReasons = []string{
+	UpgradingReasonPreUpgradeFailed,
+	UpgradingReasonCheckpointFailed,
+	UpgradingReasonUpgradePodFailed,
+	UpgradingReasonPostUpgradeFailed,
 }
 
 // TruncateConditionMessage cuts msg to at most MaxConditionMessageLength

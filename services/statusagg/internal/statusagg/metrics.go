@@ -76,6 +76,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("register statusagg metrics: %w", err)
 		}
 	}
+	// Each failure reason's series starts at 0: increase() sees nothing in a
+	// series whose first sample is already 1, so without it the first failure
+	// of a reason (after every start) would never fire MoltUpgradeFailures.
+	for _, reason := range agentsv1alpha1.UpgradingFailedReasons {
+		m.failures.WithLabelValues(reason)
+	}
 	return m, nil
 }
 

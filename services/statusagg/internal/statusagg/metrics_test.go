@@ -22,6 +22,16 @@ func TestMetricsPassPromlint(t *testing.T) {
 	if _, err := events.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
+	// Every failure reason is exported at 0 before its first failure, so
+	// that increase() counts that first one.
+	if n := testutil.CollectAndCount(m.failures); n != len(agentsv1alpha1.UpgradingFailedReasons) {
+		t.Errorf("failure series before any failure = %d, want one per reason (%d)", n, len(agentsv1alpha1.UpgradingFailedReasons))
+	}
+	for _, reason := range agentsv1alpha1.UpgradingFailedReasons {
+		if got := testutil.ToFloat64(m.failures.WithLabelValues(reason)); got != 0 {
+			t.Errorf("failures{reason=%s} before any failure = %v, want 0", reason, got)
+		}
+	}
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ops"}}
 	m.setOps(ops, agentsv1alpha1.SandboxUpdateOpsStatus{Phase: agentsv1alpha1.SandboxUpdateOpsUpdating, Replicas: 3, UpdatedReplicas: 1})
 	clock := newStageClock()
