@@ -869,6 +869,10 @@ func checkDeployment(t *testing.T, byKind map[string]map[string]*unstructured.Un
 	if !strings.HasPrefix(env["MOLT_HTTP_ADDR"].Value, ":") || env["MOLT_NATS_URL"].Value == "" {
 		t.Errorf("MOLT_HTTP_ADDR %q (want all interfaces, \":port\"), MOLT_NATS_URL %q", env["MOLT_HTTP_ADDR"].Value, env["MOLT_NATS_URL"].Value)
 	}
+	// Both overlays run deploy/nats's three nodes: the stream keeps a copy on each.
+	if got := env["MOLT_STREAM_REPLICAS"].Value; got != "3" {
+		t.Errorf("MOLT_STREAM_REPLICAS %q, want 3 (one copy of the event stream on each of the three NATS nodes)", got)
+	}
 	secret := false
 	for _, v := range pod.Volumes {
 		if s := v.Secret; s != nil && s.SecretName == "molt-nats-"+name && (s.Optional == nil || !*s.Optional) {
@@ -958,5 +962,54 @@ func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstruct
 		t.Error("no Service nats")
 	} else if ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP"); ip != "None" {
 		t.Errorf("Service nats has clusterIP %q, want None (headless, for the routes)", ip)
+	}
+}
+
+// TestDeployIntoAnotherNamespace: an overlay that sets its own namespace over
+// the production overlay moves everything molt runs there. The bindings
+// grant the ServiceAccounts of that namespace, and the services and NATS
+// nodes reach NATS by names that resolve in it. Only the admission policy's
+// expressions name the namespace (the README says to change them).
+func TestDeployIntoAnotherNamespace(t *testing.T) {
+	env := testenv.Get(t)
+	const ns = "platform-molt"
+	dir, err := os.MkdirTemp(filepath.Join(env.RootDir, "deploy", "overlays"), "ns-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nresources:\n- ../production\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(env.RootDir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := renderKustomize(env, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		what := o.GetKind() + " " + o.GetName()
+		if o.GetNamespace() != "" && o.GetNamespace() != ns {
+			t.Errorf("%s is in namespace %s, want %s", what, o.GetNamespace(), ns)
+		}
+		if o.GetKind() == "ValidatingAdmissionPolicy" {
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if m, ok := s.(map[string]any); ok && m["namespace"] != ns {
+				t.Errorf("%s grants %v, want the ServiceAccount in %s", what, m, ns)
+			}
+		}
+		raw, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), deployNamespace) {
+			t.Errorf("%s still names %s: %s", what, deployNamespace, raw)
+		}
 	}
 }
