@@ -104,8 +104,12 @@ func connectNATS(ctx context.Context, opts Options) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	secure, err := opts.NATSTLS.options()
+	if err != nil {
+		return nil, err
+	}
 	logs := newConnLog(klog.FromContext(ctx), opts)
-	nc, err := nats.Connect(opts.NATSURL, slices.Concat(auth, logs.options(), []nats.Option{
+	nc, err := nats.Connect(opts.NATSURL, slices.Concat(auth, secure, logs.options(), []nats.Option{
 		nats.Name("molt-" + opts.Name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),

@@ -22,13 +22,14 @@ const connLogQuiet = 30 * time.Second
 // look like a JetStream that does not answer.
 //
 // Each problem is logged with the server, the user and the next step for an operator. A
-// problem of the same kind (authorization, permissions, connection, other) within
+// problem of the same kind (authorization, TLS, permissions, connection, other) within
 // connLogQuiet of the last one logged is logged at V(2) only, and the next one after that
 // at V(0) again with how many came meanwhile. A connect or reconnect forgets them, so the
 // first problem after it is logged at once.
 type connLog struct {
 	logger klog.Logger // with the server and the user
 	auth   NATSAuth
+	tls    NATSTLS
 	quiet  time.Duration
 	now    func() time.Time
 
@@ -52,7 +53,7 @@ func newConnLog(logger klog.Logger, opts Options) *connLog {
 	case opts.NATSAuth.CredsFile != "":
 		kv = append(kv, "creds", opts.NATSAuth.CredsFile)
 	}
-	return &connLog{logger: logger.WithValues(kv...), auth: opts.NATSAuth, quiet: connLogQuiet, now: time.Now, seen: map[string]*seenProblem{}}
+	return &connLog{logger: logger.WithValues(kv...), auth: opts.NATSAuth, tls: opts.NATSTLS, quiet: connLogQuiet, now: time.Now, seen: map[string]*seenProblem{}}
 }
 
 // options are the nats.go callbacks that log through l.
@@ -120,6 +121,8 @@ func (l *connLog) nextStep(err error, connecting bool) (kind, next string) {
 	switch {
 	case isAuthError(err):
 		return "authorization", l.auth.credentialsHint()
+	case isTLSError(err):
+		return "tls", l.tls.hint(err)
 	case errors.Is(err, nats.ErrPermissionViolation):
 		user := l.auth.User
 		if user == "" {

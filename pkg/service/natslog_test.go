@@ -54,10 +54,16 @@ func passwordFile(t *testing.T, pw string) string {
 // returns it with the entry's key/value pairs printed.
 func waitLogged(t *testing.T, entries func() ktesting.Log, target error, within time.Duration) (ktesting.LogEntry, string) {
 	t.Helper()
+	return waitLoggedFunc(t, entries, fmt.Sprintf("%q", target), func(err error) bool { return errors.Is(err, target) }, within)
+}
+
+// waitLoggedFunc is waitLogged for an error that match accepts (what, for the failure).
+func waitLoggedFunc(t *testing.T, entries func() ktesting.Log, what string, match func(error) bool, within time.Duration) (ktesting.LogEntry, string) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		for _, e := range entries() {
-			if e.Type == ktesting.LogError && errors.Is(e.Err, target) {
+			if e.Type == ktesting.LogError && match(e.Err) {
 				return e, fmt.Sprint(append(append([]any{}, e.WithKVList...), e.ParameterKVList...))
 			}
 		}
@@ -66,7 +72,7 @@ func waitLogged(t *testing.T, entries func() ktesting.Log, target error, within 
 			for _, e := range entries() {
 				all = append(all, fmt.Sprintf("%s %q err=%v %v %v", e.Type, e.Message, e.Err, e.WithKVList, e.ParameterKVList))
 			}
-			t.Fatalf("no error entry matching %q logged within %s; the log:\n%s", target, within, strings.Join(all, "\n"))
+			t.Fatalf("no error entry matching %s logged within %s; the log:\n%s", what, within, strings.Join(all, "\n"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

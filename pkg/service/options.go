@@ -21,6 +21,9 @@ type Options struct {
 	NATSURL string
 	// NATSAuth is how the service logs in to NATS.
 	NATSAuth NATSAuth
+	// NATSTLS is how the service checks the server's certificate (and shows
+	// its own); empty means plain TCP unless NATSURL is tls://.
+	NATSTLS NATSTLS
 	// HTTPAddr is where /healthz, /readyz and /metrics are served.
 	HTTPAddr string
 	// Pprof also serves Go's profiles under /debug/pprof/ on HTTPAddr.
@@ -52,6 +55,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet, name, defaultAddr string) {
 	fs.StringVar(&o.NATSAuth.PasswordFile, "nats-password-file", o.Env.String("MOLT_NATS_PASSWORD_FILE", ""),
 		"file holding the NATS user's password, read again at every reconnect (env MOLT_NATS_PASSWORD_FILE)")
 	fs.StringVar(&o.NATSAuth.CredsFile, "nats-creds", o.Env.String("MOLT_NATS_CREDS", ""), "NATS credentials file, instead of a user and password (env MOLT_NATS_CREDS)")
+	fs.StringVar(&o.NATSTLS.CAFile, "nats-tls-ca", o.Env.String("MOLT_NATS_TLS_CA", ""),
+		"PEM file of the CA that signs the NATS server's certificate; set, TLS is required (env MOLT_NATS_TLS_CA)")
+	fs.StringVar(&o.NATSTLS.CertFile, "nats-tls-cert", o.Env.String("MOLT_NATS_TLS_CERT", ""),
+		"PEM client certificate for a NATS server that verifies its clients, with --nats-tls-key (env MOLT_NATS_TLS_CERT)")
+	fs.StringVar(&o.NATSTLS.KeyFile, "nats-tls-key", o.Env.String("MOLT_NATS_TLS_KEY", ""), "PEM key of --nats-tls-cert (env MOLT_NATS_TLS_KEY)")
 	fs.IntVar(&o.Stream.Replicas, "stream-replicas", o.Env.Int("MOLT_STREAM_REPLICAS", 1),
 		"replicas of the event stream, set when this service creates it: 3 on a 3-node JetStream cluster (env MOLT_STREAM_REPLICAS)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.Env.String("MOLT_HTTP_ADDR", defaultAddr), "address for /healthz, /readyz and /metrics (env MOLT_HTTP_ADDR)")
@@ -86,5 +94,8 @@ func (o *Options) Validate() error {
 	case o.Stream.Duplicates < 0:
 		return fmt.Errorf("flag --duplicate-window=%s: must not be negative (0 means the default, %s)", o.Stream.Duplicates, events.DefaultDuplicates)
 	}
-	return o.NATSAuth.validate()
+	if err := o.NATSAuth.validate(); err != nil {
+		return err
+	}
+	return o.NATSTLS.validate()
 }
