@@ -32,6 +32,9 @@ type natsOptions struct {
 	user         string
 	passwordFile string
 	creds        string
+	tlsCA        string
+	tlsCert      string
+	tlsKey       string
 }
 
 func (o *natsOptions) register(cmd *cobra.Command) {
@@ -40,6 +43,9 @@ func (o *natsOptions) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.passwordFile, "nats-password-file", os.Getenv("MOLT_NATS_PASSWORD_FILE"),
 		"file holding the user's password (env MOLT_NATS_PASSWORD_FILE; default: env NATS_PASSWORD, else .molt/nats-auth/<user>.password as make up writes it)")
 	cmd.Flags().StringVar(&o.creds, "nats-creds", "", "NATS credentials file, instead of --nats-user and a password")
+	cmd.Flags().StringVar(&o.tlsCA, "nats-tls-ca", os.Getenv("NATS_CA"), "PEM file of the CA that signs the NATS server's certificate; set, TLS is required (env NATS_CA)")
+	cmd.Flags().StringVar(&o.tlsCert, "nats-tls-cert", os.Getenv("NATS_CERT"), "PEM client certificate for a NATS server that verifies its clients, with --nats-tls-key (env NATS_CERT)")
+	cmd.Flags().StringVar(&o.tlsKey, "nats-tls-key", os.Getenv("NATS_KEY"), "PEM key of --nats-tls-cert (env NATS_KEY)")
 }
 
 func envOr(key, def string) string {
@@ -65,15 +71,46 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 			opts = append(opts, nats.UserInfo(o.user, pw))
 		}
 	}
-	nc, err := nats.Connect(o.url, opts...)
+	secure, err := o.tlsOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(o.url, append(opts, secure...)...)
 	if err != nil {
 		hint := "is molt's NATS running there? (flag --nats-url)"
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
+		switch {
+		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
 			hint = "NATS refused the login: check --nats-user and --nats-password-file (or --nats-creds)"
+		case errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted):
+			hint = "TLS failed: check --nats-tls-ca (the CA of the server's certificate, which must name the host of --nats-url), and --nats-tls-cert and --nats-tls-key if the server verifies its clients"
 		}
 		return nil, fmt.Errorf("connect to NATS at %s as %q: %w; %s", redact(o.url), o.user, err, hint)
 	}
 	return nc, nil
+}
+
+// tlsOptions are the nats.go options for o's TLS files; a file that cannot
+// be used fails here, naming the flag, the file and why.
+func (o natsOptions) tlsOptions() ([]nats.Option, error) {
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, fmt.Errorf("flags --nats-tls-cert (%q) and --nats-tls-key (%q): give both or neither", o.tlsCert, o.tlsKey)
+	}
+	var opts []nats.Option
+	if o.tlsCA != "" {
+		opt := nats.RootCAs(o.tlsCA)
+		if err := opt(&nats.Options{}); err != nil {
+			return nil, fmt.Errorf("load NATS TLS CA %s (flag --nats-tls-ca): %w", o.tlsCA, err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.tlsCert != "" {
+		opt := nats.ClientCert(o.tlsCert, o.tlsKey)
+		if err := opt(&nats.Options{}); err != nil {
+			return nil, fmt.Errorf("load NATS TLS client certificate %s and key %s (flags --nats-tls-cert, --nats-tls-key): %w", o.tlsCert, o.tlsKey, err)
+		}
+		opts = append(opts, opt)
+	}
+	return opts, nil
 }
 
 // password is the user's password: --nats-password-file, else $NATS_PASSWORD,
