@@ -107,7 +107,7 @@ test-rules: ## check deploy/prometheus/rules.yaml and run its promtool unit test
 	promtool check rules deploy/prometheus/rules.yaml
 	cd deploy/prometheus && promtool test rules rules_test.yaml
 
-test-deploy: ## decode the Grafana dashboard strictly and parse its queries, check the ServiceMonitors and that the PrometheusRule holds rules.yaml's groups, load docker-compose.yaml with compose-go (test/deploy: its own module, outside go.work)
+test-deploy: ## decode the Grafana dashboard strictly and parse its queries, check the ServiceMonitors and that the PrometheusRule holds rules.yaml's groups, load docker-compose.yaml with compose-go, run deploy/nats as a 3-node cluster with its route password and the TLS component (test/deploy: its own module, outside go.work)
 	cd test/deploy && $(TOOLGO) test -count=1 -skip '^TestComposeStack' ./...
 
 test-unit: ## run the tests that need no control plane

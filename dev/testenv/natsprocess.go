@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -172,12 +174,19 @@ func (e *Env) StartNATSCluster(stateDir string, size int) (*NATSCluster, error) 
 			return nil, err
 		}
 	}
+	// The routes log in as the StatefulSet's do: user route, the password
+	// of the Secret molt-nats-route in NATS_ROUTE_PASSWORD and in each URL.
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("make the NATS route password: %w", err)
+	}
+	routePassword := hex.EncodeToString(raw)
 	routes := "["
 	for i, p := range routePorts {
 		if i > 0 {
 			routes += ", "
 		}
-		routes += fmt.Sprintf("\"nats-route://127.0.0.1:%d\"", p)
+		routes += fmt.Sprintf("\"nats-route://route:%s@127.0.0.1:%d\"", routePassword, p)
 	}
 	routes += "]"
 	c := &NATSCluster{}
@@ -191,6 +200,7 @@ func (e *Env) StartNATSCluster(stateDir string, size int) (*NATSCluster, error) 
 			"NATS_CLUSTER_PORT=" + strconv.Itoa(routePorts[i]),
 			"NATS_MONITOR_PORT=0",
 			"NATS_ROUTES=" + routes,
+			"NATS_ROUTE_PASSWORD=" + routePassword,
 			"NATS_STORE_DIR=" + filepath.Join(dir, "jetstream"),
 		})
 		c.Nodes = append(c.Nodes, n)

@@ -4,7 +4,10 @@
 // panel's query through Prometheus's PromQL parser, the ServiceMonitors and
 // the PrometheusRule through the Prometheus Operator's types (the
 // PrometheusRule against deploy/prometheus/rules.yaml, which it is generated
-// from), and the compose file through compose-go, as `docker compose` loads it.
+// from), the compose file through compose-go, as `docker compose` loads it,
+// and deploy/nats's nats.conf (alone and with deploy/components/nats-tls)
+// through nats-server's own config parser, as three in-process nodes that
+// must form their cluster and refuse a route without the route password.
 //
 // It is its own module, outside go.work, so that these heavy test-only
 // dependencies never reach a service's build: `make test-deploy` runs it

@@ -349,6 +349,10 @@ func runREADMELine(t *testing.T, line string) string {
 	return string(out)
 }
 
+// natsRouteSecret holds the password the NATS nodes' routes log in with
+// (key password); the README's install line makes it.
+const natsRouteSecret = "molt-nats-route"
+
 // deployServiceNames are the services deploy/ installs, one Deployment each.
 var deployServiceNames = []string{"selector", "patcher", "hookrunner", "podcycler", "statusagg"}
 
@@ -475,6 +479,7 @@ func deleteDeployWorkloads(t *testing.T, env *testenv.Env) {
 	for _, user := range devcluster.NATSUsers {
 		errs = append(errs, env.Kube.CoreV1().Secrets(deployNamespace).Delete(ctx, "molt-nats-"+user, metav1.DeleteOptions{}))
 	}
+	errs = append(errs, env.Kube.CoreV1().Secrets(deployNamespace).Delete(ctx, natsRouteSecret, metav1.DeleteOptions{}))
 	services, err := env.Kube.CoreV1().Services(deployNamespace).List(ctx, sel)
 	errs = append(errs, err)
 	if err == nil {
@@ -906,8 +911,10 @@ func checkDeployment(t *testing.T, byKind map[string]map[string]*unstructured.Un
 
 // checkNATS checks deploy/nats as the production overlay renders it: a
 // 3-node StatefulSet on PersistentVolumes, hardened like the services, run
-// from the ConfigMap holding nats.conf and auth.conf, reading every user's
-// password from that user's Secret; a headless Service for the routes.
+// from the ConfigMap holding nats.conf, auth.conf and the (empty) TLS
+// includes, reading every user's password from that user's Secret and the
+// routes' from molt-nats-route; a headless Service for the routes; a
+// NetworkPolicy that lets no pod reach the monitoring port.
 func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstructured, image string, pull corev1.PullPolicy) {
 	t.Helper()
 	var ss appsv1.StatefulSet
@@ -945,6 +952,16 @@ func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstruct
 			t.Errorf("%s from Secret %q, want molt-nats-%s", devcluster.NATSPasswordEnv(user), got, user)
 		}
 	}
+	// The routes log in (nats.conf's cluster authorization): the password
+	// from the Secret molt-nats-route, in every route URL.
+	if got := secretOf["NATS_ROUTE_PASSWORD"]; got != natsRouteSecret {
+		t.Errorf("NATS_ROUTE_PASSWORD from Secret %q, want %s", got, natsRouteSecret)
+	}
+	for _, e := range c.Env {
+		if e.Name == "NATS_ROUTES" && strings.Count(e.Value, "nats-route://route:$(NATS_ROUTE_PASSWORD)@") != 3 {
+			t.Errorf("NATS_ROUTES %q: want 3 routes, each logging in as route with $(NATS_ROUTE_PASSWORD)", e.Value)
+		}
+	}
 	var cm *unstructured.Unstructured
 	for name, o := range byKind["ConfigMap"] {
 		if strings.HasPrefix(name, "nats-config") {
@@ -957,6 +974,16 @@ func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstruct
 	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
 	if !strings.Contains(data["nats.conf"], "include ./auth.conf") || !strings.Contains(data["auth.conf"], "MOLT_NATS_PASSWORD_PODCYCLER") {
 		t.Errorf("ConfigMap %s does not hold nats.conf including auth.conf", cm.GetName())
+	}
+	for _, f := range []string{"client-tls.conf", "route-tls.conf"} {
+		if _, ok := data[f]; !ok || !strings.Contains(data["nats.conf"], "include ./"+f) {
+			t.Errorf("ConfigMap %s does not hold %s, which nats.conf includes", cm.GetName(), f)
+		}
+	}
+	if np, ok := byKind["NetworkPolicy"]["nats"]; !ok {
+		t.Error("no NetworkPolicy nats")
+	} else if ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress"); strings.Contains(fmt.Sprint(ingress), "8222") {
+		t.Errorf("NetworkPolicy nats lets pods reach the monitoring port 8222: %v", ingress)
 	}
 	if svc, ok := byKind["Service"]["nats"]; !ok {
 		t.Error("no Service nats")
