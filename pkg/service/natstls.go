@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/nats-io/nats.go"
 )
@@ -81,7 +82,16 @@ func (t NATSTLS) hint(err error) string {
 // mismatch between the service and the server.
 func isTLSError(err error) bool {
 	var record tls.RecordHeaderError
-	return errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted) || errors.As(err, &record) || isVerifyError(err)
+	return errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted) || errors.As(err, &record) || isVerifyError(err) || isTLSAlert(err)
+}
+
+// isTLSAlert reports whether err is a TLS alert the server sent, such as
+// "remote error: tls: certificate required": with TLS 1.3 a server that
+// wants a client certificate says so after the handshake, on the first
+// read, and the error carries no nats.ErrTLS.
+func isTLSAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // isVerifyError reports whether err says the server's certificate did not

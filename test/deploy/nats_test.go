@@ -86,7 +86,8 @@ func natsConfigDir(t *testing.T, tlsDir string) string {
 }
 
 // statefulSetRoutes returns the StatefulSet's NATS_ROUTES as the kubelet
-// expands it ($(NATS_ROUTE_PASSWORD) from the Secret molt-nats-route), with
+// expands it ($(NATS_ROUTE_PASSWORD) from the Secret molt-nats-route,
+// $(POD_NAMESPACE) from the pod, in molt-system), with
 // each node's name nats-<i>.nats.molt-system.svc:6222 replaced by
 // 127.0.0.1:<routePorts[i]>.
 func statefulSetRoutes(t *testing.T, routePorts []int) string {
@@ -99,7 +100,7 @@ func statefulSetRoutes(t *testing.T, routePorts []int) string {
 	if m == nil {
 		t.Fatal("deploy/nats/nats.yaml: no env NATS_ROUTES with a quoted value")
 	}
-	routes := strings.ReplaceAll(string(m[1]), "$(NATS_ROUTE_PASSWORD)", routePassword)
+	routes := strings.NewReplacer("$(NATS_ROUTE_PASSWORD)", routePassword, "$(POD_NAMESPACE)", "molt-system").Replace(string(m[1]))
 	for i, p := range routePorts {
 		host := fmt.Sprintf("nats-%d.nats.molt-system.svc:6222", i)
 		if !strings.Contains(routes, "route:"+routePassword+"@"+host) {
