@@ -420,7 +420,7 @@ func TestInProgressKeepsSlowHandlerAlive(t *testing.T) {
 
 // TestConsumeStopsPromptlyUnderLoad stops and restarts Consume on one durable while events
 // keep arriving (the production pattern behind rolling restarts). Each stop must return
-// within 3s with a 1s pull wait: a loop that goes on pulling after the cancel (a random
+// within 4s with a 2s pull wait: a loop that goes on pulling after the cancel (a random
 // select between a free slot and ctx.Done) would show as a slow return on some of the 15
 // cycles. No message may reach the handler once the cancel has returned, every message
 // delivered after it is Nak'd at once, and nothing is left for AckWait (1m) to redeliver.
@@ -458,14 +458,20 @@ func TestConsumeStopsPromptlyUnderLoad(t *testing.T) {
 	}()
 	defer func() { stopPublishing(); <-pubDone }()
 
+	// The bounds below are fractions of the pull wait because what a broken loop shows grows
+	// with it, while a correct loop's delays are scheduling delays, which do not: a pull
+	// request ends up to pullWait after the cancel, so a loop that Naks messages received
+	// after the cancel only when the request ends, or still starts held messages until then,
+	// shows delays spread up to pullWait. A long pull wait leaves room for GC pauses and CPU
+	// steal on a loaded machine under -race without letting those through.
 	const (
 		cycles    = 15
-		pullWait  = time.Second
-		stopBound = 3 * time.Second
-		nakBound  = 500 * time.Millisecond // "at once", with -race on two busy cores
+		pullWait  = 2 * time.Second
+		stopBound = pullWait + 2*time.Second
+		nakBound  = pullWait / 2 // "at once": half the cycles would see a Nak at the request's end beyond it
 		// A worker that passed its stop check just before the cancel may enter the handler
 		// a scheduling delay later; a loop still handing out work would start handlers later.
-		commitSlack = 100 * time.Millisecond
+		commitSlack = pullWait / 4
 	)
 	var ackMu sync.Mutex
 	acked := map[string]bool{} // attempts handled successfully, over all cycles
@@ -507,7 +513,7 @@ func TestConsumeStopsPromptlyUnderLoad(t *testing.T) {
 				}
 				ack(m)
 				return nil
-				// 64 slots: more than one pull request gets in its 1s at 20 events/s, so pulls
+				// 64 slots: more than one pull request gets in its 2s at 20 events/s, so pulls
 				// end at their expiry with free slots, the state in which a loop that selected
 				// between a free slot and ctx.Done went on pulling after the cancel.
 			}, WithMetrics(f.metrics), WithPullWait(pullWait), WithWorkers(32))
