@@ -42,7 +42,10 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tags []string
-			h := &HookRunner{kube: fake.NewClientset(pod), reachWait: time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
+			// reachWait far beyond run's 500ms pause between calls, which a loaded
+			// machine can stretch: the unreachable case is followed because it comes
+			// within the wait, whatever the scheduler does; no case waits it out.
+			h := &HookRunner{kube: fake.NewClientset(pod), reachWait: 5 * time.Second, exec: func(_ context.Context, req agentruntime.ExecRequest) (agentruntime.Result, error) {
 				tags = append(tags, req.Tag)
 				if i := len(tags) - 1; i < len(tc.errs) {
 					return agentruntime.Result{}, tc.errs[i]
