@@ -143,10 +143,19 @@ func TestExecSplitsCommandAndSendsHeaders(t *testing.T) {
 
 func TestExecInterleavedOutputArrivesInOrder(t *testing.T) {
 	url := devServer(t, devruntime.Target{})
-	// Pauses between writes make the order across the two pipes certain.
-	script := "echo out1; sleep 0.2; echo err1 >&2; sleep 0.2; echo out2; sleep 0.2; echo err2 >&2"
+	// The server reads the two pipes independently, so the order across them is
+	// certain only if a write waits until the one before it has arrived: before
+	// each write after the first, the script waits for a gate file that the test
+	// creates once it has received the previous chunk.
+	dir := t.TempDir()
+	gate := func(n int) string { return filepath.Join(dir, "gate"+strconv.Itoa(n)) }
+	wait := func(n int) string { return "until [ -e " + gate(n) + " ]; do sleep 0.01; done; " }
+	script := "echo out1; " + wait(1) + "echo err1 >&2; " + wait(2) + "echo out2; " + wait(3) + "echo err2 >&2"
 	client := processconnect.NewProcessClient(h2cClient(), url, connect.WithGRPC())
-	stream, err := client.Start(context.Background(), connect.NewRequest(&processpb.StartRequest{
+	// A server that held a chunk back would leave the script waiting at its gate.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := client.Start(ctx, connect.NewRequest(&processpb.StartRequest{
 		Process: &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}},
 	}))
 	if err != nil {
@@ -161,18 +170,22 @@ func TestExecInterleavedOutputArrivesInOrder(t *testing.T) {
 		case ev.GetData() != nil:
 			d := ev.GetData()
 			events = append(events, fmt.Sprintf("stdout:%s|stderr:%s", d.GetStdout(), d.GetStderr()))
+			if err := os.WriteFile(gate(len(events)-1), nil, 0o644); err != nil { // events[0] is the start
+				t.Fatal(err)
+			}
 		case ev.GetEnd() != nil:
 			events = append(events, "end:"+strconv.Itoa(int(ev.GetEnd().GetExitCode())))
 		}
 	}
 	if err := stream.Err(); err != nil {
-		t.Fatalf("stream: %v", err)
+		t.Fatalf("stream: %v (received %q)", err, events)
 	}
 	want := []string{"start", "stdout:out1\n|stderr:", "stdout:|stderr:err1\n", "stdout:out2\n|stderr:", "stdout:|stderr:err2\n", "end:0"}
 	if strings.Join(events, ",") != strings.Join(want, ",") {
 		t.Errorf("events = %q, want %q", events, want)
 	}
 
+	// Every gate is open now: the script runs straight through.
 	res, err := exec(t, agentruntime.ExecRequest{BaseURL: url, Command: bash(script)})
 	if err != nil || res.Stdout != "out1\nout2\n" || res.Stderr != "err1\nerr2\n" {
 		t.Errorf("Exec = %+v, %v", res, err)
