@@ -19,9 +19,10 @@ import (
 	"molt.dev/services/statusagg/internal/statusagg"
 )
 
-// TestStatusCoalescing runs statusagg with the production coalescing window
-// and counts the status writes a sandbox's upgrade costs:
-//   - an attempt's start is written within startWindow (200ms), with the
+// TestStatusCoalescing counts the status writes a sandbox's upgrade costs,
+// with windows wider than production's (1s, 200ms) so that the test's own
+// pauses, API calls and deliveries on a loaded machine cannot outlast them:
+//   - an attempt's start is written within the start window, with the
 //     events of that moment (a hook-less start: requested, patched,
 //     prehook-done), so a user sees the sandbox Upgrading at once;
 //   - a later stage that ends within the window is written only with the
@@ -31,8 +32,8 @@ import (
 //   - a stage that lasts longer than the window is written once it has, and
 //     not before.
 func TestStatusCoalescing(t *testing.T) {
-	const window = time.Second
-	h := startWith(t, func(c *statusagg.Config) { c.Coalesce, c.EventWorkers = window, 16 })
+	const window, startWindow = 4 * time.Second, 2 * time.Second
+	h := startWith(t, func(c *statusagg.Config) { c.Coalesce, c.StartWindow, c.EventWorkers = window, startWindow, 16 })
 	ns := h.env.Namespace(t)
 	claimed := map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-c"}
 	fast := h.runningSandbox(ns, "fast", claimed)
@@ -133,8 +134,10 @@ func (h *harness) label(ns, name, key, value string) {
 // new pod. The whole upgrade is two writes, its start and its end, and the
 // end shows the sandbox Running on the new pod.
 func TestPodReplacedInAStageCostsNoWrite(t *testing.T) {
-	const window = time.Second
-	h := startWith(t, func(c *statusagg.Config) { c.Coalesce, c.EventWorkers = window, 16 })
+	// Wide windows, as in TestStatusCoalescing: the start's burst and the
+	// end's pod-ready and posthook-done each arrive within theirs.
+	const window, startWindow = 4 * time.Second, 2 * time.Second
+	h := startWith(t, func(c *statusagg.Config) { c.Coalesce, c.StartWindow, c.EventWorkers = window, startWindow, 16 })
 	ns := h.env.Namespace(t)
 	sb := h.runningSandbox(ns, "swap", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-s"})
 	ops := h.createOps(ns, "ops-s", imageV2, 1)
@@ -209,9 +212,12 @@ func (h *harness) waitPodReady(ns, name string) {
 // to say whose, until the watchdog fails it for good. Here the label goes as
 // soon as statusagg has taken the `requested` and before its write: the
 // event is retried, skipped against the released sandbox, and the status
-// never shows the attempt.
+// never shows the attempt. The start window is wide (production's is 200ms)
+// so that the release lands within it however slow the machine; the
+// `requested` waits for its write before it is acked, so the write is tried
+// before the consumer is drained, however late.
 func TestStartNotWrittenAfterTheOpsReleasedTheSandbox(t *testing.T) {
-	h := startWith(t, func(c *statusagg.Config) { c.Coalesce = time.Second })
+	h := startWith(t, func(c *statusagg.Config) { c.Coalesce, c.StartWindow = 5*time.Second, 3*time.Second })
 	ns := h.env.Namespace(t)
 	sb := h.runningSandbox(ns, "released", map[string]string{agentsv1alpha1.LabelUpdateOps: "ops-r"})
 	ops := h.createOps(ns, "ops-r", imageV2, 1)

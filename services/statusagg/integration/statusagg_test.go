@@ -96,7 +96,7 @@ func replayedDirectAttemptOfAnotherTemplateIsStale(t *testing.T, h *harness) {
 	old := upgrade.DirectAttempt("0ld0ld0ld0", sb.Generation-1) // before the ops's attempt
 	h.publish(requested(old))
 	h.drained()
-	time.Sleep(startWindow + time.Second) // an attempt's start is written within startWindow
+	time.Sleep(statusagg.DefaultStartWindow + time.Second) // an attempt's start is written within the start window
 	got, err := h.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,9 +110,6 @@ func replayedDirectAttemptOfAnotherTemplateIsStale(t *testing.T, h *harness) {
 		return upgrade.CurrentAttempt(got) == current
 	})
 }
-
-// startWindow is statusagg's: how long an attempt's start waits for its write.
-const startWindow = 200 * time.Millisecond
 
 // An ops being deleted while a sandbox is in a stage (the selector's finalizer
 // keeps it until the attempt ends) says so on its status and in an Event,

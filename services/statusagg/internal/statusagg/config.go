@@ -25,7 +25,12 @@ const (
 	// it is written together with the next one, so a sandbox whose upgrade
 	// takes under a second costs one status write, and a fast stage (the
 	// patch and a missing preUpgrade hook) no write of its own.
-	DefaultCoalesce    = time.Second
+	DefaultCoalesce = time.Second
+	// DefaultStartWindow is how soon an attempt's start and a pod's
+	// changes are written (or Coalesce, if shorter): a user sees a sandbox
+	// Upgrading within it, and the burst of a hook-less start (requested,
+	// patched, prehook-done) still leaves in one write.
+	DefaultStartWindow = 200 * time.Millisecond
 	DefaultOpsInterval = time.Second
 
 	DefaultPatchTimeout     = 30 * time.Second
@@ -54,6 +59,11 @@ type Config struct {
 	// Coalesce is how long a sandbox's status write waits for more changes
 	// (events, pod changes) of that sandbox.
 	Coalesce time.Duration
+	// StartWindow is how long an attempt's start, and a pod's change,
+	// waits for more changes of its sandbox, when shorter than Coalesce
+	// (0: DefaultStartWindow). Not a flag: tests widen it so that their
+	// own pauses cannot outlast it.
+	StartWindow time.Duration
 	// OpsInterval is the least time between two writes of an ops's status
 	// that do not change its phase.
 	OpsInterval time.Duration
@@ -117,6 +127,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("flag --event-workers=%d: must be greater than 0", c.EventWorkers)
 	case c.Coalesce < 0:
 		return fmt.Errorf("flag --status-coalesce=%s: must not be negative", c.Coalesce)
+	case c.StartWindow < 0:
+		return fmt.Errorf("StartWindow=%s: must not be negative", c.StartWindow)
 	case c.OpsInterval < 0:
 		return fmt.Errorf("flag --ops-status-interval=%s: must not be negative", c.OpsInterval)
 	case c.SetProgressDeadline < 0:

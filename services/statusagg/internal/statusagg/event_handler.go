@@ -179,7 +179,7 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	if tr.New && d.Ops.Name != "" {
 		e.claim = &claimRead{ops: d.Ops.Name, annotation: sb.Annotations[upgrade.AnnotationClaim]}
 	}
-	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
+	if hold := e.holdFor(s.coalesce, s.startWindow, time.Now()); hold > 0 {
 		s.sandboxCtl.EnqueueAfter(key, hold)
 	} else {
 		// The attempt's end frees budget for the next sandbox and no

@@ -39,10 +39,12 @@ type server struct {
 	clock      *stageClock
 	recorder   record.EventRecorder
 	deleted    deletedNotes
-	// writes and coalesce: each sandbox's status writes (writes.go), and how
-	// long a write waits for more changes of its sandbox.
-	writes   sandboxWrites
-	coalesce time.Duration
+	// writes, coalesce and startWindow: each sandbox's status writes
+	// (writes.go), how long a write waits for more changes of its sandbox,
+	// and how long at most when it starts an attempt or follows its pod.
+	writes      sandboxWrites
+	coalesce    time.Duration
+	startWindow time.Duration
 	// opsWrites and opsInterval pace an ops's status writes.
 	opsWrites   opsWriteTimes
 	opsInterval time.Duration
@@ -94,6 +96,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 	s := &server{
 		agents: agents, sandboxes: sandboxInf.Lister(), ops: opsInf.Lister(), sets: setInf.Lister(), pods: podInf.Lister(),
 		metrics: m, clock: newStageClock(), recorder: recorder, coalesce: cfg.Coalesce, opsInterval: cfg.OpsInterval,
+		startWindow:      cmp.Or(cfg.StartWindow, DefaultStartWindow),
 		progressDeadline: cmp.Or(cfg.SetProgressDeadline, DefaultSetProgressDeadline),
 	}
 	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox, controller.WithMetrics(rt.Queues))

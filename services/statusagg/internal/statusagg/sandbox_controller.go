@@ -108,7 +108,7 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		s.sandboxCtl.EnqueueAfter(key, wait)
 		return nil
 	}
-	if hold := e.holdFor(s.coalesce, time.Now()); hold > 0 {
+	if hold := e.holdFor(s.coalesce, s.startWindow, time.Now()); hold > 0 {
 		// A change of the sandbox or its pod woke this sync before the
 		// window of the pending transitions ended: they wait for the rest of
 		// it, so the next stage can join them.
@@ -202,7 +202,7 @@ func (s *server) enqueuePodOwner(obj any) {
 				s.sandboxCtl.EnqueueKey(key)
 				return
 			}
-			s.sandboxCtl.EnqueueAfter(key, min(s.coalesce, startWindow))
+			s.sandboxCtl.EnqueueAfter(key, min(s.coalesce, s.startWindow))
 			return
 		}
 	}

@@ -214,12 +214,6 @@ func (e *sandboxEntry) resolve(skip string, err error) {
 	e.waiters, e.pending, e.urgent, e.starts, e.claim = nil, nil, false, false, nil
 }
 
-// startWindow is how soon an attempt's start and a pod's changes are
-// written (or --status-coalesce, if shorter): a user sees a sandbox Upgrading
-// within it, and the burst of a hook-less start (requested, patched,
-// prehook-done) still leaves in one write.
-const startWindow = 200 * time.Millisecond
-
 // podCatchUp bounds how long an attempt's success waits for the pod cache to
 // show its pod Ready. The success follows pod-ready, which podcycler
 // published when it saw the pod Ready, but statusagg's own pod watch can be
@@ -268,8 +262,8 @@ func (e *sandboxEntry) addPending(conds []metav1.Condition, w *waiter, urgent, s
 
 // holdFor is how much longer the pending transitions wait for more changes
 // before they are written (0: write now), from the first of them: none for
-// an attempt's end, startWindow for its start, else window.
-func (e *sandboxEntry) holdFor(window time.Duration, now time.Time) time.Duration {
+// an attempt's end, startWindow (if shorter) for its start, else window.
+func (e *sandboxEntry) holdFor(window, startWindow time.Duration, now time.Time) time.Duration {
 	if e.pending == nil || e.urgent {
 		return 0
 	}
