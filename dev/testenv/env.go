@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"math/rand/v2"
-	"sync"
 
 	"molt.dev/dev/devcluster"
 	"molt.dev/dev/devnode"
@@ -41,6 +40,7 @@ type Env struct {
 	Kubeconfig string
 
 	stateDir string
+	podRange *podRange
 	stop     context.CancelFunc
 	done     chan struct{}
 }
@@ -96,8 +96,16 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
+	// A loopback range of this environment's own, so that test packages
+	// running side by side (and `make up`, on 127.100.0.0/16) never serve
+	// each other's pod IPs.
+	pods, err := reservePodRange()
+	if err != nil {
+		_ = os.RemoveAll(stateDir)
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	env := &Env{RootDir: root, stateDir: stateDir, stop: cancel, done: make(chan struct{})}
+	env := &Env{RootDir: root, stateDir: stateDir, podRange: pods, stop: cancel, done: make(chan struct{})}
 
 	startCtx, startCancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer startCancel()
@@ -106,14 +114,12 @@ func Start() (*Env, error) {
 		StateDir:   stateDir,
 		Nodes:      3,
 		KwokConfig: filepath.Join(root, "deploy", "kwok", "stages.yaml"),
-		// A loopback range of this environment's own, so that test packages
-		// running side by side (and `make up`, on 127.100.0.0/16) never
-		// serve each other's pod IPs.
-		PodCIDR: fmt.Sprintf("127.%d.0.1/16", 101+rand.IntN(150)),
-		CRDDir:  filepath.Join(root, "deploy", "crds"),
+		PodCIDR:    pods.CIDR(),
+		CRDDir:     filepath.Join(root, "deploy", "crds"),
 	})
 	if err != nil {
 		cancel()
+		pods.release()
 		return nil, fmt.Errorf("start control plane (state and logs in %s): %w", stateDir, err)
 	}
 	env.Cluster = cluster
@@ -187,6 +193,8 @@ func (e *Env) Stop() {
 	if e.Cluster != nil {
 		e.Cluster.Stop()
 	}
+	// Nothing serves the range's pod IPs any more.
+	e.podRange.release()
 	if os.Getenv("MOLT_KEEP_TESTENV") == "" {
 		_ = os.RemoveAll(e.stateDir)
 	} else {
