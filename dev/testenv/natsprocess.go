@@ -42,18 +42,29 @@ type NATSProcess struct {
 
 // StartNATSProcess starts bin/nats-server on a free port, with
 // deploy/nats/auth.conf and its store and log under stateDir, and waits until
-// JetStream answers. The process dies with the test binary.
+// JetStream answers. The process dies with the test binary. The port is free
+// when chosen, not when the server binds it: a server that exits at start-up
+// is tried again on another port.
 func (e *Env) StartNATSProcess(stateDir string) (*NATSProcess, error) {
-	port, err := devcluster.FreePort()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		port, err := devcluster.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		n := e.natsProcess("nats-server", stateDir, port, []string{
+			"-c", devcluster.NATSAuthConf(e.RootDir), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js",
+			"-sd", filepath.Join(stateDir, "jetstream"), "-n", "molt-test",
+		}, nil)
+		err = n.Start()
+		if err == nil || attempt == 3 || !errors.Is(err, errExitedAtStart) {
+			return n, err
+		}
 	}
-	n := e.natsProcess("nats-server", stateDir, port, []string{
-		"-c", devcluster.NATSAuthConf(e.RootDir), "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js",
-		"-sd", filepath.Join(stateDir, "jetstream"), "-n", "molt-test",
-	}, nil)
-	return n, n.Start()
 }
+
+// errExitedAtStart: the server exited before JetStream answered, as it does
+// when its port is taken.
+var errExitedAtStart = errors.New("exited during start-up")
 
 // natsProcess is a NATSProcess named name (its log), not started, that
 // clients reach on port.
@@ -73,15 +84,24 @@ func (e *Env) natsProcess(name, stateDir string, port int, args, env []string) *
 }
 
 // Start starts the server (again) on its port and store and waits up to 30s
-// until JetStream answers.
+// until JetStream answers. A restart must have the same port, which another
+// process may hold for a moment (a free-port probe, a short connection): a
+// server that exits at start-up is launched again, up to 5 times a second
+// apart.
 func (n *NATSProcess) Start() error {
-	if err := n.launch(); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		if err := n.launch(); err != nil {
+			return err
+		}
+		err := n.waitJetStream(30 * time.Second)
+		if err == nil {
+			return nil
+		}
+		if attempt == 5 || !errors.Is(err, errExitedAtStart) {
+			return fmt.Errorf("nats-server on %s (log %s): %w", n.URL, n.LogPath, err)
+		}
+		time.Sleep(time.Second)
 	}
-	if err := n.waitJetStream(30 * time.Second); err != nil {
-		return fmt.Errorf("nats-server on %s (log %s): %w", n.URL, n.LogPath, err)
-	}
-	return nil
 }
 
 // launch starts the process without waiting for JetStream (a cluster node
@@ -105,7 +125,7 @@ func (n *NATSProcess) waitJetStream(timeout time.Duration) error {
 	var last error
 	for time.Now().Before(deadline) {
 		if n.proc.Exited() {
-			return errors.New("exited during start-up")
+			return errExitedAtStart
 		}
 		if last = n.jetStreamAnswers(); last == nil {
 			return nil
