@@ -41,7 +41,7 @@ func reservePodRange() (*podRange, error) {
 	for i := range podOctets {
 		octet := firstPodOctet + (start+i)%podOctets
 		path := podRangeLock(dir, octet)
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o666)
 		if err != nil {
 			return nil, fmt.Errorf("open pod range lock %s: %w", path, err)
 		}

@@ -992,20 +992,33 @@ func checkNATS(t *testing.T, byKind map[string]map[string]*unstructured.Unstruct
 	}
 }
 
-// TestDeployIntoAnotherNamespace: an overlay that sets its own namespace over
-// the production overlay moves everything molt runs there. The bindings
-// grant the ServiceAccounts of that namespace, and the services and NATS
-// nodes reach NATS by names that resolve in it. Only the admission policy's
-// expressions name the namespace (the README says to change them).
+// TestDeployIntoAnotherNamespace: the README's overlay for another
+// namespace, rendered as printed, moves all of molt there. The bindings grant
+// the ServiceAccounts of that namespace, the services and NATS nodes reach
+// NATS by names in it ($(POD_NAMESPACE), defined before its use), and the
+// admission policy matches that namespace's selector and hookrunner: nothing
+// names molt-system any more.
 func TestDeployIntoAnotherNamespace(t *testing.T) {
 	env := testenv.Get(t)
-	const ns = "platform-molt"
+	block := readmeBlock(t, "another-namespace")
+	start, end := strings.Index(block, "```yaml\n"), strings.LastIndex(block, "```")
+	if start < 0 || end <= start {
+		t.Fatalf("README's another-namespace block has no yaml code block: %q", block)
+	}
+	overlay := block[start+len("```yaml\n") : end]
+	var k struct {
+		Namespace string `json:"namespace"`
+	}
+	if err := utilyaml.Unmarshal([]byte(overlay), &k); err != nil || k.Namespace == "" || k.Namespace == deployNamespace {
+		t.Fatalf("README's overlay for another namespace sets namespace %q (%v), want one other than %s", k.Namespace, err, deployNamespace)
+	}
+	ns := k.Namespace
+	// Beside production, as the README says; the render sees it only there.
 	dir, err := os.MkdirTemp(filepath.Join(env.RootDir, "deploy", "overlays"), "ns-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nresources:\n- ../production\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -1017,13 +1030,11 @@ func TestDeployIntoAnotherNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	policies := 0
 	for _, o := range objs {
 		what := o.GetKind() + " " + o.GetName()
 		if o.GetNamespace() != "" && o.GetNamespace() != ns {
 			t.Errorf("%s is in namespace %s, want %s", what, o.GetNamespace(), ns)
-		}
-		if o.GetKind() == "ValidatingAdmissionPolicy" {
-			continue
 		}
 		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 		for _, s := range subjects {
@@ -1038,5 +1049,44 @@ func TestDeployIntoAnotherNamespace(t *testing.T) {
 		if strings.Contains(string(raw), deployNamespace) {
 			t.Errorf("%s still names %s: %s", what, deployNamespace, raw)
 		}
+		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "molt-service-pod-writes" {
+			policies++
+			for _, sa := range []string{"selector", "hookrunner"} {
+				if user := "system:serviceaccount:" + ns + ":" + sa; strings.Count(string(raw), user) != 2 {
+					t.Errorf("%s names %s %d times, want 2 (its match condition and its validation): %s", what, user, strings.Count(string(raw), user), raw)
+				}
+			}
+		}
+		for _, c := range containersOf(o) {
+			defined := map[string]bool{}
+			for _, e := range c.Env {
+				for _, ref := range envRef.FindAllStringSubmatch(e.Value, -1) {
+					if !defined[ref[1]] {
+						t.Errorf("%s: env %s uses $(%s) before it is defined: the kubelet would leave it as written", what, e.Name, ref[1])
+					}
+				}
+				defined[e.Name] = true
+			}
+		}
 	}
+	if policies != 1 {
+		t.Errorf("%d ValidatingAdmissionPolicy molt-service-pod-writes rendered, want 1", policies)
+	}
+}
+
+// envRef matches a $(VAR) reference the kubelet expands in an env value.
+var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// containersOf returns the containers of a Deployment's or StatefulSet's pod
+// template, none for other kinds.
+func containersOf(o *unstructured.Unstructured) []corev1.Container {
+	var tmpl corev1.PodTemplateSpec
+	raw, ok, _ := unstructured.NestedMap(o.Object, "spec", "template")
+	if !ok || (o.GetKind() != "Deployment" && o.GetKind() != "StatefulSet") {
+		return nil
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tmpl); err != nil {
+		return nil
+	}
+	return tmpl.Spec.Containers
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,12 +82,20 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 		switch {
 		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
 			hint = "NATS refused the login: check --nats-user and --nats-password-file (or --nats-creds)"
-		case errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted):
+		case errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted) || isTLSAlert(err):
 			hint = "TLS failed: check --nats-tls-ca (the CA of the server's certificate, which must name the host of --nats-url), and --nats-tls-cert and --nats-tls-key if the server verifies its clients"
 		}
 		return nil, fmt.Errorf("connect to NATS at %s as %q: %w; %s", redact(o.url), o.user, err, hint)
 	}
 	return nc, nil
+}
+
+// isTLSAlert reports whether err is a TLS alert the server sent, such as
+// TLS 1.3's "remote error: tls: certificate required", which carries no
+// nats.ErrTLS.
+func isTLSAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // tlsOptions are the nats.go options for o's TLS files; a file that cannot
