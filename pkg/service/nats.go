@@ -104,7 +104,7 @@ func connectNATS(ctx context.Context, opts Options) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	secure, err := opts.NATSTLS.options()
+	secure, err := opts.NATSTLS.Options()
 	if err != nil {
 		return nil, err
 	}

@@ -121,7 +121,7 @@ func (l *connLog) nextStep(err error, connecting bool) (kind, next string) {
 	switch {
 	case isAuthError(err):
 		return "authorization", l.auth.credentialsHint()
-	case isTLSError(err):
+	case IsTLSError(err):
 		return "tls", l.tls.hint(err)
 	case errors.Is(err, nats.ErrPermissionViolation):
 		user := l.auth.User

@@ -26,8 +26,8 @@ type NATSTLS struct {
 	KeyFile  string
 }
 
-// validate reports a combination that cannot work, naming the flags.
-func (t NATSTLS) validate() error {
+// Validate reports a combination that cannot work, naming the flags.
+func (t NATSTLS) Validate() error {
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
 		return fmt.Errorf("flag --nats-tls-cert=%s: needs --nats-tls-key", t.CertFile)
@@ -37,12 +37,12 @@ func (t NATSTLS) validate() error {
 	return nil
 }
 
-// options are the nats.go options that make the connection use TLS as t
+// Options are the nats.go options that make the connection use TLS as t
 // says; none when t is empty (a tls:// URL alone still makes nats.go use
 // TLS, with the system's CAs). A file that cannot be read or parsed fails
 // here, naming the flag, the file and why, rather than as a connect error
 // of --nats-url.
-func (t NATSTLS) options() ([]nats.Option, error) {
+func (t NATSTLS) Options() ([]nats.Option, error) {
 	var opts []nats.Option
 	if t.CAFile != "" {
 		opt := nats.RootCAs(t.CAFile)
@@ -78,9 +78,9 @@ func (t NATSTLS) hint(err error) string {
 		"and that the certificate names the host of the flag --nats-url (env MOLT_NATS_URL)", t.CAFile)
 }
 
-// isTLSError reports whether err is a failed TLS handshake or a TLS
-// mismatch between the service and the server.
-func isTLSError(err error) bool {
+// IsTLSError reports whether err is a failed TLS handshake or a TLS
+// mismatch between a NATS client and the server.
+func IsTLSError(err error) bool {
 	var record tls.RecordHeaderError
 	return errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted) || errors.As(err, &record) || isVerifyError(err) || isTLSAlert(err)
 }

@@ -172,7 +172,7 @@ func TestConnectNATSOverTLS(t *testing.T) {
 		defer nc.Close()
 		// TLS 1.3: the server's "certificate required" alert arrives after
 		// the handshake, as a remote error rather than nats.ErrTLS.
-		e, kv := waitLoggedFunc(t, entries, "a TLS error", isTLSError, 5*time.Second)
+		e, kv := waitLoggedFunc(t, entries, "a TLS error", IsTLSError, 5*time.Second)
 		t.Logf("logged: %s: %v %s", e.Message, e.Err, kv)
 		if !strings.Contains(kv, "--nats-tls-cert and --nats-tls-key") {
 			t.Errorf("the log entry does not name the client certificate flags: %s", kv)

@@ -97,5 +97,5 @@ func (o *Options) Validate() error {
 	if err := o.NATSAuth.validate(); err != nil {
 		return err
 	}
-	return o.NATSTLS.validate()
+	return o.NATSTLS.Validate()
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	"molt.dev/pkg/service"
 )
 
 // natsOptions say how history logs in to NATS. The defaults are the local
@@ -72,7 +72,10 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 			opts = append(opts, nats.UserInfo(o.user, pw))
 		}
 	}
-	secure, err := o.tlsOptions()
+	if err := o.tls().Validate(); err != nil {
+		return nil, err
+	}
+	secure, err := o.tls().Options()
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +85,7 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 		switch {
 		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
 			hint = "NATS refused the login: check --nats-user and --nats-password-file (or --nats-creds)"
-		case errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnWanted) || isTLSAlert(err):
+		case service.IsTLSError(err):
 			hint = "TLS failed: check --nats-tls-ca (the CA of the server's certificate, which must name the host of --nats-url), and --nats-tls-cert and --nats-tls-key if the server verifies its clients"
 		}
 		return nil, fmt.Errorf("connect to NATS at %s as %q: %w; %s", redact(o.url), o.user, err, hint)
@@ -90,36 +93,9 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
-// isTLSAlert reports whether err is a TLS alert the server sent, such as
-// TLS 1.3's "remote error: tls: certificate required", which carries no
-// nats.ErrTLS.
-func isTLSAlert(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "remote error"
-}
-
-// tlsOptions are the nats.go options for o's TLS files; a file that cannot
-// be used fails here, naming the flag, the file and why.
-func (o natsOptions) tlsOptions() ([]nats.Option, error) {
-	if (o.tlsCert == "") != (o.tlsKey == "") {
-		return nil, fmt.Errorf("flags --nats-tls-cert (%q) and --nats-tls-key (%q): give both or neither", o.tlsCert, o.tlsKey)
-	}
-	var opts []nats.Option
-	if o.tlsCA != "" {
-		opt := nats.RootCAs(o.tlsCA)
-		if err := opt(&nats.Options{}); err != nil {
-			return nil, fmt.Errorf("load NATS TLS CA %s (flag --nats-tls-ca): %w", o.tlsCA, err)
-		}
-		opts = append(opts, opt)
-	}
-	if o.tlsCert != "" {
-		opt := nats.ClientCert(o.tlsCert, o.tlsKey)
-		if err := opt(&nats.Options{}); err != nil {
-			return nil, fmt.Errorf("load NATS TLS client certificate %s and key %s (flags --nats-tls-cert, --nats-tls-key): %w", o.tlsCert, o.tlsKey, err)
-		}
-		opts = append(opts, opt)
-	}
-	return opts, nil
+// tls is how history checks the server's certificate, as a service does.
+func (o natsOptions) tls() service.NATSTLS {
+	return service.NATSTLS{CAFile: o.tlsCA, CertFile: o.tlsCert, KeyFile: o.tlsKey}
 }
 
 // password is the user's password: --nats-password-file, else $NATS_PASSWORD,
