@@ -1,8 +1,46 @@
 package upgrade
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
+
+// AnnotationNoBackup is the SandboxUpdateOps annotation the selector writes,
+// in the same write as spec.paused: true, when it pauses an ops before its
+// first sandbox because WithoutBackup names some: its value names them.
+// Written once; once there, the selector never pauses the ops for it again,
+// so resuming the ops is how a user says those workspaces may go. A
+// `kubectl molt retry` does not copy it: the retry pauses again while any
+// sandbox it would start has no backup.
+const AnnotationNoBackup = "molt.dev/no-backup"
+
+// AnnotationNoBackupPausedAt is written with AnnotationNoBackup: the ops's
+// metadata.generation once paused by that write. While the ops is still at
+// it, the pause is molt's; a later pause is the user's own.
+const AnnotationNoBackupPausedAt = "molt.dev/no-backup-paused-at"
+
+// PausedForNoBackup returns AnnotationNoBackup's value when ops is paused by
+// the selector's write of it and not resumed since.
+func PausedForNoBackup(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
+	v, ok := ops.Annotations[AnnotationNoBackup]
+	if !ok || !ops.Spec.Paused || ops.Annotations[AnnotationNoBackupPausedAt] != strconv.FormatInt(ops.Generation, 10) {
+		return "", false
+	}
+	return v, true
+}
+
+// NoBackupNote is what AnnotationNoBackup's value v (the sandboxes it
+// names) means to a user reading the ops's condition: why
+// molt paused it, and the ways on.
+func NoBackupNote(namespace, name, v string) string {
+	return fmt.Sprintf("molt paused this ops before its first sandbox: it has a postUpgrade hook but no preUpgrade, and sandboxes %s would get a new pod with no backup of theirs taken, then run postUpgrade: their workspace would be lost. "+
+		"To finish only the failed sandboxes, delete this ops and create it again with agents.kruise.io/upgrade-failed: \"true\" added to spec.selector.matchLabels; "+
+		"to back the others up first, create it with the preUpgrade; to go on anyway, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
+		strings.TrimSpace(v), name, namespace)
+}
 
 // WithoutBackup names the candidates of ops that would get a new pod with no
 // backup taken first while its postUpgrade runs on them: the ops has a

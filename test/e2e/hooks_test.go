@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/dev/devruntime"
 	"molt.dev/dev/testenv"
@@ -318,5 +319,50 @@ func TestContinueWithoutPreUpgradeNamesTheUnbackedSandboxes(t *testing.T) {
 			t.Fatalf("PostUpgradeWithoutBackup = %+v, want True naming cw-01 and cw-02 only", c)
 		}
 		return true, nil
+	})
+
+	// Resumed by the user, molt pauses it again before its first sandbox,
+	// naming the two: nothing is claimed, no pod replaced.
+	podUID := func(name string) types.UID {
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod.UID
+	}
+	pods := map[string]types.UID{}
+	for _, name := range []string{"cw-01", "cw-02"} {
+		pods[name] = podUID(name)
+	}
+	resume := func() {
+		kubectl(t, "", "patch", "suo", "cw-continue", "-n", ns, "--type", "merge", "-p", `{"spec":{"paused":false}}`)
+	}
+	resume()
+	testenv.Eventually(t, 30*time.Second, "molt's NoBackup pause of cw-continue", func() (bool, error) {
+		ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(context.Background(), "cw-continue", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.Contains(c.Message, "sandboxes cw-01, cw-02 would get a new pod with no backup"),
+			fmt.Errorf("paused %v, Progressing %+v", ops.Spec.Paused, c)
+	})
+	for name, uid := range pods {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || podUID(name) != uid {
+			t.Fatalf("%s claimed by %q or its pod replaced while molt held the ops", name, sb.Labels[agentsv1alpha1.LabelUpdateOps])
+		}
+	}
+	// Resumed again, it goes on: the user has said those workspaces may go.
+	resume()
+	testenv.Eventually(t, 60*time.Second, "cw-continue admitting after the second resume", func() (bool, error) {
+		list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(context.Background(), metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelUpdateOps + "=cw-continue"})
+		if err != nil {
+			return false, err
+		}
+		return len(list.Items) > 0, fmt.Errorf("no sandbox claimed by cw-continue yet")
 	})
 }

@@ -186,6 +186,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if len(unbacked) > 0 {
 		fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost; if that is not meant, add the preUpgrade that takes the backup\n",
 			len(unbacked), strings.Join(unbacked[:min(len(unbacked), 5)], ", ")+more(len(unbacked)-5))
+		if _, resumed := ops.Annotations[upgrade.AnnotationNoBackup]; !resumed {
+			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
+		}
 	}
 	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {
 		fmt.Fprintf(w, "  no patch and nothing to resume: it would complete at once (NothingToUpdate)\n")

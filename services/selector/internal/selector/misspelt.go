@@ -51,11 +51,48 @@ func (s *Selector) pauseForMisspelling(ctx context.Context, ops *agentsv1alpha1.
 		return false, nil
 	}
 	value := strings.Join(found, ", ")
+	return s.pauseOnce(ctx, ops, upgrade.AnnotationMisspeltContainer, upgrade.AnnotationMisspeltPausedAt, value,
+		"its patch adds a container that looks like a misspelt name", "its patch adds "+value)
+}
+
+// pauseForNoBackup pauses ops before its first sandbox when it would give
+// sandboxes a new pod with no backup of theirs taken and then run its
+// postUpgrade on them (upgrade.WithoutBackup): spec.paused,
+// upgrade.AnnotationNoBackup (naming them) and upgrade.AnnotationNoBackupPausedAt
+// in one write, against the ops as read. It reports whether admission must
+// wait. Only once per ops: resuming it is how a user says those workspaces
+// may go. An ops with a sandbox already admitted is not paused.
+func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (bool, error) {
+	if _, done := ops.Annotations[upgrade.AnnotationNoBackup]; done || sel.NotStarted != sel.Total() {
+		return false, nil
+	}
+	names := upgrade.WithoutBackup(ops, sel)
+	if len(names) == 0 {
+		return false, nil
+	}
+	value := strings.Join(names[:min(len(names), noBackupNamed)], ", ")
+	if extra := len(names) - noBackupNamed; extra > 0 {
+		value += fmt.Sprintf(" and %d more", extra)
+	}
+	return s.pauseOnce(ctx, ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt, value,
+		"it would give sandboxes a new pod with no backup and then run postUpgrade", "sandboxes "+value+" have no backup")
+}
+
+// noBackupNamed is how many sandboxes AnnotationNoBackup names.
+const noBackupNamed = 10
+
+// pauseOnce writes spec.paused, the annotation (value) and the paused-at
+// annotation (the generation the write makes) in one merge patch against
+// ops as read, and reports that admission must wait. A Conflict (the ops
+// changed since read: the finalizer just added, a status write) waits
+// quietly: its update event brings it back. why and what are for the log
+// and the error.
+func (s *Selector) pauseOnce(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, annotation, pausedAt, value, why, what string) (bool, error) {
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": ops.ResourceVersion, "annotations": map[string]string{
-			upgrade.AnnotationMisspeltContainer: value,
+			annotation: value,
 			// The write changes spec, so it moves the generation by one.
-			upgrade.AnnotationMisspeltPausedAt: strconv.FormatInt(ops.Generation+1, 10),
+			pausedAt: strconv.FormatInt(ops.Generation+1, 10),
 		}},
 		"spec": map[string]any{"paused": true},
 	})
@@ -64,14 +101,12 @@ func (s *Selector) pauseForMisspelling(ctx context.Context, ops *agentsv1alpha1.
 	}
 	_, err = s.client.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Patch(ctx, ops.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	if apierrors.IsConflict(err) {
-		// Changed since read (the finalizer just added, a status write):
-		// nothing is admitted now, and its update event brings it back.
-		klog.FromContext(ctx).V(2).Info("Ops changed since read; will look again before pausing it for a misspelt container", "containers", value)
+		klog.FromContext(ctx).V(2).Info("Ops changed since read; will look again before pausing it", "why", why, "annotation", annotation, "value", value)
 		return true, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("pause ops %s/%s before its first sandbox (its patch adds %s): %w", ops.Namespace, ops.Name, value, err)
+		return false, fmt.Errorf("pause ops %s/%s before its first sandbox (%s): %w", ops.Namespace, ops.Name, what, err)
 	}
-	klog.FromContext(ctx).Info("Paused the ops before its first sandbox: its patch adds a container that looks like a misspelt name", "containers", value)
+	klog.FromContext(ctx).Info("Paused the ops before its first sandbox", "why", why, "annotation", annotation, "value", value)
 	return true, nil
 }

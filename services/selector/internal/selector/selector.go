@@ -223,6 +223,9 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 	if paused, err := s.pauseForMisspelling(ctx, ops, sel); err != nil || paused {
 		return err
 	}
+	if paused, err := s.pauseForNoBackup(ctx, ops, sel); err != nil || paused {
+		return err
+	}
 	toAdmit := sel.ToAdmit()
 	s.waiting.Store(namespace, sel.NotStarted > len(toAdmit))
 	if len(toAdmit) == 0 {

@@ -565,3 +565,36 @@ func TestMisspeltContainerPausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
 		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
 	}
 }
+
+// An ops with a postUpgrade but no preUpgrade, whose sandboxes have no backup
+// (never upgraded with one), is paused before its first sandbox, naming them;
+// once resumed it goes on and is not paused for it again.
+func TestOpsWithoutBackupPausesBeforeItsFirstSandbox(t *testing.T) {
+	f := newFixture(t)
+	for i := range 2 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	f.ops("restore-only", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: &agentsv1alpha1.UpgradeAction{
+			Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "cp -a /backup/. /workspace/"}}}}
+	})
+	testenv.Eventually(t, 30*time.Second, "the ops paused for sandboxes without a backup", func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "restore-only", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, at := o.Annotations[upgrade.AnnotationNoBackup], o.Annotations[upgrade.AnnotationNoBackupPausedAt]
+		return o.Spec.Paused && v == "sbx-0, sbx-1" && at == strconv.FormatInt(o.Generation, 10),
+			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
+	})
+	if got, err := f.claimed("restore-only"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
+	}
+
+	f.updateOps("restore-only", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
+	f.waitClaimed("restore-only", "sbx-0")
+	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "restore-only", metav1.GetOptions{}); err != nil || o.Spec.Paused {
+		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
+	}
+}

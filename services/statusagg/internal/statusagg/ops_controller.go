@@ -117,9 +117,9 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		eventType, reason := opsPhaseEvent(want)
 		s.recorder.Event(written, eventType, reason, opsMessage(want))
 	}
-	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && c.Reason == ProgressingReasonMisspeltContainer {
+	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == ProgressingReasonMisspeltContainer || c.Reason == ProgressingReasonNoBackup) {
 		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); was == nil || was.Reason != c.Reason {
-			s.recorder.Event(written, corev1.EventTypeWarning, ProgressingReasonMisspeltContainer, c.Message)
+			s.recorder.Event(written, corev1.EventTypeWarning, c.Reason, c.Message)
 		}
 	}
 	for _, warning := range []string{ConditionPatchAddsContainers, ConditionPostUpgradeWithoutBackup} {

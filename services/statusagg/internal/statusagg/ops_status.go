@@ -32,6 +32,11 @@ const (
 	// message says which and the two ways on. A Warning Event of the same
 	// name.
 	ProgressingReasonMisspeltContainer = "MisspeltContainer"
+	// ProgressingReasonNoBackup: Progressing=True, paused by the selector
+	// before the first sandbox, as sandboxes would get a new pod with no
+	// backup and then run postUpgrade (upgrade.AnnotationNoBackup); the
+	// message names them and the ways on. A Warning Event of the same name.
+	ProgressingReasonNoBackup = "NoBackup"
 	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
 	ProgressingReasonCompleted = "Completed"
 	// ProgressingReasonNothingToUpdate: Progressing=False, no sandbox needs the
@@ -208,6 +213,9 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		if v, ok := upgrade.PausedForMisspelling(ops); ok {
 			progressing.Reason = ProgressingReasonMisspeltContainer
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.MisspellingNote(ops.Namespace, ops.Name, v))
+		} else if v, ok := upgrade.PausedForNoBackup(ops); ok {
+			progressing.Reason = ProgressingReasonNoBackup
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.NoBackupNote(ops.Namespace, ops.Name, v))
 		} else if ops.Spec.Paused {
 			progressing.Message += fmt.Sprintf("; paused: no sandbox is started until spec.paused is false (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')", ops.Name, ops.Namespace)
 		}
@@ -258,7 +266,8 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 	list := namedList(names)
 	setCondition(&st.Conditions, metav1.Condition{Type: ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
 		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or an older one. "+
-			"If that is not meant, pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the preUpgrade that takes the backup",
+			"molt pauses the ops before its first sandbox for this (Progressing reason NoBackup), once: if that is not meant, delete it (kubectl delete suo %s -n %s) and create one with the preUpgrade that takes the backup, "+
+			"or one that selects only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\" in spec.selector.matchLabels)",
 			len(names), list, ops.Name, ops.Namespace))})
 }
 
@@ -269,6 +278,10 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 	}
 	if v, ok := upgrade.PausedForMisspelling(active); ok {
 		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as its patch adds %s (a misspelt container name?): it finishes only once deleted, or resumed if the new container is meant (kubectl describe suo %s -n %s)",
+			active.Name, v, active.Name, active.Namespace)
+	}
+	if v, ok := upgrade.PausedForNoBackup(active); ok {
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as sandboxes %s would get a new pod with no backup and then run postUpgrade: it finishes only once deleted, or resumed if those workspaces may go (kubectl describe suo %s -n %s)",
 			active.Name, v, active.Name, active.Namespace)
 	}
 	if active.Spec.Paused {

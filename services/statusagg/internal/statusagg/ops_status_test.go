@@ -230,6 +230,36 @@ func TestMisspeltContainerPauseIsExplained(t *testing.T) {
 	}
 }
 
+// An ops the selector paused because sandboxes would get a new pod with no
+// backup says so in Progressing (reason NoBackup), naming them and the ways
+// on; resumed by hand, it reads as any running ops.
+func TestNoBackupPauseIsExplained(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "restore", Namespace: "team", Generation: 2,
+		Annotations: map[string]string{upgrade.AnnotationNoBackup: "sb-1, sb-2", upgrade.AnnotationNoBackupPausedAt: "2"}}}
+	ops.Spec.Paused = true
+	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
+	c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing)
+	if c == nil || c.Reason != ProgressingReasonNoBackup {
+		t.Fatalf("Progressing = %+v, want reason %s", c, ProgressingReasonNoBackup)
+	}
+	for _, want := range []string{"molt paused this ops before its first sandbox", "sandboxes sb-1, sb-2 would get a new pod with no backup", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+	if w := waitingFor(ops); !strings.Contains(w, "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup") {
+		t.Errorf("what a second ops waits for: %q, want the sandboxes named", w)
+	}
+	ops.Spec.Paused, ops.Generation = false, 3
+	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonUpdating {
+		t.Fatalf("resumed: Progressing = %+v, want Updating", c)
+	}
+	ops.Spec.Paused, ops.Generation = true, 4 // paused again, by the user
+	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonPaused {
+		t.Fatalf("paused again by the user: Progressing = %+v, want Paused", c)
+	}
+}
+
 // A patch changed after its check fails the ops, but only once the sandboxes admitted
 // under the first patch have ended their stage: until then it stays Updating (holding its
 // namespace, admitting nothing) with InvalidPatch=True saying why.
