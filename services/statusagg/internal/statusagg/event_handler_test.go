@@ -147,3 +147,35 @@ func TestRecordWrittenKeepsTheDecidedOrder(t *testing.T) {
 		t.Errorf("Events %v, want %v", got, want)
 	}
 }
+
+// The UpgradeStarted Event of an attempt that resumes a failed one names the
+// failure it resumes and not the stage the selector proposed: the patcher
+// decides where it goes on, and "started at PreUpgrade" read as the backup
+// running again.
+func TestResumedAttemptsStartSaysWhatItResumes(t *testing.T) {
+	ev := events.Event{Type: events.TypeRequested, Data: events.Data{Attempt: "b", ResumedAttempt: "a", ResumedReason: agentsv1alpha1.UpgradingReasonUpgradePodFailed,
+		Ops: events.OpsRef{Name: "continue"}}}
+	tr, skip := decide("a", agentsv1alpha1.UpgradingReasonUpgradePodFailed, ev, agentsv1alpha1.UpgradingReasonPreUpgrade)
+	if skip != "" || !tr.New || tr.Resumes != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+		t.Fatalf("decide = %+v (skip %q), want a new attempt resuming UpgradePodFailed", tr, skip)
+	}
+	rec := record.NewFakeRecorder(10)
+	s := &server{recorder: rec}
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb", Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "continue"}}}
+	s.announce(sb, tr)
+	fresh := tr
+	fresh.Resumes = ""
+	s.announce(sb, fresh)
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{
+		"Normal UpgradeStarted upgrade by SandboxUpdateOps continue started (attempt b), resuming the one that ended in UpgradePodFailed: it goes on from the step that failed, not from the start (kubectl molt history shows the stages it runs)",
+		"Normal UpgradeStarted upgrade by SandboxUpdateOps continue started at PreUpgrade (attempt b)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Events:\n%q\nwant\n%q", got, want)
+	}
+}

@@ -57,6 +57,9 @@ type transition struct {
 	// attempt was at otherwise.
 	New  bool
 	From string
+	// Resumes is the failed reason of the attempt a new one continues
+	// (events.Data.ResumedReason), "" for a fresh start.
+	Resumes string
 	// To is the reason it moves to; Message explains a failure.
 	To      string
 	Message string
@@ -89,7 +92,7 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 				return transition{}, fmt.Sprintf("requested of attempt %s, superseded by attempt %s", ev.Data.Attempt, curAttempt)
 			}
 		}
-		tr.New = true
+		tr.New, tr.Resumes = true, ev.Data.ResumedReason
 		return tr, ""
 	}
 	tr.From = curReason
