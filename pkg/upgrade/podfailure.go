@@ -1,7 +1,9 @@
 package upgrade
 
 import (
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -111,4 +113,48 @@ func HeldContainers(pod *corev1.Pod) []string {
 		}
 	}
 	return held
+}
+
+// pullFailure matches ContainerFailure's message for a container whose
+// image cannot be pulled.
+var pullFailure = regexp.MustCompile(`container (\S+): (ErrImagePull|ImagePullBackOff|InvalidImageName) - `)
+
+// PatchImageNotPulled returns the image patch sets on the container that
+// message (an UpgradePodFailed's, from ContainerFailure) says cannot be
+// pulled, and that container's name: the patch itself is the cause, so the
+// same patch fails the same way.
+func PatchImageNotPulled(patch []byte, message string) (container, image string, ok bool) {
+	m := pullFailure.FindStringSubmatch(message)
+	if m == nil {
+		return "", "", false
+	}
+	var doc struct {
+		Spec struct {
+			Containers     []corev1.Container `json:"containers"`
+			InitContainers []corev1.Container `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(patch, &doc) != nil {
+		return "", "", false
+	}
+	for _, c := range slices.Concat(doc.Spec.Containers, doc.Spec.InitContainers) {
+		if c.Name == m[1] && c.Image != "" {
+			return c.Name, c.Image, true
+		}
+	}
+	return "", "", false
+}
+
+// ImageNotPulledHint is what to do when failures name a container whose
+// image the patch sets and that cannot be pulled (PatchImageNotPulled on
+// each UpgradePodFailed message), "" when none does: a retry keeps the patch,
+// so it would fail the same way.
+func ImageNotPulledHint(patch []byte, messages []string) string {
+	for _, msg := range messages {
+		if container, image, ok := PatchImageNotPulled(patch, msg); ok {
+			return fmt.Sprintf("the patch's image %s (container %s) cannot be pulled, so `kubectl molt retry`, which keeps the patch, would fail the same way: "+
+				"create a new SandboxUpdateOps with the image fixed (it resumes those sandboxes at UpgradePod, their backup kept), or with the old image to roll back", image, container)
+		}
+	}
+	return ""
 }

@@ -255,9 +255,14 @@ func TestResumeAfterBadImage(t *testing.T) {
 	ns := s.env.Namespace(t)
 	workspaceSandboxes(t, s, ns, "img", "img-pool", "/mnt/shared", "/data/shared", 1)
 	kubectl(t, hookOps("bad", "img-pool", "my-registry/sandbox-image:non-existent", backupHook, restoreHook, 30), "apply", "-n", ns, "-f", "-")
-	waitOps(t, s, ns, "bad", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	bad := waitOps(t, s, ns, "bad", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
 	if c := upgradingCondition(t, s, ns, "img-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
 		t.Fatalf("Upgrading = %+v, want UpgradePodFailed", c)
+	}
+	// The patch's image is the cause: the ops says so, not to retry it.
+	if c := meta.FindStatusCondition(bad.Status.Conditions, agentsv1alpha1.ConditionProgressing); c == nil ||
+		!strings.Contains(c.Message, "the patch's image my-registry/sandbox-image:non-existent (container sandbox) cannot be pulled") {
+		t.Errorf("Progressing of the failed ops = %+v, want it to name the image the patch sets as the cause", c)
 	}
 	kubectl(t, "", "delete", "suo", "bad", "-n", ns, "--wait=true", "--timeout=60s")
 	kubectl(t, hookOps("good", "img-pool", "my-registry/sandbox-image:v2", "", restoreHook, 30), "apply", "-n", ns, "-f", "-")

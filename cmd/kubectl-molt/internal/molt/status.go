@@ -239,7 +239,9 @@ func (a *app) statusExit(s Summary, o statusOptions) error {
 		return nil
 	}
 	msg := ""
-	if o.output != "json" {
+	if o.output != "json" && s.ImageNotPulled != "" {
+		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; %s", s.Namespace, s.Name, s.Failed, s.Total, s.NotStarted, s.ImageNotPulled)
+	} else if o.output != "json" {
 		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; read one's history with `kubectl molt history %s/SANDBOX`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 			s.Namespace, s.Name, s.Failed, s.Total, s.NotStarted, s.Namespace, s.Name, s.Namespace)
 	}

@@ -53,6 +53,10 @@ type Summary struct {
 	InFlight []InFlight `json:"inFlight"`
 	// FailedSandboxes are every failed sandbox, by name.
 	FailedSandboxes []FailedSandbox `json:"failedSandboxes"`
+	// ImageNotPulled, when a failed sandbox's new pod cannot pull an image
+	// the patch sets, says what to do instead of a retry (which keeps the
+	// patch).
+	ImageNotPulled string `json:"imageNotPulled,omitempty"`
 	// Conditions are the ops's True conditions' messages (why it waits, why
 	// it failed).
 	Conditions []Condition `json:"conditions,omitempty"`
@@ -142,6 +146,13 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 			s.FailedSandboxes = append(s.FailedSandboxes, f)
 		}
 	}
+	var pullFailures []string
+	for _, f := range s.FailedSandboxes {
+		if f.Reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+			pullFailures = append(pullFailures, f.Message)
+		}
+	}
+	s.ImageNotPulled = upgrade.ImageNotPulledHint(ops.Spec.Patch.Raw, pullFailures)
 	if !s.Finished() {
 		// The status's counters are written at most every
 		// --ops-status-interval, the sandboxes' stages as they move: the

@@ -294,13 +294,20 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 // failureMessage names the failed sandboxes (up to maxNamedFailures), how
 // many were not started, and what to do next.
 func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) string {
-	var names []string
+	var names, messages []string
 	for _, c := range sel.Candidates {
 		if c.State == upgrade.Failed {
 			names = append(names, c.Sandbox.Name)
+			if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+				messages = append(messages, up.Message)
+			}
 		}
 	}
 	list := namedList(names)
-	return fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
-		sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted, ops.Namespace, ops.Name, ops.Namespace)
+	head := fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): ", sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted)
+	if hint := upgrade.ImageNotPulledHint(ops.Spec.Patch.Raw, messages); hint != "" {
+		return head + hint
+	}
+	return head + fmt.Sprintf("read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
+		ops.Namespace, ops.Name, ops.Namespace)
 }
