@@ -10,7 +10,7 @@ import (
 
 // AnnotationNoBackup is the SandboxUpdateOps annotation the selector writes,
 // in the same write as spec.paused: true, when it pauses an ops before its
-// first sandbox because WithoutBackup names some: its value names them.
+// first sandbox because Unprotected names some: its value names them.
 // Written once; once there, the selector never pauses the ops for it again,
 // so resuming the ops is how a user says those workspaces may go. A
 // `kubectl molt retry` does not copy it: the retry pauses again while any
@@ -36,7 +36,7 @@ func PausedForNoBackup(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
 // names) means to a user reading the ops's condition: why
 // molt paused it, and the ways on.
 func NoBackupNote(namespace, name, v string) string {
-	return fmt.Sprintf("molt paused this ops before its first sandbox: it has a postUpgrade hook but no preUpgrade, and sandboxes %s would get a new pod with no backup of theirs taken, then run postUpgrade: their workspace would be lost. "+
+	return fmt.Sprintf("molt paused this ops before its first sandbox: it has no preUpgrade, and sandboxes %s would get a new pod with no backup of their workspace taken first (and no restore of the one their last upgrade took): their workspace would be lost. "+
 		"To finish only the failed sandboxes, delete this ops and create it again with agents.kruise.io/upgrade-failed: \"true\" added to spec.selector.matchLabels; "+
 		"to back the others up first, create it with the preUpgrade; to go on anyway, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
 		strings.TrimSpace(v), name, namespace)
@@ -71,4 +71,37 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 		names = append(names, c.Sandbox.Name)
 	}
 	return names
+}
+
+// WithoutRestore names the candidates of ops, which has a patch and no hook
+// at all (Recreate), that would get a new pod while their workspace lives in
+// the old one: their last upgrade succeeded with a postUpgrade (it restored
+// the workspace into the pod, so the pod holds it), and this ops neither
+// backs it up nor restores it. Guide 001's rollback after a PreUpgradeFailed
+// does this to the sandboxes that had upgraded.
+func WithoutRestore(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
+	lc := ops.Spec.Lifecycle
+	if (lc != nil && (lc.PreUpgrade != nil || lc.PostUpgrade != nil)) || len(ops.Spec.Patch.Raw) == 0 ||
+		ops.Spec.UpdateStrategy.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore {
+		return nil
+	}
+	var names []string
+	for _, c := range sel.Candidates {
+		if c.State != NotStarted || c.Sandbox.Spec.Lifecycle == nil || c.Sandbox.Spec.Lifecycle.PostUpgrade == nil {
+			continue
+		}
+		if reason, ok := ReasonFor(c.Sandbox, CurrentAttempt(c.Sandbox)); ok && reason == agentsv1alpha1.UpgradingReasonSucceeded {
+			names = append(names, c.Sandbox.Name)
+		}
+	}
+	return names
+}
+
+// Unprotected names the candidates of ops whose workspace a new pod would
+// lose: WithoutBackup's, else WithoutRestore's.
+func Unprotected(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
+	if names := WithoutBackup(ops, sel); len(names) > 0 {
+		return names
+	}
+	return WithoutRestore(ops, sel)
 }

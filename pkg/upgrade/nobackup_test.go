@@ -64,4 +64,28 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	if got := WithoutBackup(checkpoint, sel); len(got) != 0 {
 		t.Errorf("withoutBackup under CheckpointRestore = %v, want none", got)
 	}
+
+	// An ops with no hooks at all (guide 001's rollback after a
+	// PreUpgradeFailed) names, for WithoutRestore, the sandboxes whose last
+	// upgrade succeeded with a postUpgrade: their workspace is in the pod.
+	upgraded.Spec.Lifecycle.PostUpgrade = &agentsv1alpha1.UpgradeAction{}
+	bare := ops.DeepCopy()
+	bare.Spec.Lifecycle = nil
+	if sel, err = Select(bare, all, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := WithoutRestore(bare, sel); !slices.Equal(got, []string{"upgraded-with-backup"}) {
+		t.Errorf("WithoutRestore = %v, want [upgraded-with-backup]", got)
+	}
+	if got := Unprotected(bare, sel); !slices.Equal(got, []string{"upgraded-with-backup"}) {
+		t.Errorf("Unprotected with no hooks = %v, want [upgraded-with-backup]", got)
+	}
+	if got := WithoutRestore(ops, sel); len(got) != 0 {
+		t.Errorf("WithoutRestore of an ops with a postUpgrade = %v, want none (WithoutBackup's case)", got)
+	}
+	noPatch := bare.DeepCopy()
+	noPatch.Spec.Patch.Raw = nil
+	if got := WithoutRestore(noPatch, sel); len(got) != 0 {
+		t.Errorf("WithoutRestore with no patch = %v, want none", got)
+	}
 }

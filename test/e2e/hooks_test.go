@@ -349,7 +349,7 @@ func TestContinueWithoutPreUpgradeNamesTheUnbackedSandboxes(t *testing.T) {
 			return false, err
 		}
 		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
-		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.Contains(c.Message, "sandboxes cw-01, cw-02 would get a new pod with no backup"),
+		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.Contains(c.Message, "sandboxes cw-01, cw-02 would get a new pod with no backup of their workspace"),
 			fmt.Errorf("paused %v, Progressing %+v", ops.Spec.Paused, c)
 	})
 	for name, uid := range pods {
@@ -370,4 +370,47 @@ func TestContinueWithoutPreUpgradeNamesTheUnbackedSandboxes(t *testing.T) {
 		}
 		return len(list.Items) > 0, fmt.Errorf("no sandbox claimed by cw-continue yet")
 	})
+}
+
+// TestRollbackWithoutHooksHoldsTheUpgradedSandboxes: guide 001's rollback
+// after a PreUpgradeFailed (the old image, no hooks) would give the sandboxes
+// that had upgraded a new pod, and their workspace, restored into the pod by
+// their last upgrade, with it. molt pauses the rollback before its first
+// sandbox naming them (not the failed one), and touches nothing.
+func TestRollbackWithoutHooksHoldsTheUpgradedSandboxes(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "wr", "wr-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 2)
+	pre := `if [ "$(hostname)" = wr-01 ]; then echo no space >&2; exit 1; fi; ` + backupHook
+	kubectl(t, hookOps("up", "wr-pool", "my-registry/sandbox-image:v2", pre, restoreHook, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if c := upgradingCondition(t, s, ns, "wr-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonSucceeded {
+		t.Fatalf("wr-00 Upgrading = %+v, want Succeeded", c)
+	}
+	kubectl(t, "", "delete", "suo", "up", "-n", ns, "--wait=true", "--timeout=60s")
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "wr-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, hookOps("rollback", "wr-pool", "my-registry/sandbox-image:v1", "", "", 30), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 30*time.Second, "molt's NoBackup pause of the rollback", func() (bool, error) {
+		ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "rollback", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.Contains(c.Message, "sandboxes wr-00 would get a new pod"),
+			fmt.Errorf("paused %v, Progressing %+v", ops.Spec.Paused, c)
+	})
+	after, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "wr-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID {
+		t.Fatalf("wr-00's pod replaced while molt held the rollback")
+	}
+	if got := workspaceFile(t, s, ns, "wr-00"); got != "data-wr-00" {
+		t.Fatalf("wr-00's workspace = %q, want data-wr-00", got)
+	}
 }

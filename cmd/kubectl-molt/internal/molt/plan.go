@@ -182,10 +182,16 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		}
 		break
 	}
-	unbacked := upgrade.WithoutBackup(ops, sel)
+	unbacked := upgrade.Unprotected(ops, sel)
 	if len(unbacked) > 0 {
-		fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost; if that is not meant, add the preUpgrade that takes the backup\n",
-			len(unbacked), strings.Join(unbacked[:min(len(unbacked), 5)], ", ")+more(len(unbacked)-5))
+		named := strings.Join(unbacked[:min(len(unbacked), 5)], ", ") + more(len(unbacked)-5)
+		if lc := ops.Spec.Lifecycle; lc != nil && lc.PostUpgrade != nil {
+			fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost; if that is not meant, add the preUpgrade that takes the backup\n",
+				len(unbacked), named)
+		} else {
+			fmt.Fprintf(w, "  warning: this ops has no hooks: %d sandboxes (%s), whose last upgrade restored their workspace into the pod, get a new pod and nothing backs it up or restores it: their workspace is lost; if that is not meant, add the hooks, or select only the failed sandboxes\n",
+				len(unbacked), named)
+		}
 		if _, resumed := ops.Annotations[upgrade.AnnotationNoBackup]; !resumed {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
 		}
@@ -209,7 +215,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			}
 		}
 		if slices.Contains(unbacked, c.Sandbox.Name) {
-			note = strings.TrimPrefix(note+"; ", "; ") + "no backup: new pod with no preUpgrade, then postUpgrade runs"
+			note = strings.TrimPrefix(note+"; ", "; ") + "no backup: new pod with no preUpgrade"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", c.Sandbox.Name, c.Sandbox.Status.Phase, batch, note)
 	}

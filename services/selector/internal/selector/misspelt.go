@@ -56,8 +56,8 @@ func (s *Selector) pauseForMisspelling(ctx context.Context, ops *agentsv1alpha1.
 }
 
 // pauseForNoBackup pauses ops before its first sandbox when it would give
-// sandboxes a new pod with no backup of theirs taken and then run its
-// postUpgrade on them (upgrade.WithoutBackup): spec.paused,
+// sandboxes a new pod with no backup of their workspace taken
+// (upgrade.Unprotected): spec.paused,
 // upgrade.AnnotationNoBackup (naming them) and upgrade.AnnotationNoBackupPausedAt
 // in one write, against the ops as read. It reports whether admission must
 // wait. Only once per ops: resuming it is how a user says those workspaces
@@ -66,7 +66,7 @@ func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.San
 	if _, done := ops.Annotations[upgrade.AnnotationNoBackup]; done || sel.NotStarted != sel.Total() {
 		return false, nil
 	}
-	names := upgrade.WithoutBackup(ops, sel)
+	names := upgrade.Unprotected(ops, sel)
 	if len(names) == 0 {
 		return false, nil
 	}
@@ -75,7 +75,7 @@ func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.San
 		value += fmt.Sprintf(" and %d more", extra)
 	}
 	return s.pauseOnce(ctx, ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt, value,
-		"it would give sandboxes a new pod with no backup and then run postUpgrade", "sandboxes "+value+" have no backup")
+		"it would give sandboxes a new pod with no backup of their workspace", "sandboxes "+value+" have no backup")
 }
 
 // noBackupNamed is how many sandboxes AnnotationNoBackup names.

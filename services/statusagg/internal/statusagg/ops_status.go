@@ -281,7 +281,7 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 			active.Name, v, active.Name, active.Namespace)
 	}
 	if v, ok := upgrade.PausedForNoBackup(active); ok {
-		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as sandboxes %s would get a new pod with no backup and then run postUpgrade: it finishes only once deleted, or resumed if those workspaces may go (kubectl describe suo %s -n %s)",
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as sandboxes %s would get a new pod with no backup of their workspace: it finishes only once deleted, or resumed if those workspaces may go (kubectl describe suo %s -n %s)",
 			active.Name, v, active.Name, active.Namespace)
 	}
 	if active.Spec.Paused {

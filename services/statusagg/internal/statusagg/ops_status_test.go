@@ -242,12 +242,12 @@ func TestNoBackupPauseIsExplained(t *testing.T) {
 	if c == nil || c.Reason != ProgressingReasonNoBackup {
 		t.Fatalf("Progressing = %+v, want reason %s", c, ProgressingReasonNoBackup)
 	}
-	for _, want := range []string{"molt paused this ops before its first sandbox", "sandboxes sb-1, sb-2 would get a new pod with no backup", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"} {
+	for _, want := range []string{"molt paused this ops before its first sandbox", "sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q lacks %q", c.Message, want)
 		}
 	}
-	if w := waitingFor(ops); !strings.Contains(w, "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup") {
+	if w := waitingFor(ops); !strings.Contains(w, "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace") {
 		t.Errorf("what a second ops waits for: %q, want the sandboxes named", w)
 	}
 	ops.Spec.Paused, ops.Generation = false, 3
