@@ -31,8 +31,15 @@ const AnnotationMisspeltPausedAt = "molt.dev/misspelt-container-paused-at"
 // PausedForMisspelling returns AnnotationMisspeltContainer's value when ops
 // is paused by the selector's write of it and not resumed since.
 func PausedForMisspelling(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
-	v, ok := ops.Annotations[AnnotationMisspeltContainer]
-	if !ok || !ops.Spec.Paused || ops.Annotations[AnnotationMisspeltPausedAt] != strconv.FormatInt(ops.Generation, 10) {
+	return pausedBy(ops, AnnotationMisspeltContainer, AnnotationMisspeltPausedAt)
+}
+
+// pausedBy returns the value of the annotation the selector wrote with
+// spec.paused: true and pausedAt (the generation that write made), while ops
+// is still paused at that generation: a later pause is the user's own.
+func pausedBy(ops *agentsv1alpha1.SandboxUpdateOps, annotation, pausedAt string) (string, bool) {
+	v, ok := ops.Annotations[annotation]
+	if !ok || !ops.Spec.Paused || ops.Annotations[pausedAt] != strconv.FormatInt(ops.Generation, 10) {
 		return "", false
 	}
 	return v, true

@@ -2,7 +2,6 @@ package upgrade
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -25,11 +24,7 @@ const AnnotationNoBackupPausedAt = "molt.dev/no-backup-paused-at"
 // PausedForNoBackup returns AnnotationNoBackup's value when ops is paused by
 // the selector's write of it and not resumed since.
 func PausedForNoBackup(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
-	v, ok := ops.Annotations[AnnotationNoBackup]
-	if !ok || !ops.Spec.Paused || ops.Annotations[AnnotationNoBackupPausedAt] != strconv.FormatInt(ops.Generation, 10) {
-		return "", false
-	}
-	return v, true
+	return pausedBy(ops, AnnotationNoBackup, AnnotationNoBackupPausedAt)
 }
 
 // NoBackupNote is what AnnotationNoBackup's value v (the sandboxes it
