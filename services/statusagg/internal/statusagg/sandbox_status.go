@@ -125,8 +125,12 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		st.Message = ""
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
 			st.Message = up.Message
-			if podRefusedAfterFailure(sb, pod) {
+			_, direct := upgrade.DirectAttemptGeneration(upgrade.CurrentAttempt(sb))
+			switch {
+			case podRefusedAfterFailure(sb, pod):
 				st.Message = podRefusedAfterFailureMessage(sb, up.Message)
+			case !direct && sb.Labels[agentsv1alpha1.LabelUpdateOps] == "":
+				st.Message = unclaimedFailureMessage(up.Message)
 			}
 		}
 		if up.Reason == agentsv1alpha1.UpgradingReasonResuming {
@@ -231,6 +235,16 @@ func podRefusedAfterFailure(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
 func podRefusedAfterFailureMessage(sb *agentsv1alpha1.Sandbox, failure string) string {
 	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("pod %s is gone and the API server refuses a new one from spec.template: %s; podcycler keeps trying: fix what refuses it (a ResourceQuota, an admission policy), or, when it is the template, create a new SandboxUpdateOps whose patch fixes it (the upgrade continues, its backup kept) or sets it back; the upgrade had failed: %s",
 		sb.Name, sb.Annotations[upgrade.AnnotationPodCreateError], failure))
+}
+
+// unclaimedSuffix is what a failed sandbox no ops claims any more (its ops
+// was deleted) says to do next.
+const unclaimedSuffix = "; no SandboxUpdateOps drives it now: to go on from the failed step, create one that selects it (agents.kruise.io/upgrade-failed: \"true\" selects the failed sandboxes) with the cause fixed"
+
+// unclaimedFailureMessage is the MESSAGE of a failed sandbox no ops claims:
+// the failure, cut to leave room for what to do next.
+func unclaimedFailureMessage(failure string) string {
+	return agentsv1alpha1.TruncateConditionMessageTo(failure, agentsv1alpha1.MaxConditionMessageLength-len(unclaimedSuffix)) + unclaimedSuffix
 }
 
 // podCreateFailedMessage is Ready's message while the API server refuses

@@ -35,6 +35,11 @@ func testPod(ready bool) *corev1.Pod {
 }
 
 func withUpgrade(sb *agentsv1alpha1.Sandbox, reason, message string) *agentsv1alpha1.Sandbox {
+	// Claimed by its ops, as a sandbox in an ops's attempt is.
+	if sb.Labels == nil {
+		sb.Labels = map[string]string{}
+	}
+	sb.Labels[agentsv1alpha1.LabelUpdateOps] = "ops"
 	recordTransition(&sb.Status.Conditions, transition{Attempt: "uid-1", To: reason, Message: message}, sb.Generation, metav1.Now())
 	return sb
 }
@@ -278,5 +283,31 @@ func TestPodNotReadyMessageIsStableWhileThePodCycles(t *testing.T) {
 		if got := at(s); got != first {
 			t.Errorf("crash loop: %q, then %q", first, got)
 		}
+	}
+}
+
+// A failed sandbox no ops claims any more (its ops was deleted) says, after
+// its failure, that nothing drives it and how to go on; claimed, or failed in
+// a direct upgrade, it shows the failure alone.
+func TestUnclaimedFailureSaysHowToGoOn(t *testing.T) {
+	const failure = "container main: ErrImagePull - nope"
+	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePodFailed, failure)
+	if st := desiredSandboxStatus(sb, testPod(true)); st.Message != failure {
+		t.Errorf("claimed: message %q, want the failure's", st.Message)
+	}
+	delete(sb.Labels, agentsv1alpha1.LabelUpdateOps)
+	st := desiredSandboxStatus(sb, testPod(true))
+	if !strings.HasPrefix(st.Message, failure+"; no SandboxUpdateOps drives it now") || !strings.Contains(st.Message, "agents.kruise.io/upgrade-failed") {
+		t.Errorf("unclaimed: message %q, want the failure, then how to go on", st.Message)
+	}
+	long := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonPostUpgradeFailed, strings.Repeat("x", 5000))
+	delete(long.Labels, agentsv1alpha1.LabelUpdateOps)
+	if st := desiredSandboxStatus(long, testPod(true)); len(st.Message) > agentsv1alpha1.MaxConditionMessageLength || !strings.HasSuffix(st.Message, unclaimedSuffix) {
+		t.Errorf("unclaimed, long failure: %d bytes, ends %q; want at most %d, ending with what to do", len(st.Message), st.Message[max(0, len(st.Message)-60):], agentsv1alpha1.MaxConditionMessageLength)
+	}
+	direct := testSandbox()
+	recordTransition(&direct.Status.Conditions, transition{Attempt: upgrade.DirectAttempt("rev", direct.Generation), To: agentsv1alpha1.UpgradingReasonUpgradePodFailed, Message: failure}, direct.Generation, metav1.Now())
+	if st := desiredSandboxStatus(direct, testPod(true)); st.Message != failure {
+		t.Errorf("direct upgrade: message %q, want the failure's", st.Message)
 	}
 }
