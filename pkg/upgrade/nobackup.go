@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -31,10 +32,11 @@ func PausedForNoBackup(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
 // names) means to a user reading the ops's condition: why
 // molt paused it, and the ways on.
 func NoBackupNote(namespace, name, v string) string {
-	return fmt.Sprintf("molt paused this ops before its first sandbox: it has no preUpgrade, and sandboxes %s would get a new pod with no backup of their workspace taken first (and no restore of the one their last upgrade took): their workspace would be lost. "+
-		"To finish only the failed sandboxes, delete this ops and create it again with agents.kruise.io/upgrade-failed: \"true\" added to spec.selector.matchLabels; "+
-		"to back the others up first, create it with the preUpgrade; to go on anyway, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
-		strings.TrimSpace(v), name, namespace)
+	return fmt.Sprintf("molt paused this ops before its first sandbox: it has no preUpgrade, and would give sandboxes a new pod with no backup of their workspace taken first (nor a restore of the one their last upgrade took), so their workspace would be lost. "+
+		"If those workspaces may go, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}'); "+
+		"to finish only the failed sandboxes, delete it and create it again with agents.kruise.io/upgrade-failed: \"true\" added to spec.selector.matchLabels; "+
+		"to keep them, create it with the hooks that back up and restore them. The sandboxes: %s",
+		name, namespace, strings.TrimSpace(v))
 }
 
 // WithoutBackup names the candidates of ops that would get a new pod with no
@@ -58,6 +60,9 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 		}
 		if _, reason, ok := FailedAttempt(c.Sandbox); c.Resume && ok && ResumeStage(reason) != agentsv1alpha1.UpgradingReasonPreUpgrade {
 			continue // its backup was taken by the attempt it resumes
+		}
+		if c.Resume && keepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
+			continue // a rollback of a PreUpgradeFailed: the old pod is kept
 		}
 		if reason, ok := ReasonFor(c.Sandbox, CurrentAttempt(c.Sandbox)); ok && reason == agentsv1alpha1.UpgradingReasonSucceeded &&
 			c.Sandbox.Spec.Lifecycle != nil && c.Sandbox.Spec.Lifecycle.PreUpgrade != nil {
@@ -93,10 +98,34 @@ func WithoutRestore(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []strin
 }
 
 // Unprotected names the candidates of ops whose workspace a new pod would
-// lose: WithoutBackup's, else WithoutRestore's.
+// lose: WithoutBackup's, else WithoutRestore's when ops also resumes a
+// failed sandbox (a rollback or continue after a failure, as in guide 001;
+// a later plain image bump of sandboxes once upgraded with hooks is the
+// user's choice, and clears their spec.lifecycle, so it is not held).
 func Unprotected(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
 	if names := WithoutBackup(ops, sel); len(names) > 0 {
 		return names
 	}
+	if !slices.ContainsFunc(sel.Candidates, func(c Candidate) bool { return c.Resume }) {
+		return nil
+	}
 	return WithoutRestore(ops, sel)
+}
+
+// keepsItsPod reports whether sb, resuming a failure from before its backup,
+// keeps its pod under patch: the patched template is the one its pod was
+// built from (OriginalTemplate), as a rollback to the old image makes it,
+// so podcycler keeps the pod and nothing is lost.
+func keepsItsPod(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
+	orig, ok := OriginalTemplate(sb)
+	if !ok || sb.Spec.Template == nil {
+		return false
+	}
+	patched, err := ApplyPatch(sb.Spec.Template, patch)
+	if err != nil {
+		return false
+	}
+	want, err1 := Revision(orig)
+	got, err2 := Revision(patched)
+	return err1 == nil && err2 == nil && want == got
 }

@@ -152,8 +152,9 @@ func PatchImageNotPulled(patch []byte, message string) (container, image string,
 func ImageNotPulledHint(patch []byte, messages []string) string {
 	for _, msg := range messages {
 		if container, image, ok := PatchImageNotPulled(patch, msg); ok {
-			return fmt.Sprintf("the patch's image %s (container %s) cannot be pulled, so `kubectl molt retry`, which keeps the patch, would fail the same way: "+
-				"create a new SandboxUpdateOps with the image fixed (it resumes those sandboxes at UpgradePod, their backup kept), or with the old image to roll back", image, container)
+			return fmt.Sprintf("the patch's image %s (container %s) cannot be pulled: if its name or tag is wrong, `kubectl molt retry`, which keeps the patch, would fail the same way, so "+
+				"create a new SandboxUpdateOps with the image fixed (it resumes those sandboxes at UpgradePod, their backup kept), or with the old image to roll back; "+
+				"if the registry or its credentials (imagePullSecrets) were the cause, fix them, then `kubectl molt retry`", image, container)
 		}
 	}
 	return ""

@@ -349,7 +349,7 @@ func TestContinueWithoutPreUpgradeNamesTheUnbackedSandboxes(t *testing.T) {
 			return false, err
 		}
 		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
-		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.Contains(c.Message, "sandboxes cw-01, cw-02 would get a new pod with no backup of their workspace"),
+		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.HasSuffix(c.Message, "The sandboxes: cw-01, cw-02"),
 			fmt.Errorf("paused %v, Progressing %+v", ops.Spec.Paused, c)
 	})
 	for name, uid := range pods {
@@ -400,7 +400,7 @@ func TestRollbackWithoutHooksHoldsTheUpgradedSandboxes(t *testing.T) {
 			return false, err
 		}
 		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
-		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.Contains(c.Message, "sandboxes wr-00 would get a new pod"),
+		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.HasSuffix(c.Message, "The sandboxes: wr-00"),
 			fmt.Errorf("paused %v, Progressing %+v", ops.Spec.Paused, c)
 	})
 	after, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "wr-00", metav1.GetOptions{})
@@ -412,5 +412,40 @@ func TestRollbackWithoutHooksHoldsTheUpgradedSandboxes(t *testing.T) {
 	}
 	if got := workspaceFile(t, s, ns, "wr-00"); got != "data-wr-00" {
 		t.Fatalf("wr-00's workspace = %q, want data-wr-00", got)
+	}
+}
+
+// TestRollbackWithRestoreAfterPreUpgradeFailedIsNotHeld: guide 000's rollback
+// (the old image, a postUpgrade that restores if a backup is there) after a
+// PreUpgradeFailed keeps the failed sandbox's pod, since the patched template
+// is the one it was built from: nothing would be lost, so molt does not
+// pause it for want of a backup; it completes with the pod untouched.
+func TestRollbackWithRestoreAfterPreUpgradeFailedIsNotHeld(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "rr", "rr-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 1)
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "rr-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, hookOps("up", "rr-pool", "my-registry/sandbox-image:v2", `echo no space >&2; exit 1`, "", 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	kubectl(t, "", "delete", "suo", "up", "-n", ns, "--wait=true", "--timeout=60s")
+	restore := `if [ -f /mnt/shared/ws-$(hostname).tgz ]; then ` + restoreHook + `; fi`
+	kubectl(t, hookOps("rollback", "rr-pool", "my-registry/sandbox-image:v1", "", restore, 30), "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "rollback", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if _, held := ops.Annotations["molt.dev/no-backup"]; held {
+		t.Errorf("the rollback was paused for want of a backup: %v", ops.Annotations)
+	}
+	after, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "rr-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID {
+		t.Fatalf("rr-00's pod replaced by the rollback: uid %s, was %s", after.UID, before.UID)
+	}
+	if got := workspaceFile(t, s, ns, "rr-00"); got != "data-rr-00" {
+		t.Fatalf("rr-00's workspace = %q, want data-rr-00", got)
 	}
 }

@@ -229,7 +229,7 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	case tr.New && tr.Resumes != "":
 		// The patcher decides where it goes on (upgrade.ResumeAt), after
 		// this: the Event does not name a stage it may not run.
-		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeStarted, "upgrade by %s started (attempt %s), resuming the one that ended in %s: it goes on from the step that failed, not from the start (kubectl molt history shows the stages it runs)", by, tr.Attempt, tr.Resumes)
+		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeStarted, "upgrade by %s started (attempt %s), resuming the one that ended in %s: it goes on from that step (kubectl molt history shows the stages it runs)", by, tr.Attempt, tr.Resumes)
 	case tr.New:
 		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeStarted, "upgrade by %s started at %s (attempt %s)", by, tr.To, tr.Attempt)
 	}

@@ -172,7 +172,7 @@ func TestResumedAttemptsStartSaysWhatItResumes(t *testing.T) {
 		got = append(got, e)
 	}
 	want := []string{
-		"Normal UpgradeStarted upgrade by SandboxUpdateOps continue started (attempt b), resuming the one that ended in UpgradePodFailed: it goes on from the step that failed, not from the start (kubectl molt history shows the stages it runs)",
+		"Normal UpgradeStarted upgrade by SandboxUpdateOps continue started (attempt b), resuming the one that ended in UpgradePodFailed: it goes on from that step (kubectl molt history shows the stages it runs)",
 		"Normal UpgradeStarted upgrade by SandboxUpdateOps continue started at PreUpgrade (attempt b)",
 	}
 	if !slices.Equal(got, want) {

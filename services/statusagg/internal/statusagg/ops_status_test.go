@@ -242,7 +242,7 @@ func TestNoBackupPauseIsExplained(t *testing.T) {
 	if c == nil || c.Reason != ProgressingReasonNoBackup {
 		t.Fatalf("Progressing = %+v, want reason %s", c, ProgressingReasonNoBackup)
 	}
-	for _, want := range []string{"molt paused this ops before its first sandbox", "sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"} {
+	for _, want := range []string{"molt paused this ops before its first sandbox", "The sandboxes: sb-1, sb-2", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q lacks %q", c.Message, want)
 		}

@@ -129,7 +129,7 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 			switch {
 			case podRefusedAfterFailure(sb, pod):
 				st.Message = podRefusedAfterFailureMessage(sb, up.Message)
-			case !direct && sb.Labels[agentsv1alpha1.LabelUpdateOps] == "":
+			case !direct && !claimedForCurrent(sb):
 				st.Message = unclaimedFailureMessage(up.Message)
 			}
 		}
@@ -240,6 +240,15 @@ func podRefusedAfterFailureMessage(sb *agentsv1alpha1.Sandbox, failure string) s
 // unclaimedSuffix is what a failed sandbox no ops claims any more (its ops
 // was deleted) says to do next.
 const unclaimedSuffix = "; no SandboxUpdateOps drives it now: to go on from the failed step, create one that selects it (agents.kruise.io/upgrade-failed: \"true\" selects the failed sandboxes) with the cause fixed"
+
+// claimedForCurrent reports whether an ops claims sb for the attempt its
+// status shows: its failure is then that ops's, which says what to do. A
+// sandbox a new ops has just admitted to resume it is not, until the new
+// attempt's start is written (which drops the suffix in the same write).
+func claimedForCurrent(sb *agentsv1alpha1.Sandbox) bool {
+	ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]
+	return ops != "" && upgrade.ClaimedBy(sb, ops, upgrade.CurrentAttempt(sb))
+}
 
 // unclaimedFailureMessage is the MESSAGE of a failed sandbox no ops claims:
 // the failure, cut to leave room for what to do next.
