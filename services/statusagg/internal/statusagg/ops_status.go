@@ -34,8 +34,9 @@ const (
 	ProgressingReasonMisspeltContainer = "MisspeltContainer"
 	// ProgressingReasonNoBackup: Progressing=True, paused by the selector
 	// before the first sandbox, as sandboxes would get a new pod with no
-	// backup and then run postUpgrade (upgrade.AnnotationNoBackup); the
-	// message names them and the ways on. A Warning Event of the same name.
+	// backup of their workspace (upgrade.Unprotected,
+	// upgrade.AnnotationNoBackup); the message names them and the ways on. A
+	// Warning Event of the same name.
 	ProgressingReasonNoBackup = "NoBackup"
 	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
 	ProgressingReasonCompleted = "Completed"

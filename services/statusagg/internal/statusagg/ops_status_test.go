@@ -200,63 +200,55 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 	}
 }
 
-// An ops the selector paused for a misspelt container says so in
-// Progressing (reason MisspeltContainer), with the two ways on; resumed by
-// hand, it reads as any running ops.
-func TestMisspeltContainerPauseIsExplained(t *testing.T) {
-	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "typo", Namespace: "team", Generation: 2,
-		Annotations: map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbx (1 edit from containers/sandbox)", upgrade.AnnotationMisspeltPausedAt: "2"}}}
-	ops.Spec.Paused = true
-	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
-	c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing)
-	if c == nil || c.Reason != ProgressingReasonMisspeltContainer {
-		t.Fatalf("Progressing = %+v, want reason %s", c, ProgressingReasonMisspeltContainer)
-	}
-	for _, want := range []string{"molt paused this ops before its first sandbox", "containers/sandbx (1 edit from containers/sandbox)", "delete this ops and create one with the right name", "resume the ops (kubectl patch suo typo -n team"} {
-		if !strings.Contains(c.Message, want) {
-			t.Errorf("message %q lacks %q", c.Message, want)
-		}
-	}
-	if w := waitingFor(ops); !strings.Contains(w, "which molt paused before its first sandbox as its patch adds containers/sandbx") {
-		t.Errorf("what a second ops waits for: %q, want the misspelling named", w)
-	}
-	ops.Spec.Paused, ops.Generation = false, 3
-	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonUpdating {
-		t.Fatalf("resumed: Progressing = %+v, want Updating", c)
-	}
-	ops.Spec.Paused, ops.Generation = true, 4 // paused again, by the user
-	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonPaused {
-		t.Fatalf("paused again by the user: Progressing = %+v, want Paused", c)
-	}
-}
-
-// An ops the selector paused because sandboxes would get a new pod with no
-// backup says so in Progressing (reason NoBackup), naming them and the ways
-// on; resumed by hand, it reads as any running ops.
-func TestNoBackupPauseIsExplained(t *testing.T) {
-	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "restore", Namespace: "team", Generation: 2,
-		Annotations: map[string]string{upgrade.AnnotationNoBackup: "sb-1, sb-2", upgrade.AnnotationNoBackupPausedAt: "2"}}}
-	ops.Spec.Paused = true
-	sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
-	c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing)
-	if c == nil || c.Reason != ProgressingReasonNoBackup {
-		t.Fatalf("Progressing = %+v, want reason %s", c, ProgressingReasonNoBackup)
-	}
-	for _, want := range []string{"molt paused this ops before its first sandbox", "The sandboxes: sb-1, sb-2", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"} {
-		if !strings.Contains(c.Message, want) {
-			t.Errorf("message %q lacks %q", c.Message, want)
-		}
-	}
-	if w := waitingFor(ops); !strings.Contains(w, "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace") {
-		t.Errorf("what a second ops waits for: %q, want the sandboxes named", w)
-	}
-	ops.Spec.Paused, ops.Generation = false, 3
-	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonUpdating {
-		t.Fatalf("resumed: Progressing = %+v, want Updating", c)
-	}
-	ops.Spec.Paused, ops.Generation = true, 4 // paused again, by the user
-	if c := meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonPaused {
-		t.Fatalf("paused again by the user: Progressing = %+v, want Paused", c)
+// An ops the selector paused before its first sandbox says why in
+// Progressing (reason MisspeltContainer or NoBackup), with the ways on, and a
+// second ops's wait names it; resumed by hand, it reads as any running ops,
+// and paused again by the user, as the user's pause.
+func TestMoltsPausesAreExplained(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason string
+		annotations  map[string]string
+		message      []string
+		waiting      string
+	}{{
+		name: "typo", reason: ProgressingReasonMisspeltContainer,
+		annotations: map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbx (1 edit from containers/sandbox)", upgrade.AnnotationMisspeltPausedAt: "2"},
+		message:     []string{"molt paused this ops before its first sandbox", "containers/sandbx (1 edit from containers/sandbox)", "delete this ops and create one with the right name", "resume the ops (kubectl patch suo typo -n team"},
+		waiting:     "which molt paused before its first sandbox as its patch adds containers/sandbx",
+	}, {
+		name: "restore", reason: ProgressingReasonNoBackup,
+		annotations: map[string]string{upgrade.AnnotationNoBackup: "sb-1, sb-2", upgrade.AnnotationNoBackupPausedAt: "2"},
+		message:     []string{"molt paused this ops before its first sandbox", "The sandboxes: sb-1, sb-2", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"},
+		waiting:     "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace",
+	}} {
+		t.Run(tc.reason, func(t *testing.T) {
+			ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "team", Generation: 2, Annotations: tc.annotations}}
+			ops.Spec.Paused = true
+			sel := selection(1, upgrade.NotStarted, upgrade.NotStarted)
+			progressing := func() *metav1.Condition {
+				return meta.FindStatusCondition(desiredOpsStatus(ops, ops, sel, nil).Conditions, agentsv1alpha1.ConditionProgressing)
+			}
+			c := progressing()
+			if c == nil || c.Reason != tc.reason {
+				t.Fatalf("Progressing = %+v, want reason %s", c, tc.reason)
+			}
+			for _, want := range tc.message {
+				if !strings.Contains(c.Message, want) {
+					t.Errorf("message %q lacks %q", c.Message, want)
+				}
+			}
+			if w := waitingFor(ops); !strings.Contains(w, tc.waiting) {
+				t.Errorf("what a second ops waits for: %q, want %q", w, tc.waiting)
+			}
+			ops.Spec.Paused, ops.Generation = false, 3
+			if c := progressing(); c == nil || c.Reason != ProgressingReasonUpdating {
+				t.Fatalf("resumed: Progressing = %+v, want Updating", c)
+			}
+			ops.Spec.Paused, ops.Generation = true, 4 // paused again, by the user
+			if c := progressing(); c == nil || c.Reason != ProgressingReasonPaused {
+				t.Fatalf("paused again by the user: Progressing = %+v, want Paused", c)
+			}
+		})
 	}
 }
 
