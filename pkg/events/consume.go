@@ -134,6 +134,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, handler Handler, opts
 		held:       map[*held]struct{}{},
 		declined:   map[uint64]struct{}{},
 	}
+	o.metrics.initTerminated(l.name, filtersOf(info.Config))
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("consumer", l.name))
 	// stopping ends when ctx does or pulling fails for good; handlers keep ctx's values but
 	// are cancelled only after the last pull request is over.

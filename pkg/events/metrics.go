@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,53 @@ func (m *Metrics) recordHandled(consumer, eventType, result string, took time.Du
 	}
 	m.handled.WithLabelValues(consumer, eventType, result).Inc()
 	m.handleDuration.WithLabelValues(consumer, eventType).Observe(took.Seconds())
+}
+
+// initTerminated starts at 0 the terminal results (permanent and exhausted for each event
+// type the consumer's filters take, poison for an undecodable message) of one consumer's
+// molt_events_handled_total: a counter whose series appears at 1 shows no increase(), so
+// the first terminated message after a start would be missed by rate() and alerts.
+func (m *Metrics) initTerminated(consumer string, filters []string) {
+	if m == nil {
+		return
+	}
+	for _, t := range Types() {
+		tok, _ := TokenFor(t)
+		if !matchesAny(SandboxSubject("ns", "sandbox", tok), filters) {
+			continue
+		}
+		m.handled.WithLabelValues(consumer, t, resultPermanent)
+		m.handled.WithLabelValues(consumer, t, resultExhausted)
+	}
+	m.handled.WithLabelValues(consumer, typeUnknown, resultPoison)
+}
+
+// matchesAny reports whether a literal subject matches one of the NATS filter subjects
+// ("*" one token, ">" the rest); no filter takes every subject.
+func matchesAny(subject string, filters []string) bool {
+	if len(filters) == 0 {
+		return true
+	}
+	for _, f := range filters {
+		if subjectMatches(strings.Split(subject, "."), strings.Split(f, ".")) {
+			return true
+		}
+	}
+	return false
+}
+
+func subjectMatches(subject, filter []string) bool {
+	for i, ft := range filter {
+		switch {
+		case ft == ">":
+			return i < len(subject)
+		case i >= len(subject):
+			return false
+		case ft != "*" && ft != subject[i]:
+			return false
+		}
+	}
+	return len(subject) == len(filter)
 }
 
 // recordBacklog sets a consumer's backlog gauges.

@@ -48,9 +48,44 @@ func ApplyPatch(tpl *corev1.PodTemplateSpec, patch []byte) (*corev1.PodTemplateS
 		err = errors.Join(strict...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("patched template is not a valid pod template: %w", err)
+		return nil, fmt.Errorf("patched template is not a valid pod template: %s%w", badContainer(merged), err)
 	}
 	return out, nil
+}
+
+// badContainer names the first container of a template that does not decode, as
+// "spec.containers[<name>]: ", so that an error without a field path (a quantity's) says
+// where it is; "" when every container decodes or the template is not an object.
+func badContainer(template []byte) string {
+	var t struct {
+		Spec struct {
+			InitContainers []json.RawMessage `json:"initContainers"`
+			Containers     []json.RawMessage `json:"containers"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(template, &t) != nil {
+		return ""
+	}
+	lists := []struct {
+		field string
+		items []json.RawMessage
+	}{{"initContainers", t.Spec.InitContainers}, {"containers", t.Spec.Containers}}
+	for _, list := range lists {
+		for i, raw := range list.items {
+			var c corev1.Container
+			if strict, err := kjson.UnmarshalStrict(raw, &c); err == nil && len(strict) == 0 {
+				continue
+			}
+			var named struct {
+				Name string `json:"name"`
+			}
+			if json.Unmarshal(raw, &named) == nil && named.Name != "" {
+				return fmt.Sprintf("spec.%s[%s]: ", list.field, named.Name)
+			}
+			return fmt.Sprintf("spec.%s[%d]: ", list.field, i)
+		}
+	}
+	return ""
 }
 
 // PatchAloneProblem says what is wrong with an ops patch before it is tried on any
