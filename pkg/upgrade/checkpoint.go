@@ -36,6 +36,16 @@ const AnnotationRestoreFrom = "molt.dev/restore-from"
 // value). podcycler reports the pod Ready only after it.
 const AnnotationRestored = "molt.dev/restored"
 
+// Restored reports whether pod holds what it was built to restore: it names
+// no checkpoint to restore (AnnotationRestoreFrom), or the checkpointer has
+// restored that one into it (AnnotationRestored). Until then the pod's
+// workspace is empty, however Ready the pod is: no postUpgrade runs on it, and
+// the checkpoint, the only copy of the workspace, is kept.
+func Restored(pod *corev1.Pod) bool {
+	from := pod.Annotations[AnnotationRestoreFrom]
+	return from == "" || pod.Annotations[AnnotationRestored] == from
+}
+
 // LabelCheckpointAttempt is the Checkpoint label naming the attempt that
 // asked for it (its hash: label values are short); LabelCheckpointSandbox
 // names the sandbox. Written by podcycler; read by podcycler to find and

@@ -127,8 +127,12 @@ func ResumeStage(reason string) string {
 //   - there is no pod, or it was built during a failed attempt (its
 //     workspace is new and empty, a backup of it would overwrite the good
 //     one): never PreUpgrade; the table's stage, at least UpgradePod;
-//   - PostUpgrade only when that pod already runs targetRevision and is
-//     Ready, else UpgradePod (the pod is rebuilt, the backup restored).
+//   - PostUpgrade only when that pod already runs targetRevision, is Ready
+//     and holds the checkpoint it was built to restore (Restored), else
+//     UpgradePod (the pod is rebuilt, the backup restored). A pod rebuilt
+//     after a CheckpointRestore attempt failed may be Ready before the
+//     checkpointer restored it: the attempt would succeed on an empty
+//     workspace and delete the checkpoint.
 func ResumeAt(failedReason string, failed []string, pod *corev1.Pod, targetRevision string) string {
 	at := ResumeStage(failedReason)
 	if at == "" {
@@ -141,7 +145,7 @@ func ResumeAt(failedReason string, failed []string, pod *corev1.Pod, targetRevis
 		at = agentsv1alpha1.UpgradingReasonUpgradePod
 	}
 	if at == agentsv1alpha1.UpgradingReasonPostUpgrade &&
-		(pod == nil || pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != targetRevision || !PodReady(pod)) {
+		(pod == nil || pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != targetRevision || !PodReady(pod) || !Restored(pod)) {
 		at = agentsv1alpha1.UpgradingReasonUpgradePod
 	}
 	return at

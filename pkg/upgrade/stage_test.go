@@ -132,6 +132,10 @@ func TestResumeAt(t *testing.T) {
 	builtNotReady := pod("A", "target", false)
 	kept := pod("A", "target", true) // the original pod, kept by A as it ran the target already
 	kept.Annotations[AnnotationPodKept] = "A"
+	notRestored := pod("A", "target", true) // rebuilt from A's checkpoint, Ready before the restore
+	notRestored.Annotations[AnnotationRestoreFrom] = "ckpt-1"
+	restored := notRestored.DeepCopy()
+	restored.Annotations[AnnotationRestored] = "ckpt-1"
 	cases := []struct {
 		name   string
 		reason string
@@ -152,6 +156,8 @@ func TestResumeAt(t *testing.T) {
 		{"post failed, new pod on another revision", "PostUpgradeFailed", builtOld, "UpgradePod"},
 		{"post failed, new pod not ready", "PostUpgradeFailed", builtNotReady, "UpgradePod"},
 		{"post failed, no pod", "PostUpgradeFailed", nil, "UpgradePod"},
+		{"post failed, new pod Ready, its checkpoint not restored yet", "PostUpgradeFailed", notRestored, "UpgradePod"},
+		{"post failed, new pod Ready and restored", "PostUpgradeFailed", restored, "PostUpgrade"},
 		{"post failed, original pod back", "PostUpgradeFailed", original, "PreUpgrade"},
 		{"not a failure", "UpgradePod", builtReady, ""},
 		{"succeeded", "Succeeded", builtReady, ""},

@@ -35,8 +35,7 @@ type verdict struct {
 func judge(pod *corev1.Pod, now time.Time, timeout time.Duration) verdict {
 	// A pod restored from a checkpoint is Ready once the checkpointer says
 	// the restore is done, not before.
-	restored := pod.Annotations[upgrade.AnnotationRestoreFrom] == "" ||
-		pod.Annotations[upgrade.AnnotationRestored] == pod.Annotations[upgrade.AnnotationRestoreFrom]
+	restored := upgrade.Restored(pod)
 	if podReadyCondition(pod) && restored {
 		return verdict{outcome: podReady}
 	}

@@ -133,7 +133,10 @@ func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.San
 		}
 	}
 
-	pausing := sb.Spec.Paused && !upgrade.KeepAwake(sb)
+	// A pod an admitted attempt not recorded yet may have built (a resume from
+	// UpgradePod or later builds it at once) is left to that attempt: stopped
+	// now, it would be built again once the attempt is recorded.
+	pausing := sb.Spec.Paused && !upgrade.KeepAwake(sb) && admittedNotShown(sb) == ""
 	if _, refused := sb.Annotations[upgrade.AnnotationPodDeleteError]; refused &&
 		(!pausing || pod == nil || pod.DeletionTimestamp != nil || !ownedBy(pod, sb.UID)) {
 		// Unpaused, or the pod is going: the refusal is past.

@@ -133,3 +133,32 @@ func TestPodOfAFailedPreUpgradeRunsTheOriginalTemplate(t *testing.T) {
 		t.Errorf("pod after the attempt got past PreUpgrade: image %s, want spec.template's %s", img, v2)
 	}
 }
+
+// A paused sandbox that an ops has admitted to resume a failed attempt from UpgradePod
+// keeps the pod that attempt's handler builds, while the status does not show the
+// attempt yet: stopped for the pause, it would be built a second time once the attempt is
+// recorded. When the ops lets go of the sandbox first, the pause goes on.
+func TestPauseLeavesThePodOfAnAdmittedAttempt(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+
+	sb := createSandbox(t, ns, "sbx-pause-admitted", "registry.example/sandbox:v1")
+	pod := waitPodReady(t, ns, sb.Name, "")
+	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
+		s.Spec.Paused = true
+		metav1.SetMetaDataLabel(&s.ObjectMeta, agentsv1alpha1.LabelUpdateOps, "ops2")
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationClaim, "ops2 a2")
+	})
+	testenv.Consistently(t, 3*time.Second, "pod "+ns+"/"+sb.Name+" kept while attempt a2 is admitted and not recorded", func() (bool, error) {
+		p, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), sb.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.UID == pod.UID && p.DeletionTimestamp == nil, nil
+	})
+
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { delete(s.Labels, agentsv1alpha1.LabelUpdateOps) })
+	waitPodGone(t, ns, sb.Name)
+}

@@ -172,3 +172,34 @@ func TestRefusedPauseDeleteIsRecorded(t *testing.T) {
 		return !recorded, nil
 	})
 }
+
+// A CheckpointRestore attempt whose template, by the time the pod is replaced, runs
+// another image than the pod (a direct attempt's template edited again meanwhile, or a
+// template changed before the ops) fails Checkpointing, touching nothing: a checkpoint is
+// never restored onto a new image.
+func TestCheckpointRestoreOntoANewImageFailsCheckpointing(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-ckpt-image", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:v2" })
+	updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { markCheckpointRestore(s, testAttempt) })
+	setUpgradeStatus(t, r.ns, r.name, testAttempt, agentsv1alpha1.UpgradingReasonCheckpointing)
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 20*time.Second)
+	t.Logf("failed: %s", ev.Data.Message)
+	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonCheckpointing || ev.Data.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
+		t.Errorf("failed stage/reason = %s/%s, want Checkpointing/CheckpointFailed", ev.Data.Stage, ev.Data.Reason)
+	}
+	for _, want := range []string{
+		"container main: registry.example/sandbox:v1 → registry.example/sandbox:v2",
+		"cannot restore a checkpoint onto a new image", "keeps running", "updateStrategy.type Recreate",
+	} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("message %q lacks %q", ev.Data.Message, want)
+		}
+	}
+	if checkpointExists(t, r.ns, upgrade.CheckpointName(r.name, testAttempt)) {
+		t.Error("a checkpoint was taken for a restore that cannot happen")
+	}
+	r.assertOldPodRuns(t)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -154,6 +155,13 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 		}
 	}
 	if upgrade.ChecksPoint(sb, d.Attempt) {
+		// The template may have changed since the patcher checked it (a direct
+		// attempt's template edited again meanwhile), or it already ran another
+		// image than the pod: a checkpoint is never restored onto a new image.
+		if changed := upgrade.ChangedImages(old, sb.Spec.Template); len(changed) > 0 && originalPodRuns(old, sb, d) {
+			return c.failCheckpoint(ctx, d, fmt.Sprintf("the template of sandbox %s changes an image from what its pod runs (%s), and a CheckpointRestore cannot restore a checkpoint onto a new image; no checkpoint was taken and the old pod (uid %s) keeps running: put the image back, or upgrade the sandbox with updateStrategy.type Recreate (with preUpgrade/postUpgrade hooks to keep the workspace)",
+				key, strings.Join(changed, ", "), old.UID))
+		}
 		id, problem, err := c.checkpoint(ctx, sb, old, d)
 		if err != nil && originalPodRuns(old, sb, d) {
 			// Given up on while the original pod still runs, it is the

@@ -347,7 +347,11 @@ func driveKey(sb *agentsv1alpha1.Sandbox, attempt, stage string) string {
 func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string, ops *agentsv1alpha1.SandboxUpdateOps, stage string, n int, stalled time.Duration) error {
 	ev, ok := redriveEvent(sb, w.s.podOf(sb), attempt, ops, stage, n)
 	if !ok {
-		return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and the pod this upgrade built is gone, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second)))
+		why := "the pod this upgrade built is gone"
+		if pod := w.s.podOf(sb); pod != nil && !upgrade.Restored(pod) {
+			why = fmt.Sprintf("pod %s was never restored from checkpoint %s (the checkpoint is kept)", pod.Name, pod.Annotations[upgrade.AnnotationRestoreFrom])
+		}
+		return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and %s, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second), why))
 	}
 	if err := w.pub.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("%w: re-drive %s of sandbox %s/%s: %w", errRedrivePublish, stage, sb.Namespace, sb.Name, err)
@@ -364,7 +368,9 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 // redriveEvent is the input event of stage for the attempt of sb, whose pod is pod (nil
 // when it has none), with re-drive number n: requested for PreUpgrade (and the wake-up
 // stages), prehook-done for UpgradePod, pod-ready for PostUpgrade. ok is false when
-// PostUpgrade has no pod of this upgrade to run on.
+// PostUpgrade has no pod of this upgrade to run on, or its pod does not hold the
+// checkpoint it was built to restore (upgrade.Restored): postUpgrade would run on an
+// empty workspace, and the success that follows would delete the checkpoint.
 //
 // A prehook-done names the pod to replace (OldPodUID) whenever the sandbox has a pod this
 // attempt did not build, as the prehook-done it stands in for did: the original pod, or
@@ -399,7 +405,7 @@ func redriveEvent(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt string, o
 		}
 		return events.Event{Type: events.TypePreHookDone, Data: d}, true
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
-		if pod == nil || (!upgrade.BuiltBy(pod, attempt) && !upgrade.BuiltByResumed(pod, sb, attempt, d.ResumedAttempt)) {
+		if pod == nil || (!upgrade.BuiltBy(pod, attempt) && !upgrade.BuiltByResumed(pod, sb, attempt, d.ResumedAttempt)) || !upgrade.Restored(pod) {
 			return events.Event{}, false
 		}
 		d.Stage, d.NewPodUID = agentsv1alpha1.UpgradingReasonUpgradePod, pod.UID

@@ -157,4 +157,15 @@ func TestRedriveEventNamesTheFailedAttemptsPod(t *testing.T) {
 			t.Fatal("a pod-ready for a pod no attempt of this upgrade built")
 		}
 	})
+	t.Run("postUpgrade on this upgrade's pod, its checkpoint not restored", func(t *testing.T) {
+		pod := podBy("p2", "a2")
+		pod.Annotations[upgrade.AnnotationRestoreFrom] = "ckpt-1"
+		if _, ok := redriveEvent(sb, pod, "a2", nil, agentsv1alpha1.UpgradingReasonPostUpgrade, 1); ok {
+			t.Fatal("a pod-ready for a pod whose checkpoint was never restored: postUpgrade would run on an empty workspace")
+		}
+		pod.Annotations[upgrade.AnnotationRestored] = "ckpt-1"
+		if ev, ok := redriveEvent(sb, pod, "a2", nil, agentsv1alpha1.UpgradingReasonPostUpgrade, 1); !ok || ev.Type != events.TypePodReady {
+			t.Fatalf("restored pod: event %q ok=%t, want %q", ev.Type, ok, events.TypePodReady)
+		}
+	})
 }
