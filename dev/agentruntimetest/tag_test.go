@@ -3,6 +3,7 @@ package agentruntimetest
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -201,5 +202,61 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out after 10s waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cutRuntime starts a command (a start event, some output) and then ends the stream
+// with cut, as a gateway or an HTTP/2 reset does, while the command runs on. It counts
+// the kills sent to the tag.
+type cutRuntime struct {
+	processconnect.UnimplementedProcessHandler
+	cut   error
+	kills atomic.Int32
+}
+
+func (c *cutRuntime) Connect(context.Context, *connect.Request[processpb.ConnectRequest], *connect.ServerStream[processpb.ConnectResponse]) error {
+	return connect.NewError(connect.CodeNotFound, errors.New("no process of that tag"))
+}
+
+func (c *cutRuntime) Start(_ context.Context, _ *connect.Request[processpb.StartRequest], s *connect.ServerStream[processpb.StartResponse]) error {
+	_ = s.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: 42}}}})
+	_ = s.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: &processpb.ProcessEvent_DataEvent{
+		Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: []byte("writing the archive\n")}}}}})
+	return c.cut
+}
+
+func (c *cutRuntime) SendSignal(_ context.Context, req *connect.Request[processpb.SendSignalRequest]) (*connect.Response[processpb.SendSignalResponse], error) {
+	if req.Msg.GetProcess().GetTag() == "molt/a1/PreUpgrade" && req.Msg.GetSignal() == processpb.Signal_SIGNAL_SIGKILL {
+		c.kills.Add(1)
+	}
+	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
+}
+
+// A tagged run whose stream fails in a way no later call follows it through (an
+// internal error, a stream closed without an end event) is killed: left running, it
+// would go on while its attempt is reported failed, and the resume would start the
+// command again beside it. A connection lost is left to the caller, which calls again
+// and follows the run.
+func TestTaggedExecKillsARunItCannotFollow(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cut      error
+		wantKill bool
+	}{
+		{"internal error", connect.NewError(connect.CodeInternal, errors.New("upstream stream reset")), true},
+		{"no end event", nil, true},
+		{"unavailable: the caller calls again and follows it", connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &cutRuntime{cut: tc.cut}
+			url := fakeServer(t, rt, nil)
+			res, err := agentruntime.Exec(context.Background(), agentruntime.ExecRequest{BaseURL: url, Command: bash("true"), Tag: "molt/a1/PreUpgrade", Timeout: 30 * time.Second})
+			if err == nil {
+				t.Fatalf("Exec = %+v, want an error", res)
+			}
+			if got := rt.kills.Load() > 0; got != tc.wantKill {
+				t.Errorf("Exec = %v; killed %t, want %t", err, got, tc.wantKill)
+			}
+		})
 	}
 }

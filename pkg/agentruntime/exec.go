@@ -110,8 +110,14 @@ func httpClient(baseURL string) *http.Client {
 // ended, and starts the command only when there is none: a caller that
 // died mid-command and calls again gets the first run's end instead of a
 // second run. A tagged command outlives the call, so Exec kills it when
-// req.Timeout passes; when ctx ends first it is left running for the next
-// call to Connect to.
+// req.Timeout passes, and whenever the call fails in a way no later call can
+// follow the run through (the stream cut with an internal error, closed
+// without an end event): a run nobody follows would go on while its
+// attempt is reported failed, and the attempt that resumes it would start
+// the command again beside it (two backups writing one archive). It is left
+// running when ctx ends first, when the connection was lost (the caller
+// calls again and Connects to it), and when the call started nothing (not
+// reachable, token refused).
 func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	if len(req.Command) == 0 {
 		return Result{}, errors.New("no command to run")
@@ -136,7 +142,7 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	if !errors.As(err, &known) {
 		err = classify(ctx, callCtx, err, req.BaseURL, req.Timeout)
 	}
-	if req.Tag != "" && errors.Is(err, ErrTimeout) && ctx.Err() == nil {
+	if req.Tag != "" && ctx.Err() == nil && !followable(err) {
 		killCtx, cancelKill := context.WithTimeout(ctx, killWait)
 		defer cancelKill()
 		kill := connect.NewRequest(&processpb.SendSignalRequest{
@@ -151,7 +157,16 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	return partial, err
 }
 
-// killWait bounds the SendSignal that ends a tagged command past its timeout.
+// followable reports whether a tagged run that Exec failed on is left running: a
+// later call with the tag follows it (the connection was lost) or there is
+// none (nothing answered, the token was refused). A timeout is not: its run
+// is over its time.
+func followable(err error) bool {
+	return !errors.Is(err, ErrTimeout) &&
+		(errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrUnauthenticated))
+}
+
+// killWait bounds the SendSignal that ends a tagged command Exec gave up on.
 const killWait = 5 * time.Second
 
 // run is one Exec call within ctx: Connect to req.Tag's process, else Start.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"k8s.io/klog/v2"
 )
@@ -47,7 +48,7 @@ func AtStage(f StageFailure, err error) error {
 // state in Kubernetes.
 func FailOnLastDelivery(pub *Publisher, failureOf func(Event) (StageFailure, bool), h Handler) Handler {
 	return func(ctx context.Context, msg *Message) error {
-		err := h(ctx, msg)
+		err := recovered(ctx, h, msg)
 		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrPermanent) || !msg.LastDelivery() {
 			return err
 		}
@@ -68,4 +69,17 @@ func FailOnLastDelivery(pub *Publisher, failureOf func(Event) (StageFailure, boo
 		klog.FromContext(ctx).Info("Gave up on the last delivery; reported the sandbox as failed", "reason", f.Reason, "err", err)
 		return nil
 	}
+}
+
+// recovered runs h, turning a panic into a plain error (as Consume does), so that a
+// handler that panics on its last delivery fails its stage like one that returns an
+// error, instead of leaving it to the watchdog's deadline.
+func recovered(ctx context.Context, h Handler, msg *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.FromContext(ctx).Error(nil, "Handler panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return h(ctx, msg)
 }

@@ -18,19 +18,28 @@ func TestFailOnLastDeliveryFilesInTheErrorsStage(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		err        error
+		panics     bool // the handler panics with err's text instead of returning it
 		wantStage  string
 		wantReason string
 	}{
-		{"default stage", errors.New("create pod: the server is gone"), "UpgradePod", "UpgradePodFailed"},
-		{"marked stage", AtStage(StageFailure{Stage: "Checkpointing", Reason: "CheckpointFailed"}, errors.New("get checkpoint: forbidden")), "Checkpointing", "CheckpointFailed"},
+		{"default stage", errors.New("create pod: the server is gone"), false, "UpgradePod", "UpgradePodFailed"},
+		{"marked stage", AtStage(StageFailure{Stage: "Checkpointing", Reason: "CheckpointFailed"}, errors.New("get checkpoint: forbidden")), false, "Checkpointing", "CheckpointFailed"},
+		// A panic on the last delivery fails the stage as an error does, not
+		// only at the watchdog's deadline.
+		{"a panic", errors.New("nil map"), true, "UpgradePod", "UpgradePodFailed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, ctx, ConsumerPodCycler, ConsumerConfig{MaxDeliver: 1, AckWait: 5 * time.Second})
-			ev := testEvent(TypePreHookDone, "ns", "sbx-"+tc.wantStage, 1)
+			ev := testEvent(TypePreHookDone, "ns", "sbx-"+strings.ReplaceAll(tc.name, " ", "-"), 1)
 			failureOf := func(Event) (StageFailure, bool) {
 				return StageFailure{Stage: "UpgradePod", Reason: "UpgradePodFailed"}, true
 			}
-			f.consume(t, ctx, FailOnLastDelivery(f.pub, failureOf, func(context.Context, *Message) error { return tc.err }))
+			f.consume(t, ctx, FailOnLastDelivery(f.pub, failureOf, func(context.Context, *Message) error {
+				if tc.panics {
+					panic(tc.err.Error())
+				}
+				return tc.err
+			}))
 			f.publish(t, ctx, ev)
 
 			stream, err := f.js.Stream(ctx, StreamName)

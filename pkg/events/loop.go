@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -383,19 +382,13 @@ func (l *loop) process(stopping, ctx context.Context, h *held) {
 
 // call runs the handler with the optional timeout, turning a panic into a plain error so one
 // bad event cannot stop a service's other sandboxes (it is retried, then terminated).
-func (l *loop) call(ctx context.Context, msg *Message) (err error) {
+func (l *loop) call(ctx context.Context, msg *Message) error {
 	if l.o.handlerTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.o.handlerTimeout)
 		defer cancel()
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			klog.FromContext(ctx).Error(nil, "Handler panicked", "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panic: %v", r)
-		}
-	}()
-	return l.handler(ctx, msg)
+	return recovered(ctx, l.handler, msg)
 }
 
 // keepAlive marks every held message InProgress each progress interval until stop closes.

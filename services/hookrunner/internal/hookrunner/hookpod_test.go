@@ -81,6 +81,17 @@ func TestHookPodSkipsPreUpgradeOnAStoppingPod(t *testing.T) {
 	if err == nil || pod != nil || reason != "" || !strings.Contains(err.Error(), "is being deleted") {
 		t.Fatalf("hookPod = %v, %q, %v; want an error to look again", pod, reason, err)
 	}
+
+	// One whose backup this attempt already took (its done mark: a redelivery
+	// after prehook-done, which podcycler is acting on) is passed on, not
+	// retried until its last delivery files a failure.
+	backedUp := stopping.DeepCopy()
+	backedUp.Annotations = map[string]string{upgrade.HookDoneAnnotation(preStep.stage): "a1"}
+	h = &HookRunner{kube: fake.NewClientset(backedUp)}
+	pod, reason, err = h.hookPod(context.Background(), sb, preStep, events.Data{Attempt: "a1", OldPodUID: "old"})
+	if err != nil || pod == nil || reason != "" {
+		t.Fatalf("hookPod of a stopping pod backed up by this attempt = %v, %q, %v; want the pod, whose done mark passes it on", pod, reason, err)
+	}
 }
 
 // The done mark of a hook that ran is written again while the API server

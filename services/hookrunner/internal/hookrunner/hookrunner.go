@@ -207,18 +207,19 @@ const terminatingRetry = 2 * time.Second
 // podIPRetry is how soon a hook whose pod has no IP yet is looked at again.
 const podIPRetry = 2 * time.Second
 
-// noRuntimeAddress says why st's hook cannot reach pod's agent-runtime ("" when it
-// can be tried): the runtime is reached at the pod's IP (agentruntime.BaseURL, as the
-// sandbox has no agents.kruise.io/runtime-url), and the pod has none. Without that
-// check the call would go to "http://:49983", the hookrunner's own host, and the hook
-// would fail as an agent-runtime "not reachable" there. wait is true while the pod may
-// still get an IP (Pending, or Running before its IP shows): the message is looked at
-// again (podIPRetry) and its last delivery fails the stage with this reason. A pod that
-// ended (Failed, Succeeded) never gets one: the stage fails at once.
+// noRuntimeAddress says why st's hook cannot be sent to pod's agent-runtime ("" when it
+// can be tried):
+//   - the pod ended (Failed, Succeeded): nothing runs in it, whatever it shows. An ended
+//     pod keeps its last IP, which the node may have given to another pod since: a
+//     call there would run the hook, and send the sandbox's access token, in a pod that
+//     is not the sandbox's (rule 12). The stage fails at once;
+//   - the runtime is reached at the pod's IP (agentruntime.BaseURL, as the sandbox has
+//     no agents.kruise.io/runtime-url), and the pod has none. Without that check the
+//     call would go to "http://:49983", the hookrunner's own host. wait is true: the pod
+//     may still get an IP (Pending, or Running before its IP shows), so the message is
+//     looked at again (podIPRetry) and its last delivery fails the stage with this
+//     reason.
 func noRuntimeAddress(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, st step) (why string, wait bool) {
-	if sb.Annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" || pod.Status.PodIP != "" {
-		return "", false
-	}
 	phase := pod.Status.Phase
 	if phase == "" {
 		phase = corev1.PodPending
@@ -229,14 +230,20 @@ func noRuntimeAddress(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, st step) (why
 	}
 	ref := fmt.Sprintf("pod %s/%s (uid %s)", pod.Namespace, pod.Name, pod.UID)
 	describe := fmt.Sprintf("`kubectl describe pod -n %s %s`", pod.Namespace, pod.Name)
-	switch phase {
-	case corev1.PodFailed, corev1.PodSucceeded:
+	if phase == corev1.PodFailed || phase == corev1.PodSucceeded {
 		next := fmt.Sprintf("it was not run, and no backup was taken of the pod: find out why it stopped (%s) and save what it holds if you need it; once the sandbox has a running pod again (deleting this one makes molt create a new one), create a new SandboxUpdateOps to resume; it continues from the failed step", describe)
 		if st == postStep {
 			next = fmt.Sprintf("it was not run: find out why the pod stopped (%s) and fix the cause (the patch, the sandbox's template); then create a new SandboxUpdateOps to resume: it rebuilds the pod and runs postUpgrade on it, and any backup preUpgrade made is kept", describe)
 		}
-		return fmt.Sprintf("%s is %s (%s) and has no IP, so %s cannot run in it: its agent-runtime is reached at the pod's IP (the sandbox sets no %s); %s",
-			ref, phase, where, st.hook, agentsv1alpha1.AnnotationRuntimeURL, next), false
+		ip := "has no IP"
+		if pod.Status.PodIP != "" {
+			ip = "its last IP " + pod.Status.PodIP + " may belong to another pod now"
+		}
+		return fmt.Sprintf("%s is %s (%s): nothing runs in it, and %s, so %s cannot run in it; %s",
+			ref, phase, where, ip, st.hook, next), false
+	}
+	if sb.Annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" || pod.Status.PodIP != "" {
+		return "", false
 	}
 	return fmt.Sprintf("%s is %s (%s) and has no IP yet, so %s cannot run in it yet: its agent-runtime is reached at the pod's IP (the sandbox sets no %s); if it stays so, find out why (%s), and once the pod runs create a new SandboxUpdateOps to resume; it continues from the failed step",
 		ref, phase, where, st.hook, agentsv1alpha1.AnnotationRuntimeURL, describe), true
@@ -286,6 +293,12 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 	if st == preStep {
 		if upgrade.BuiltBy(pod, d.Attempt) {
 			return nil, skipReplaced, nil
+		}
+		if pod.UID == d.OldPodUID && pod.Annotations[upgrade.HookDoneAnnotation(st.stage)] == d.Attempt {
+			// The backup was taken (a redelivery after the done mark, and maybe
+			// after prehook-done, which podcycler may be acting on by deleting
+			// the pod): Handle passes the sandbox on, whatever the pod does now.
+			return pod, "", nil
 		}
 		if pod.DeletionTimestamp != nil && pod.UID == d.OldPodUID {
 			// A backup taken from a stopping pod could be cut short over the

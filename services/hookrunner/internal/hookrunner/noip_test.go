@@ -19,8 +19,9 @@ import (
 
 // A pod without an IP, in a sandbox that sets no runtime-url, has no agent-runtime
 // address: the hook is not sent to "http://:49983" (the hookrunner's own host). A pod that
-// may still get one is looked at again; one that ended fails the step at once. The reason
-// names the pod, its phase, the missing IP, the hook, and the next step.
+// may still get one is looked at again; one that ended fails the step at once, whatever
+// IP or runtime-url it has. The reason names the pod, its phase, the missing IP, the hook,
+// and the next step.
 func TestNoRuntimeAddress(t *testing.T) {
 	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns"}}
 	withURL := sb.DeepCopy()
@@ -47,6 +48,11 @@ func TestNoRuntimeAddress(t *testing.T) {
 			want: []string{"pod ns/box (uid p1) is Failed", "has no IP", "preUpgrade cannot run in it", "no backup was taken", "kubectl describe pod -n ns box", "create a new SandboxUpdateOps to resume"}},
 		{name: "succeeded, postUpgrade", sb: sb, pod: pod(corev1.PodSucceeded, "", "n1"), st: postStep,
 			want: []string{"is Succeeded", "has no IP", "postUpgrade cannot run in it", "rebuilds the pod"}},
+		// An ended pod keeps its last IP, which may be another pod's by now.
+		{name: "failed, with its last IP", sb: sb, pod: pod(corev1.PodFailed, "10.0.0.7", "n1"), st: preStep,
+			want: []string{"is Failed (on node n1): nothing runs in it", "its last IP 10.0.0.7 may belong to another pod now", "preUpgrade cannot run in it", "no backup was taken"}},
+		{name: "succeeded, with its last IP and a runtime-url", sb: withURL, pod: pod(corev1.PodSucceeded, "10.0.0.7", "n1"), st: postStep,
+			want: []string{"is Succeeded", "postUpgrade cannot run in it"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			why, wait := noRuntimeAddress(tc.sb, tc.pod, tc.st)
