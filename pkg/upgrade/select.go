@@ -105,6 +105,13 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			continue
 		}
 		if sb.DeletionTimestamp != nil {
+			// One this ops upgraded stays counted as updated while it is
+			// being deleted (a finalizer, a foreground delete): once it is
+			// gone, statusagg's SandboxesDeleted record counts it instead.
+			if st := StateFor(sb, ops.Name, ops.UID); claimedBy == ops.Name && st == Updated {
+				out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: st})
+				continue
+			}
 			exclude(sb, ExcludedDeleting, "")
 			continue
 		}

@@ -100,6 +100,47 @@ func TestSelectKeepsWhatTheOpsClaimed(t *testing.T) {
 	}
 }
 
+// TestSelectCountsAnUpdatedSandboxBeingDeleted: one the ops upgraded that is
+// being deleted (a finalizer holds it) stays counted as updated, so replicas
+// and updated do not drop until statusagg's record of its delete takes over;
+// one being deleted mid-upgrade, or never claimed, is left out.
+func TestSelectCountsAnUpdatedSandboxBeingDeleted(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "u1"}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	now := metav1.Now()
+	box := func(name, reason string, claimed bool) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": "a"},
+			DeletionTimestamp: &now, Finalizers: []string{"example.com/keep"}}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v2"}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		if claimed {
+			sb.Labels[agentsv1alpha1.LabelUpdateOps] = "up"
+		}
+		if reason != "" {
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "u1"},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+			}
+		}
+		return sb
+	}
+	sel, err := Select(ops, []*agentsv1alpha1.Sandbox{
+		box("done", agentsv1alpha1.UpgradingReasonSucceeded, true),
+		box("mid", agentsv1alpha1.UpgradingReasonPostUpgrade, true),
+		box("never", "", false),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Total() != 1 || sel.Updated != 1 || sel.Candidates[0].Sandbox.Name != "done" {
+		t.Fatalf("total %d, updated %d, candidates %+v: want only done, counted as updated", sel.Total(), sel.Updated, sel.Candidates)
+	}
+	if len(sel.Excluded) != 2 || sel.Excluded[0].Reason != ExcludedDeleting || sel.Excluded[1].Reason != ExcludedDeleting {
+		t.Fatalf("excluded %+v, want mid and never as being deleted", sel.Excluded)
+	}
+}
+
 // TestActiveOpsKeepsTheOneThatStarted: creation times have whole seconds,
 // so an ops created in the same second as a running one must not take over
 // because its name sorts first.

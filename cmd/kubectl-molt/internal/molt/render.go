@@ -3,6 +3,7 @@ package molt
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -120,13 +121,22 @@ func renderScreen(s Summary, color bool) string {
 	if len(s.InFlight) > 0 {
 		b.WriteString("\n")
 		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SLOWEST IN FLIGHT\tSTAGE\tIN STAGE FOR")
+		waits := slices.ContainsFunc(s.InFlight, func(f InFlight) bool { return f.WaitingFor != "" })
+		header := "SLOWEST IN FLIGHT\tSTAGE\tIN STAGE FOR"
+		if waits {
+			header += "\tWAITING FOR"
+		}
+		fmt.Fprintln(tw, header)
 		for _, f := range s.InFlight {
 			age := duration(f.AgeSeconds)
 			if f.Stage == stageAdmitted {
 				age = "-" // its status does not show the attempt yet
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Stage, age)
+			if waits {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Name, f.Stage, age, f.WaitingFor)
+			} else {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Stage, age)
+			}
 		}
 		_ = tw.Flush()
 	}

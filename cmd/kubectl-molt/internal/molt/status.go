@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -138,7 +139,7 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 	if o.interval <= 0 {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("flag --interval=%s: must be positive", o.interval)}
 	}
-	agents, _, ns, err := a.clients()
+	agents, kube, ns, err := a.clients()
 	if err != nil {
 		return err
 	}
@@ -170,6 +171,9 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 		ops, claimed, err := src.read(ctx)
 		if err == nil {
 			s = summarize(ops, claimed, time.Now(), o.slowest)
+			withPodWaits(ctx, &s, func(ctx context.Context, name string) (*corev1.Pod, error) {
+				return kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			})
 		}
 		switch {
 		case apierrors.IsNotFound(err):

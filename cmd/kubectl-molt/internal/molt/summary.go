@@ -1,10 +1,12 @@
 package molt
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -79,6 +81,29 @@ type InFlight struct {
 	Name       string  `json:"name"`
 	Stage      string  `json:"stage"`
 	AgeSeconds float64 `json:"ageSeconds"`
+	// WaitingFor says what the new pod of one in UpgradePod waits for (not
+	// scheduled, a container waiting), read from the pod (withPodWaits).
+	WaitingFor string `json:"waitingFor,omitempty"`
+}
+
+// podWaitAfter is how long a sandbox is in UpgradePod before status reads
+// its pod to say what the pod waits for: most pods are Ready sooner.
+const podWaitAfter = 10 * time.Second
+
+// withPodWaits fills WaitingFor of the sandboxes shown in flight that have
+// been in UpgradePod for podWaitAfter or more, from their pod as getPod
+// reads it: the reason only shows on the sandbox at the stage's deadline. A
+// pod that cannot be read is left out.
+func withPodWaits(ctx context.Context, s *Summary, getPod func(ctx context.Context, name string) (*corev1.Pod, error)) {
+	for i := range s.InFlight {
+		f := &s.InFlight[i]
+		if f.Stage != agentsv1alpha1.UpgradingReasonUpgradePod || f.AgeSeconds < podWaitAfter.Seconds() {
+			continue
+		}
+		if pod, err := getPod(ctx, f.Name); err == nil && pod.DeletionTimestamp == nil && !upgrade.PodReady(pod) {
+			f.WaitingFor = upgrade.WaitingFor(pod)
+		}
+	}
 }
 
 // FailedSandbox is one sandbox whose attempt failed.

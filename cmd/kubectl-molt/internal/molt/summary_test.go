@@ -1,6 +1,7 @@
 package molt
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -103,6 +104,31 @@ func TestDeletingSaysWhatItWaitsFor(t *testing.T) {
 	s = summarize(ops, released, t0.Add(3*time.Minute), 5)
 	if s.NotStarted != 2 || s.Released != 1 || s.Updating != 2 || !strings.Contains(plainLine(s), "2 not started, 1 ended and released since the delete") {
 		t.Errorf("after a release: not started %d, released %d, updating %d, line %q; want 2, 1, 2", s.NotStarted, s.Released, s.Updating, plainLine(s))
+	}
+}
+
+// A sandbox in UpgradePod for podWaitAfter or more shows what its new pod waits for
+// (here: not scheduled), which its status says only at the stage's deadline; one in
+// another stage, or younger, is not looked up.
+func TestInFlightSaysWhatThePodWaitsFor(t *testing.T) {
+	ops, sandboxes := fixture()
+	s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+	var asked []string
+	withPodWaits(context.Background(), &s, func(_ context.Context, name string) (*corev1.Pod, error) {
+		asked = append(asked, name)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			Message: "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}}
+		return pod, nil
+	})
+	if !slices.Equal(asked, []string{"box-5"}) {
+		t.Fatalf("pods read: %v, want only box-5's (in UpgradePod for 40s)", asked)
+	}
+	if got := s.InFlight[0].WaitingFor; got != "not scheduled: Unschedulable - 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector." {
+		t.Errorf("box-5 waiting for %q", got)
+	}
+	if screen := renderScreen(s, false); !strings.Contains(screen, "WAITING FOR") || !strings.Contains(screen, "not scheduled: Unschedulable") {
+		t.Errorf("screen does not show what box-5 waits for:\n%s", screen)
 	}
 }
 

@@ -127,7 +127,8 @@ func namedList(names []string) string {
 //   - all updated → Completed, Progressing=False/Completed;
 //   - failures, nothing updating, and nothing left to start or no budget to
 //     start it → Failed, FailureBudgetExhausted=True naming the failures;
-//   - else Updating, Progressing=True (reason Paused while spec.paused).
+//   - else Updating, Progressing=True (reason Paused while spec.paused); Pending
+//     while no sandbox has started (and it was never Updating).
 func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection, selErr error) agentsv1alpha1.SandboxUpdateOpsStatus {
 	st := *ops.Status.DeepCopy()
 	gen := ops.Generation
@@ -206,6 +207,12 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
 	default:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
+		if sel.Updated+sel.Updating+sel.Failed+departed == 0 && ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating {
+			// No sandbox started yet (paused from its creation, or held by
+			// molt's pause): Pending, as the guides show it. Once Updating it
+			// stays so: a phase does not go back.
+			st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
+		}
 		progressing.Status, progressing.Reason = metav1.ConditionTrue, ProgressingReasonUpdating
 		if ops.Spec.Paused {
 			progressing.Reason = ProgressingReasonPaused

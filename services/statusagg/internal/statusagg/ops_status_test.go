@@ -38,6 +38,8 @@ func TestDesiredOpsStatus(t *testing.T) {
 	paused := ops.DeepCopy()
 	paused.Spec.Paused = true
 	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
+	wasUpdating := ops.DeepCopy() // its one started sandbox was deleted mid-upgrade
+	wasUpdating.Status.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
 	badSelector := ops.DeepCopy()
 	badSelector.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "my app"}}
 	u, f, n, d := upgrade.Updating, upgrade.Failed, upgrade.NotStarted, upgrade.Updated
@@ -59,7 +61,9 @@ func TestDesiredOpsStatus(t *testing.T) {
 		{"all updated completes", ops, ops, selection(1, d, d), nil, "Completed", "Progressing", ProgressingReasonCompleted},
 		{"upgrading", ops, ops, selection(1, d, u, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
 		{"paused while upgrading", paused, paused, selection(1, u, n), nil, "Updating", "Progressing", ProgressingReasonPaused},
-		{"not yet admitted", ops, ops, selection(1, n, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
+		{"not yet admitted", ops, ops, selection(1, n, n), nil, "Pending", "Progressing", ProgressingReasonUpdating},
+		{"paused before its first sandbox", paused, paused, selection(1, n, n), nil, "Pending", "Progressing", ProgressingReasonPaused},
+		{"never back to Pending once Updating", wasUpdating, wasUpdating, selection(1, n, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
 		{"failure with budget left keeps going", ops, ops, selection(2, f, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
 		{"failure waiting for an upgrading one", ops, ops, selection(1, f, u), nil, "Updating", "Progressing", ProgressingReasonUpdating},
 		{"failures exhaust the budget", ops, ops, selection(1, d, f, n), nil, "Failed", "FailureBudgetExhausted", BudgetReasonSandboxesFailed},
