@@ -44,9 +44,10 @@ func NoBackupNote(namespace, name, v string) string {
 // postUpgrade hook, no preUpgrade, a patch, and the Recreate strategy (a
 // CheckpointRestore pod restores its checkpoint), and the sandbox is not
 // resuming a failure after its backup. A sandbox whose last upgrade
-// succeeded with a preUpgrade (its spec.lifecycle, which the patcher writes,
-// has one) is left out: that preUpgrade took the backup a rollback's
-// postUpgrade restores, as the guides' rollback ops mean.
+// succeeded with a preUpgrade is named too: its workspace has lived in its pod
+// since, and whether that upgrade's backup is still there for this ops's
+// postUpgrade to restore is up to the hooks (guide 000's postUpgrade deletes
+// it once restored, so its rollback ops restores nothing).
 func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
 	lc := ops.Spec.Lifecycle
 	if lc == nil || lc.PostUpgrade == nil || lc.PreUpgrade != nil || len(ops.Spec.Patch.Raw) == 0 ||
@@ -63,10 +64,6 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 		}
 		if c.Resume && keepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
 			continue // a rollback of a PreUpgradeFailed: the old pod is kept
-		}
-		if reason, ok := ReasonFor(c.Sandbox, CurrentAttempt(c.Sandbox)); ok && reason == agentsv1alpha1.UpgradingReasonSucceeded &&
-			c.Sandbox.Spec.Lifecycle != nil && c.Sandbox.Spec.Lifecycle.PreUpgrade != nil {
-			continue
 		}
 		names = append(names, c.Sandbox.Name)
 	}

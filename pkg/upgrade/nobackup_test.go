@@ -14,9 +14,10 @@ import (
 // An ops with postUpgrade but no preUpgrade (the guides' "continue after
 // UpgradePodFailed" and rollback ops) names, the sandboxes it would
 // give a new pod with no backup before postUpgrade runs: the ones not started
-// and the ones resuming a PreUpgradeFailed, not those resuming after their
-// backup nor those whose last upgrade took one (a rollback restores it); with
-// preUpgrade, or under CheckpointRestore, none.
+// and the ones resuming a PreUpgradeFailed, and those whose last upgrade took
+// one (whether it is still there is up to that upgrade's postUpgrade: guide
+// 000's deletes it), not those resuming after their backup; with preUpgrade,
+// or under CheckpointRestore, none.
 func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "cont", Namespace: "ns", UID: "u2"}}
 	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
@@ -51,8 +52,8 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := WithoutBackup(ops, sel); !slices.Equal(got, []string{"fresh", "pre-failed", "upgraded-without-backup"}) {
-		t.Errorf("withoutBackup = %v, want [fresh pre-failed upgraded-without-backup]", got)
+	if got := WithoutBackup(ops, sel); !slices.Equal(got, []string{"fresh", "pre-failed", "upgraded-with-backup", "upgraded-without-backup"}) {
+		t.Errorf("withoutBackup = %v, want [fresh pre-failed upgraded-with-backup upgraded-without-backup]", got)
 	}
 	withPre := ops.DeepCopy()
 	withPre.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}

@@ -69,15 +69,17 @@ func workspaceFile(t *testing.T, s *stack, ns, name string) string {
 
 // TestSeedUpgradeWithBackup applies seed 000's full example verbatim: the
 // preUpgrade backs the workspace up to /mnt/shared, the pod is recreated,
-// the postUpgrade restores it and removes the archive. Without hooks the
-// files are lost, which proves the recreation is real.
+// the postUpgrade restores it and removes the archive. The seed's rollback
+// after it would restore nothing (the archive is gone): molt holds it,
+// naming the sandboxes. Without hooks the files are lost, which proves the
+// recreation is real.
 func TestSeedUpgradeWithBackup(t *testing.T) {
 	s := Stack(t)
 	ctx := context.Background()
 	const ns = "default"
 	const pool = "my-sandbox-pool"
 	t.Cleanup(func() {
-		for _, o := range []string{"upgrade-with-backup", "no-hooks"} {
+		for _, o := range []string{"upgrade-with-backup", "rollback-sandboxes", "no-hooks"} {
 			_ = s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Delete(ctx, o, metav1.DeleteOptions{})
 		}
 		_ = s.agents.AgentsV1alpha1().Sandboxes(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: poolLabel + "=" + pool})
@@ -107,6 +109,34 @@ func TestSeedUpgradeWithBackup(t *testing.T) {
 			t.Errorf("%s: backup archive still there: %s", n, out)
 		}
 	}
+
+	// The seed's rollback (000-07, with the selector its snippet omits) would
+	// restore nothing: the upgrade's postUpgrade deleted the backup. molt holds
+	// it before its first sandbox, naming them all; nothing is touched.
+	rollback := strings.Replace(seed(t, "000-07-sandboxupdateops-rollback-sandboxes.yaml"), "spec:\n",
+		fmt.Sprintf("spec:\n  selector:\n    matchLabels:\n      %s: %s\n", poolLabel, pool), 1)
+	pods := map[string]types.UID{}
+	for _, n := range names {
+		pod, _ := s.env.Kube.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+		pods[n] = pod.UID
+	}
+	kubectl(t, rollback, "apply", "-f", "-")
+	testenv.Eventually(t, 30*time.Second, "molt's NoBackup pause of rollback-sandboxes", func() (bool, error) {
+		ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "rollback-sandboxes", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+		return ops.Spec.Paused && c != nil && c.Reason == "NoBackup" && strings.HasSuffix(c.Message, "The sandboxes: "+strings.Join(names, ", ")),
+			fmt.Errorf("paused %v, Progressing %+v", ops.Spec.Paused, c)
+	})
+	for _, n := range names {
+		pod, _ := s.env.Kube.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+		if pod.UID != pods[n] || workspaceFile(t, s, ns, n) != "data-"+n {
+			t.Fatalf("%s: pod replaced or workspace lost while molt held the rollback", n)
+		}
+	}
+	kubectl(t, "", "delete", "suo", "rollback-sandboxes", "-n", ns, "--wait=true", "--timeout=60s")
 
 	// The same upgrade without hooks loses the workspace.
 	kubectl(t, opsYAML("no-hooks", pool, "5", "my-registry/sandbox-image:v3"), "apply", "-n", ns, "-f", "-")

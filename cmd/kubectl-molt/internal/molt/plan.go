@@ -186,7 +186,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if len(unbacked) > 0 {
 		named := strings.Join(unbacked[:min(len(unbacked), 5)], ", ") + more(len(unbacked)-5)
 		if lc := ops.Spec.Lifecycle; lc != nil && lc.PostUpgrade != nil {
-			fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost; if that is not meant, add the preUpgrade that takes the backup\n",
+			fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken by this ops, and postUpgrade then runs on them: their workspace is lost, or set back to a backup an earlier upgrade left, if its postUpgrade kept it; if that is not meant, add the preUpgrade that takes the backup\n",
 				len(unbacked), named)
 		} else {
 			fmt.Fprintf(w, "  warning: this ops has no hooks: %d sandboxes (%s), whose last upgrade restored their workspace into the pod, get a new pod and nothing backs it up or restores it: their workspace is lost; if that is not meant, add the hooks, or select only the failed sandboxes\n",
