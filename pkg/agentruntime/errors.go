@@ -180,6 +180,20 @@ func seconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 }
 
+// HookCause is what a hook error message written by ErrorMessageWithOutput says
+// went wrong, before its output ("timed out after 3 seconds"); "" for any other
+// message (a hook that exited says its exit code in its own field).
+func HookCause(message string) string {
+	rest, ok := strings.CutPrefix(message, errorPrefix)
+	if !ok {
+		return ""
+	}
+	if i := strings.Index(rest, stderrLabel); i >= 0 {
+		rest = rest[:i]
+	}
+	return strings.TrimSpace(rest)
+}
+
 // HookOutput splits a condition message written by FailureMessage or
 // ErrorMessageWithOutput back into the stderr and stdout tails (ok false for
 // any other message). kubectl molt shows the stderr tail of a failed hook

@@ -36,6 +36,18 @@ func TestHookOutputReadsFailureMessage(t *testing.T) {
 	}
 }
 
+// HookCause reads back what went wrong with a call (a timeout) before its output,
+// which kubectl molt history shows with the output; a hook that exited has none.
+func TestHookCause(t *testing.T) {
+	msg := ErrorMessageWithOutput(errors.New("timed out after 3 seconds"), Result{Stdout: "starting"})
+	if got := HookCause(msg); got != "timed out after 3 seconds" {
+		t.Errorf("HookCause(%q) = %q, want the timeout", msg, got)
+	}
+	if got := HookCause(Result{Exited: true, ExitCode: 3, Stderr: "x"}.FailureMessage()); got != "" {
+		t.Errorf("HookCause of an exit code = %q, want none", got)
+	}
+}
+
 // A hook that prints a lot before it fails keeps the end of each stream,
 // where it says why, within the condition message's limit: nothing later
 // cuts the message, so its stdout section stays readable too.

@@ -30,7 +30,20 @@ func ContainerFailure(pod *corev1.Pod) (string, bool) {
 	check := func(statuses []corev1.ContainerStatus, init bool) (string, bool) {
 		for _, cs := range statuses {
 			if w := cs.State.Waiting; w != nil && failingWaitReasons[w.Reason] {
-				return fmt.Sprintf("container %s: %s - %s", cs.Name, w.Reason, w.Message), true
+				msg := fmt.Sprintf("container %s: %s - %s", cs.Name, w.Reason, w.Message)
+				if last := cs.LastTerminationState.Terminated; last != nil {
+					// A crash loop's own words say only that it backs off:
+					// how the container last ended is the cause.
+					msg += fmt.Sprintf(" (last ended: exit code %d", last.ExitCode)
+					if last.Reason != "" {
+						msg += ", " + last.Reason
+					}
+					if last.Message != "" {
+						msg += ": " + last.Message
+					}
+					msg += ")"
+				}
+				return msg, true
 			}
 			t := cs.State.Terminated
 			if t == nil || (init && t.ExitCode == 0) {
@@ -146,15 +159,26 @@ func PatchImageNotPulled(patch []byte, message string) (container, image string,
 }
 
 // ImageNotPulledHint is what to do when failures name a container whose
-// image the patch sets and that cannot be pulled (PatchImageNotPulled on
-// each UpgradePodFailed message), "" when none does: a retry keeps the patch,
-// so it would fail the same way.
+// image cannot be pulled, "" when none does: the patch sets it
+// (PatchImageNotPulled on each UpgradePodFailed message), so a retry, which
+// keeps the patch, would fail the same way; or the patch leaves it (a
+// postUpgrade-only ops resuming an earlier ops's bad image), so the template
+// keeps it and any ops without an image fix fails the same way.
 func ImageNotPulledHint(patch []byte, messages []string) string {
 	for _, msg := range messages {
 		if container, image, ok := PatchImageNotPulled(patch, msg); ok {
 			return fmt.Sprintf("the patch's image %s (container %s) cannot be pulled: if its name or tag is wrong, `kubectl molt retry`, which keeps the patch, would fail the same way, so "+
 				"create a new SandboxUpdateOps with the image fixed (it resumes those sandboxes at UpgradePod, their backup kept), or with the old image to roll back; "+
 				"if the registry or its credentials (imagePullSecrets) were the cause, fix them, then `kubectl molt retry`", image, container)
+		}
+	}
+	for _, msg := range messages {
+		if m := pullFailure.FindStringSubmatch(msg); m != nil {
+			// The patch does not set that image: the template has it, from
+			// the ops that did (this one resumes its failure without a fix).
+			return fmt.Sprintf("container %s's image cannot be pulled, and this ops's patch does not change it: the sandbox's template still has the image an earlier patch set, so `kubectl molt retry`, or another ops without an image fix, fails the same way: "+
+				"create a new SandboxUpdateOps whose patch sets a working image on container %s (or the old one to roll back), with the postUpgrade that restores the backup; "+
+				"if the registry or its credentials (imagePullSecrets) were the cause, fix them, then `kubectl molt retry`", m[1], m[1])
 		}
 	}
 	return ""

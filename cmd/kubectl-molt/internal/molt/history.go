@@ -418,7 +418,11 @@ func detail(ev events.Event) string {
 	var parts []string
 	if ev.Type == events.TypeFailed {
 		if stderr, stdout, ok := agentruntime.HookOutput(d.Message); ok {
-			out := fmt.Sprintf("%s: hook stderr: %s", d.Reason, tailLines(stderr, 5))
+			out := d.Reason + ": "
+			if cause := agentruntime.HookCause(d.Message); cause != "" {
+				out += cause + "; " // timed out, not reachable: the output alone hides it
+			}
+			out += "hook stderr: " + tailLines(stderr, 5)
 			if stdout != "" {
 				out += "; stdout: " + tailLines(stdout, 5)
 			}

@@ -34,8 +34,9 @@ func TestHistoryGolden(t *testing.T) {
 		ev(events.TypeRequested, 0, events.Data{}),
 		ev(events.TypePatched, 0.5, events.Data{TargetRevision: "abc", OldPodUID: "p1"}),
 		ev(events.TypeStageStarted, 0.52, events.Data{Stage: "PreUpgrade"}),
-		ev(events.TypeFailed, 1.5, events.Data{Stage: "PreUpgrade", Reason: "PreUpgradeFailed", HookExitCode: exit(2),
-			Message: "hook failed with exit code 2, stderr: tar: /backup: No space left on device, stdout: archiving"}),
+		// A call error (a timeout) shows its cause before the output.
+		ev(events.TypeFailed, 1.5, events.Data{Stage: "PreUpgrade", Reason: "PreUpgradeFailed",
+			Message: "hook execution error: timed out after 60 seconds, stderr: tar: /backup: slow disk, stdout: archiving"}),
 		ev(events.TypeRequested, 60, second),
 		ev(events.TypePatched, 60.4, with(second, func(d *events.Data) { d.TargetRevision, d.OldPodUID = "abc", "p1" })),
 		ev(events.TypeStageStarted, 60.41, with(second, func(d *events.Data) { d.Stage = "PreUpgrade" })),

@@ -92,6 +92,9 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	if err != nil {
 		return err
 	}
+	if ops.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is Completed: every sandbox it selected was updated, so there is nothing to retry; to change them again, create a new SandboxUpdateOps (`kubectl molt plan -f FILE` shows what it would do)", ns, name)}
+	}
 	if ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsFailed {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is %s, not Failed: retry is for a Failed ops; watch it with `kubectl molt status %s -n %s -w`, or stop it with `kubectl molt abort %s -n %s`",
 			ns, name, phaseOf(ops), name, ns, name, ns)}

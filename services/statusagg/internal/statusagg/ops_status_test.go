@@ -292,3 +292,30 @@ func TestPausedOpsSaysHowToResume(t *testing.T) {
 		t.Errorf("Progressing = %+v, want Paused with how to resume", c)
 	}
 }
+
+// An ops without a patch that resumes nothing completes saying its patch is empty and
+// what such an ops is for, not only that the sandboxes "already have the patched
+// template" (true of any template under an empty patch).
+func TestNothingToUpdateSaysThePatchIsEmpty(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box-0"}}
+	sel := upgrade.Selection{Excluded: []upgrade.Exclusion{{Sandbox: sb, Reason: upgrade.ExcludedNoNeed}}}
+	for _, tc := range []struct {
+		name, patch string
+		want        bool
+	}{{"no patch", "", true}, {"an empty object", "{}", true}, {"an image patch", `{"spec":{"containers":[{"name":"sandbox","image":"x:v2"}]}}`, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "hooks-only", Namespace: "ns"}}
+			if tc.patch != "" {
+				ops.Spec.Patch.Raw = []byte(tc.patch)
+			}
+			st := desiredOpsStatus(ops, ops, sel, nil)
+			c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing)
+			if st.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted || c == nil || c.Reason != ProgressingReasonNothingToUpdate {
+				t.Fatalf("phase %s, Progressing %+v; want Completed, NothingToUpdate", st.Phase, c)
+			}
+			if got := strings.HasPrefix(c.Message, "spec.patch is empty"); got != tc.want {
+				t.Errorf("message %q: says the patch is empty %t, want %t", c.Message, got, tc.want)
+			}
+		})
+	}
+}
