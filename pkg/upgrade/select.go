@@ -24,6 +24,9 @@ type Candidate struct {
 	// Resume is true for a sandbox left Upgrading with a failed reason by an
 	// earlier attempt: it continues from the failed step.
 	Resume bool
+	// Refused is the API server's refusal of the write that would claim this
+	// not-started sandbox (AnnotationClaimRefused): ToAdmit leaves it out.
+	Refused string
 }
 
 // Selection is what an ops counts: the candidates in name order and the
@@ -38,6 +41,9 @@ type Selection struct {
 	Updating   int
 	Failed     int
 	NotStarted int
+	// Refused counts the not-started candidates whose claim the API server
+	// refused (Candidate.Refused): none of them can start.
+	Refused int
 	// MaxUnavailable is the resolved budget (at least 1).
 	MaxUnavailable int
 }
@@ -86,6 +92,7 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 	patch := ops.Spec.Patch.Raw
 	digest := sha256.Sum256(patch) // noNeedToUpdate's memo key, once per Select
 	phases := ops.Spec.StateFilter.EligiblePhases()
+	refused := ClaimRefused(ops)
 	out := Selection{Candidates: make([]Candidate, 0, len(sandboxes))}
 	exclude := func(sb *agentsv1alpha1.Sandbox, reason, detail string) {
 		out.Excluded = append(out.Excluded, Exclusion{Sandbox: sb, Reason: reason, Detail: detail})
@@ -142,7 +149,7 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 				continue
 			}
 		}
-		out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: NotStarted, Resume: resume})
+		out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: NotStarted, Resume: resume, Refused: refused[sb.Name]})
 	}
 	slices.SortFunc(out.Candidates, func(a, b Candidate) int { return strings.Compare(a.Sandbox.Name, b.Sandbox.Name) })
 	slices.SortFunc(out.Excluded, func(a, b Exclusion) int { return strings.Compare(a.Sandbox.Name, b.Sandbox.Name) })
@@ -156,6 +163,9 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			out.Failed++
 		default:
 			out.NotStarted++
+			if c.Refused != "" {
+				out.Refused++
+			}
 		}
 	}
 	out.MaxUnavailable, err = ops.Spec.UpdateStrategy.MaxUnavailableOf(out.Total())
@@ -174,12 +184,19 @@ func (s Selection) ToAdmit() []Candidate {
 		if room <= 0 {
 			break
 		}
-		if c.State == NotStarted {
+		if c.State == NotStarted && c.Refused == "" {
 			out = append(out, c)
 			room--
 		}
 	}
 	return out
+}
+
+// Stuck is true when nothing is upgrading and every sandbox not started is
+// one whose claim the API server refused: none can start, and waiting
+// changes nothing.
+func (s Selection) Stuck() bool {
+	return s.Updating == 0 && s.NotStarted > 0 && s.Refused == s.NotStarted
 }
 
 // BudgetExhausted is true when failures alone fill the budget and nothing is

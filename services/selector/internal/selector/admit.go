@@ -2,6 +2,7 @@ package selector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,6 +33,7 @@ const admitWorkers = 32
 // the labelled sandboxes before it are published.
 func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, toAdmit []upgrade.Candidate) error {
 	labelled := make([]string, len(toAdmit)) // the written resourceVersion; "" if not labelled
+	refused := make([]string, len(toAdmit))  // the API server's words when it refused the claim for good
 	// Not errgroup.WithContext: one failed patch must not cancel the others
 	// mid-flight, since the API server may apply a cancelled patch all the
 	// same, and a claim this process does not know of would be neither
@@ -41,11 +43,20 @@ func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 	for i, c := range toAdmit {
 		g.Go(func() error {
 			version, err := s.label(ctx, ops, c)
+			if words := upgrade.Refusal(err); words != "" {
+				// Refused for good: retried, it would hold the ops in Updating
+				// for ever. Recorded on the ops below, and not tried again.
+				refused[i] = words
+				return nil
+			}
 			labelled[i] = version
 			return err
 		})
 	}
 	labelErr := g.Wait()
+	if err := s.recordClaimRefused(ctx, ops, toAdmit, refused); err != nil {
+		labelErr = errors.Join(labelErr, err)
+	}
 	for i, c := range toAdmit {
 		if labelled[i] == "" {
 			continue
@@ -56,6 +67,32 @@ func (s *Selector) admit(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateO
 		klog.FromContext(ctx).Info("Admitted sandbox", "sandbox", klog.KObj(c.Sandbox), "resume", c.Resume, "phase", c.Sandbox.Status.Phase)
 	}
 	return labelErr
+}
+
+// recordClaimRefused adds the candidates whose claim the API server refused
+// (refused[i], "" for the others) to the ops's upgrade.AnnotationClaimRefused,
+// in one merge patch of the annotation: only this process writes it, and
+// one lost to a stale read is refused and written again at the next sync.
+func (s *Selector) recordClaimRefused(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, toAdmit []upgrade.Candidate, refused []string) error {
+	add := map[string]string{}
+	for i, words := range refused {
+		if words != "" {
+			add[toAdmit[i].Sandbox.Name] = words
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	value, changed := upgrade.WithClaimRefused(ops, add)
+	if !changed {
+		return nil
+	}
+	patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationClaimRefused: ptr(value)}}}
+	if _, err := s.client.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Patch(ctx, ops.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("record on ops %s/%s that the API server refuses to let it claim %d sandboxes: %w", ops.Namespace, ops.Name, len(add), err)
+	}
+	klog.FromContext(ctx).Info("The API server refuses the claim of sandboxes; recorded on the ops, not tried again by it", "refused", add)
+	return nil
 }
 
 // label writes the ops label (and the resume annotations) on one candidate
@@ -195,6 +232,12 @@ func (s *Selector) syncFailedLabels(ctx context.Context, ops *agentsv1alpha1.San
 		patch := metaPatch{Metadata: metaFields{Labels: map[string]*string{agentsv1alpha1.LabelUpgradeFailed: value}}}
 		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if words := upgrade.Refusal(err); words != "" {
+			// Refused for good (an admission policy on sandboxes): logged, and
+			// not allowed to hold up the admission of every other sandbox.
+			klog.FromContext(ctx).Error(err, "The API server refuses the upgrade-failed label; a next ops cannot select this sandbox by it", "sandbox", klog.KObj(sb), "failed", failed)
 			continue
 		}
 		if err != nil {

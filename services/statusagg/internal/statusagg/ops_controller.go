@@ -85,6 +85,18 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.opsTails.forget(key)
 	}
 	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
+	if selErr == nil && sel.Total() > 0 && isFinal(want.Phase) && !isFinal(ops.Status.Phase) {
+		// An end is for good: decided on the API server's sandboxes, not a
+		// cache that may not show one the selector has just admitted (a
+		// sandbox created, or maxUnavailable raised, since).
+		if sandboxes, err = s.listSandboxes(ctx, ns); err != nil {
+			return err
+		}
+		if sel, selErr = upgrade.Select(ops, sandboxes, otherActive); selErr == nil {
+			s.opsTails.set(key, sel)
+		}
+		want = desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
+	}
 	notes := s.deleted.peek(key, ops.UID)
 	withDeletedNotes(&want, notes, ops.Generation)
 	if equality.Semantic.DeepEqual(ops.Status, want) {
@@ -122,12 +134,17 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			s.recorder.Event(written, corev1.EventTypeWarning, c.Reason, c.Message)
 		}
 	}
-	for _, warning := range []string{ConditionPatchAddsContainers, ConditionPostUpgradeWithoutBackup} {
+	for _, warning := range []string{ConditionPatchAddsContainers, ConditionPostUpgradeWithoutBackup, ConditionClaimRefused} {
 		if c := meta.FindStatusCondition(want.Conditions, warning); c != nil && meta.FindStatusCondition(ops.Status.Conditions, warning) == nil {
 			s.recorder.Event(written, corev1.EventTypeWarning, warning, c.Message)
 		}
 	}
 	return nil
+}
+
+// isFinal reports whether phase ends an ops (Completed, Failed).
+func isFinal(phase agentsv1alpha1.SandboxUpdateOpsPhase) bool {
+	return phase == agentsv1alpha1.SandboxUpdateOpsCompleted || phase == agentsv1alpha1.SandboxUpdateOpsFailed
 }
 
 // listSandboxes reads a namespace's sandboxes from the API server.

@@ -95,6 +95,19 @@ const (
 	ConditionPostUpgradeWithoutBackup = "PostUpgradeWithoutBackup"
 	// NoBackupReasonNoPreUpgrade: PostUpgradeWithoutBackup=True.
 	NoBackupReasonNoPreUpgrade = "NoPreUpgrade"
+
+	// ConditionClaimRefused is True when the API server refused for good the
+	// write that claims sandboxes for the ops (upgrade.AnnotationClaimRefused):
+	// the message names them with the server's words. They are not tried
+	// again; once nothing else can start the ops ends Failed (Progressing
+	// reason ClaimRefused). A Warning Event of the same name.
+	ConditionClaimRefused = "ClaimRefused"
+	// ClaimRefusedReasonAPIServer: ClaimRefused=True.
+	ClaimRefusedReasonAPIServer = "RefusedByAPIServer"
+	// ProgressingReasonClaimRefused: Progressing=False, phase Failed: nothing
+	// is upgrading and every sandbox not started is one whose claim was
+	// refused, so nothing more can happen.
+	ProgressingReasonClaimRefused = "ClaimRefused"
 )
 
 // maxNamedFailures is how many failed sandboxes a condition message names.
@@ -128,6 +141,8 @@ func namedList(names []string) string {
 //   - all updated → Completed, Progressing=False/Completed;
 //   - failures, nothing updating, and nothing left to start or no budget to
 //     start it → Failed, FailureBudgetExhausted=True naming the failures;
+//   - nothing upgrading, and every sandbox not started is one whose claim the
+//     API server refused → Failed, Progressing=False/ClaimRefused;
 //   - else Updating, Progressing=True (reason Paused while spec.paused); Pending
 //     while no sandbox has started (and it was never Updating).
 func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection, selErr error) agentsv1alpha1.SandboxUpdateOpsStatus {
@@ -177,6 +192,10 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 
 	warnOfAddedContainers(&st, ops, sel)
 	warnOfNoBackup(&st, ops, sel)
+	if refused := upgrade.ClaimRefused(ops); len(refused) > 0 {
+		setCondition(&st.Conditions, metav1.Condition{Type: ConditionClaimRefused, Status: metav1.ConditionTrue, Reason: ClaimRefusedReasonAPIServer,
+			Message: upgrade.ClaimRefusedNote(ops.Namespace, ops.Name, refused), ObservedGeneration: gen})
+	}
 
 	if active != nil && active.Name != ops.Name {
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
@@ -211,6 +230,11 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		progressing.Reason, progressing.Message = ProgressingReasonFailureBudgetExhausted, msg
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
 			Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
+	case sel.Stuck():
+		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+		progressing.Reason = ProgressingReasonClaimRefused
+		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d failed; the %d not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why), and nothing is upgrading, so this ops is final: fix the cause, then `kubectl molt retry %s -n %s`",
+			sel.Updated, sel.Total(), sel.Failed, sel.NotStarted, ops.Name, ops.Namespace)
 	default:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
 		if sel.Updated+sel.Updating+sel.Failed+departed == 0 && ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating {

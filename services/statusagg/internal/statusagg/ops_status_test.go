@@ -319,3 +319,38 @@ func TestNothingToUpdateSaysThePatchIsEmpty(t *testing.T) {
 		})
 	}
 }
+
+// An ops whose only sandboxes left are ones the API server refuses to let it claim
+// ends Failed, saying so, once nothing is upgrading; while one still upgrades it stays
+// Updating. The refusal shows as ClaimRefused throughout.
+func TestOpsWithOnlyRefusedClaimsLeftFails(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", Generation: 1}}
+	ops.Status.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
+	value, _ := upgrade.WithClaimRefused(ops, map[string]string{"sb-01": "frozen by policy"})
+	ops.Annotations = map[string]string{upgrade.AnnotationClaimRefused: value}
+	for _, tc := range []struct {
+		name      string
+		states    []upgrade.State
+		wantPhase agentsv1alpha1.SandboxUpdateOpsPhase
+	}{
+		{"another still upgrading", []upgrade.State{upgrade.Updating, upgrade.NotStarted}, agentsv1alpha1.SandboxUpdateOpsUpdating},
+		{"only the refused one left", []upgrade.State{upgrade.Updated, upgrade.NotStarted}, agentsv1alpha1.SandboxUpdateOpsFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel := selection(2, tc.states...)
+			sel.Candidates[1].Refused, sel.Refused = "frozen by policy", 1
+			st := desiredOpsStatus(ops, ops, sel, nil)
+			if st.Phase != tc.wantPhase {
+				t.Fatalf("phase %s, want %s", st.Phase, tc.wantPhase)
+			}
+			c := meta.FindStatusCondition(st.Conditions, ConditionClaimRefused)
+			if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "sb-01: frozen by policy") {
+				t.Fatalf("ClaimRefused = %+v, want True naming sb-01 with the server's words", c)
+			}
+			if p := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); tc.wantPhase == agentsv1alpha1.SandboxUpdateOpsFailed &&
+				(p == nil || p.Reason != ProgressingReasonClaimRefused || !strings.Contains(p.Message, "kubectl molt retry up -n ns")) {
+				t.Fatalf("Progressing = %+v, want ClaimRefused with the retry", p)
+			}
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package upgrade
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// AnnotationClaimRefused is the SandboxUpdateOps annotation the selector
+// writes when the API server refuses for good (Forbidden, Invalid: an
+// admission policy or webhook on sandboxes, the selector's RBAC) the write
+// that claims a sandbox for the ops: a JSON object of sandbox name → the
+// server's words. Those sandboxes are not tried again by this ops (Selection
+// leaves them out of ToAdmit, counted as not started); statusagg shows them
+// (ConditionClaimRefused) and ends the ops Failed once nothing else can
+// start, instead of leaving it Updating for ever. `kubectl molt retry` does
+// not copy it: the retry tries them again.
+const AnnotationClaimRefused = "molt.dev/claim-refused"
+
+// maxClaimRefused bounds the sandboxes AnnotationClaimRefused names: a
+// policy refusing every sandbox is said by the first few.
+const maxClaimRefused = 20
+
+// ClaimRefused reads AnnotationClaimRefused (nil without one, or unreadable).
+func ClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps) map[string]string {
+	v, ok := ops.Annotations[AnnotationClaimRefused]
+	if !ok {
+		return nil
+	}
+	var m map[string]string
+	if json.Unmarshal([]byte(v), &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// WithClaimRefused returns AnnotationClaimRefused's value with refused added
+// to what ops holds, and whether it adds anything. Past maxClaimRefused
+// names the rest are left out (ToAdmit then tries them, and the next
+// refusals are written once there is room: never, so they are tried at each
+// sync; a policy refusing more than that many is said by the first).
+func WithClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps, refused map[string]string) (string, bool) {
+	m := ClaimRefused(ops)
+	if m == nil {
+		m = map[string]string{}
+	}
+	added := false
+	for _, name := range slices.Sorted(maps.Keys(refused)) {
+		if _, ok := m[name]; ok || len(m) >= maxClaimRefused {
+			continue
+		}
+		m[name] = refused[name]
+		added = true
+	}
+	raw, _ := json.Marshal(m)
+	return string(raw), added
+}
+
+// ClaimRefusedNote says which sandboxes the API server refused to let ops
+// claim, and what to do: for the ClaimRefused condition.
+func ClaimRefusedNote(namespace, name string, refused map[string]string) string {
+	var parts []string
+	for _, sb := range slices.Sorted(maps.Keys(refused)) {
+		parts = append(parts, sb+": "+refused[sb])
+	}
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the API server refused the write that claims %d sandboxes for this ops (its label %s), so they are not upgraded by it and nothing of theirs was changed: "+
+		"fix the cause (an admission policy or webhook on sandboxes, the selector's RBAC), then `kubectl molt retry %s -n %s` once this ops has ended. %s",
+		len(refused), agentsv1alpha1.LabelUpdateOps, name, namespace, strings.Join(parts, "; ")))
+}
