@@ -123,6 +123,12 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		// runs the pod comes and goes, and each of its words would be one
 		// more status write.
 		st.Message = ""
+		if why, stuck := unschedulable(pod); stuck && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePod {
+			// Except one that holds for minutes, until the stage's deadline:
+			// a new pod the scheduler cannot place says so now, not then.
+			st.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("UpgradePod: the new pod %s cannot be scheduled: %s; the stage fails at its deadline unless a node fits it: check the patch's nodeSelector, affinity, tolerations and resources (`kubectl describe pod %s -n %s`)",
+				pod.Name, why, pod.Name, pod.Namespace))
+		}
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
 			st.Message = up.Message
 			_, direct := upgrade.DirectAttemptGeneration(upgrade.CurrentAttempt(sb))
@@ -177,6 +183,20 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// unschedulable says why the scheduler cannot place pod (its PodScheduled
+// condition, reason Unschedulable), and whether that is so.
+func unschedulable(pod *corev1.Pod) (string, bool) {
+	if pod == nil || pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+		return "", false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
+		}
+	}
+	return "", false
 }
 
 // podNotReadyMessage says what the sandbox's pod is doing: its phase, its

@@ -311,3 +311,30 @@ func TestUnclaimedFailureSaysHowToGoOn(t *testing.T) {
 		t.Errorf("direct upgrade: message %q, want the failure's", st.Message)
 	}
 }
+
+// A new pod the scheduler cannot place says so in the MESSAGE column while UpgradePod
+// waits (before, only at the stage's deadline, minutes later); a pod merely on its way
+// says nothing, and neither does one in another stage.
+func TestUnschedulableNewPodIsSaidAtOnce(t *testing.T) {
+	pending := testPod(false)
+	pending.Spec.NodeName = ""
+	pending.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}}}
+	st := desiredSandboxStatus(withUpgrade(testSandbox(), "UpgradePod", ""), pending)
+	for _, want := range []string{"UpgradePod: the new pod sb cannot be scheduled", "didn't match Pod's node affinity/selector", "nodeSelector"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("message %q lacks %q", st.Message, want)
+		}
+	}
+	if st.Phase != agentsv1alpha1.SandboxUpgrading {
+		t.Errorf("phase %s, want Upgrading", st.Phase)
+	}
+	onItsWay := pending.DeepCopy()
+	onItsWay.Status.Conditions = nil
+	if st := desiredSandboxStatus(withUpgrade(testSandbox(), "UpgradePod", ""), onItsWay); st.Message != "" {
+		t.Errorf("a pod on its way: message %q, want none", st.Message)
+	}
+	if st := desiredSandboxStatus(withUpgrade(testSandbox(), "PostUpgrade", ""), pending); st.Message != "" {
+		t.Errorf("in PostUpgrade: message %q, want none", st.Message)
+	}
+}
