@@ -342,6 +342,10 @@ func ActiveOps(list []*agentsv1alpha1.SandboxUpdateOps) *agentsv1alpha1.SandboxU
 	return active
 }
 
+// HoldsNamespace reports whether o may be the active ops of its namespace
+// (holdsNamespace).
+func HoldsNamespace(o *agentsv1alpha1.SandboxUpdateOps) bool { return holdsNamespace(o) }
+
 // holdsNamespace reports whether o may be the active ops of its namespace: not finished,
 // and not being deleted, or being deleted but still holding the selector's finalizer,
 // which it keeps until every sandbox it started has ended its attempt. A next ops that

@@ -43,6 +43,8 @@ type Selector struct {
 	// again then, as admission or quota may have changed while it was paused),
 	// and not checked again on every sync while paused.
 	pausedPassed sync.Map
+	// starts remembers the ops this process admits for in each namespace.
+	starts starts
 }
 
 // waitsForBudget is false only when the namespace's last sync left nothing
@@ -229,6 +231,11 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 	toAdmit := sel.ToAdmit()
 	s.waiting.Store(namespace, sel.NotStarted > len(toAdmit))
 	if len(toAdmit) == 0 {
+		return nil
+	}
+	if other := s.starts.take(ops, all); other != "" {
+		// Started here a moment ago, and the cache does not show it yet.
+		logger.Info("Skip: another ops of the namespace was started by this process first", "active", other)
 		return nil
 	}
 	if problem, err := s.checkPatch(ctx, ops, notStarted(sel)); err != nil || problem != "" {
