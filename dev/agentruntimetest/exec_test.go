@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
 
 	"molt.dev/dev/devruntime"
 	"molt.dev/pkg/agentruntime"
@@ -383,10 +385,27 @@ func TestExecConnectionReset(t *testing.T) {
 			if err != nil {
 				return
 			}
-			// Read the client's preface and request, then reset: SO_LINGER 0 makes Close send RST.
-			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-			buf := make([]byte, 4096)
-			_, _ = c.Read(buf)
+			// Speak HTTP/2 until the client's request (its HEADERS) is in, then
+			// reset: SO_LINGER 0 makes Close send RST. A reset before the
+			// connection is established would be "not reachable", a
+			// different case, so the test waits for the request.
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err == nil {
+				fr := http2.NewFramer(c, c)
+				_ = fr.WriteSettings()
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						break
+					}
+					if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+						_ = fr.WriteSettingsAck()
+					}
+					if _, ok := f.(*http2.HeadersFrame); ok {
+						break
+					}
+				}
+			}
 			_ = c.(*net.TCPConn).SetLinger(0)
 			c.Close()
 		}

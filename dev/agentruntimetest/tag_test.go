@@ -210,8 +210,9 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 // the kills sent to the tag.
 type cutRuntime struct {
 	processconnect.UnimplementedProcessHandler
-	cut   error
-	kills atomic.Int32
+	cut    error
+	silent bool // fails the Start at once, before any event: nothing started
+	kills  atomic.Int32
 }
 
 func (c *cutRuntime) Connect(context.Context, *connect.Request[processpb.ConnectRequest], *connect.ServerStream[processpb.ConnectResponse]) error {
@@ -219,6 +220,9 @@ func (c *cutRuntime) Connect(context.Context, *connect.Request[processpb.Connect
 }
 
 func (c *cutRuntime) Start(_ context.Context, _ *connect.Request[processpb.StartRequest], s *connect.ServerStream[processpb.StartResponse]) error {
+	if c.silent {
+		return c.cut
+	}
 	_ = s.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: 42}}}})
 	_ = s.Send(&processpb.StartResponse{Event: &processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: &processpb.ProcessEvent_DataEvent{
 		Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: []byte("writing the archive\n")}}}}})
@@ -236,19 +240,22 @@ func (c *cutRuntime) SendSignal(_ context.Context, req *connect.Request[processp
 // internal error, a stream closed without an end event) is killed: left running, it
 // would go on while its attempt is reported failed, and the resume would start the
 // command again beside it. A connection lost is left to the caller, which calls again
-// and follows the run.
+// and follows the run; a call refused before the run started kills nothing.
 func TestTaggedExecKillsARunItCannotFollow(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		cut      error
+		silent   bool
 		wantKill bool
 	}{
-		{"internal error", connect.NewError(connect.CodeInternal, errors.New("upstream stream reset")), true},
-		{"no end event", nil, true},
-		{"unavailable: the caller calls again and follows it", connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF), false},
+		{"internal error", connect.NewError(connect.CodeInternal, errors.New("upstream stream reset")), false, true},
+		{"no end event", nil, false, true},
+		// A gateway at runtime-url that answers 404 or 500 started nothing.
+		{"refused before it started", connect.NewError(connect.CodeUnimplemented, errors.New("404 page not found")), true, false},
+		{"unavailable: the caller calls again and follows it", connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := &cutRuntime{cut: tc.cut}
+			rt := &cutRuntime{cut: tc.cut, silent: tc.silent}
 			url := fakeServer(t, rt, nil)
 			res, err := agentruntime.Exec(context.Background(), agentruntime.ExecRequest{BaseURL: url, Command: bash("true"), Tag: "molt/a1/PreUpgrade", Timeout: 30 * time.Second})
 			if err == nil {

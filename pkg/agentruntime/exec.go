@@ -70,6 +70,9 @@ type Result struct {
 	// Reattached is true when the command was started by an earlier call
 	// with the same tag and this one only followed it to its end.
 	Reattached bool
+	// streamed is true, for a call that failed, when it received anything of
+	// the run first (a start, output, a keepalive): the command runs, or ran.
+	streamed bool
 }
 
 // The HTTP clients of all calls: HTTP/2 over plain TCP (h2c) for http://
@@ -110,9 +113,9 @@ func httpClient(baseURL string) *http.Client {
 // ended, and starts the command only when there is none: a caller that
 // died mid-command and calls again gets the first run's end instead of a
 // second run. A tagged command outlives the call, so Exec kills it when
-// req.Timeout passes, and whenever the call fails in a way no later call can
-// follow the run through (the stream cut with an internal error, closed
-// without an end event): a run nobody follows would go on while its
+// req.Timeout passes, and whenever the call fails, after the run started, in
+// a way no later call can follow it through (the stream cut with an internal
+// error, closed without an end event): a run nobody follows would go on while its
 // attempt is reported failed, and the attempt that resumes it would start
 // the command again beside it (two backups writing one archive). It is left
 // running when ctx ends first, when the connection was lost (the caller
@@ -142,19 +145,39 @@ func Exec(ctx context.Context, req ExecRequest) (Result, error) {
 	if !errors.As(err, &known) {
 		err = classify(ctx, callCtx, err, req.BaseURL, req.Timeout)
 	}
-	if req.Tag != "" && ctx.Err() == nil && !followable(err) {
-		killCtx, cancelKill := context.WithTimeout(ctx, killWait)
-		defer cancelKill()
-		kill := connect.NewRequest(&processpb.SendSignalRequest{
-			Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: req.Tag}},
-			Signal:  processpb.Signal_SIGNAL_SIGKILL,
-		})
-		authorize(kill.Header(), req.AccessToken)
-		if _, kerr := client.SendSignal(killCtx, kill); kerr != nil && connect.CodeOf(kerr) != connect.CodeNotFound && connect.CodeOf(kerr) != connect.CodeFailedPrecondition {
+	// A timeout kills the run whatever this call saw of it (a silent command
+	// sends nothing); another failure only a run this call saw start.
+	if req.Tag != "" && ctx.Err() == nil && (errors.Is(err, ErrTimeout) || (res.streamed && !followable(err))) {
+		if kerr := kill(ctx, client, req); kerr != nil {
 			return partial, fmt.Errorf("%w; killing it failed, it may still run: %v", err, kerr)
 		}
 	}
 	return partial, err
+}
+
+// Kill ends the run tagged req.Tag at the agent-runtime at req.BaseURL
+// (SIGKILL), within killWait; nil when it is ended or there is none. A caller
+// that gives up following a run (its connection lost again and again) ends
+// it this way, so that it does not go on beside the attempt that resumes it.
+func Kill(ctx context.Context, req ExecRequest) error {
+	if req.Tag == "" {
+		return errors.New("kill: no tag")
+	}
+	return kill(ctx, processconnect.NewProcessClient(httpClient(req.BaseURL), req.BaseURL, connect.WithGRPC()), req)
+}
+
+func kill(ctx context.Context, client processconnect.ProcessClient, req ExecRequest) error {
+	killCtx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	call := connect.NewRequest(&processpb.SendSignalRequest{
+		Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Tag{Tag: req.Tag}},
+		Signal:  processpb.Signal_SIGNAL_SIGKILL,
+	})
+	authorize(call.Header(), req.AccessToken)
+	if _, err := client.SendSignal(killCtx, call); err != nil && connect.CodeOf(err) != connect.CodeNotFound && connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		return err
+	}
+	return nil
 }
 
 // followable reports whether a tagged run that Exec failed on is left running: a
@@ -228,7 +251,9 @@ func collect[T any, PT interface {
 }](stream *connect.ServerStreamForClient[T], req ExecRequest) (Result, error) {
 	defer stream.Close()
 	stdout, stderr := newTail(OutputTail), newTail(OutputTail)
+	streamed := false
 	for stream.Receive() {
+		streamed = true
 		ev := PT(stream.Msg()).GetEvent()
 		switch {
 		case ev.GetData() != nil:
@@ -255,7 +280,7 @@ func collect[T any, PT interface {
 	}
 	// No end event: what the command printed until then goes back with the
 	// error (ErrorMessageWithOutput).
-	partial := Result{Stdout: stdout.String(), Stderr: stderr.String()}
+	partial := Result{Stdout: stdout.String(), Stderr: stderr.String(), streamed: streamed}
 	if err := stream.Err(); err != nil {
 		return partial, err
 	}

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -126,7 +127,9 @@ func CheckpointSandboxLabel(name string) string {
 
 // ChangedImages lists the containers and init containers whose image tpl
 // changes from what pod runs, as "container <name>: <old> → <new>"; a
-// container only one of them has is not a change of image. A CheckpointRestore
+// container only one of them has is not a change of image, nor is the same
+// image written another way (SameImage: a policy engine that pins the pod's
+// images to digests, or spells out docker.io/library, changes nothing). A CheckpointRestore
 // cannot restore a checkpoint onto a new image: an ops's patch that sets one is
 // refused at apply (CEL), a direct attempt's template by the patcher with this.
 func ChangedImages(pod *corev1.Pod, tpl *corev1.PodTemplateSpec) []string {
@@ -144,11 +147,61 @@ func ChangedImages(pod *corev1.Pod, tpl *corev1.PodTemplateSpec) []string {
 	} {
 		for _, want := range kind.templated {
 			for _, have := range kind.running {
-				if have.Name == want.Name && have.Image != want.Image {
+				if have.Name == want.Name && !SameImage(have.Image, want.Image) {
 					out = append(out, kind.name+" "+want.Name+": "+have.Image+" → "+want.Image)
 				}
 			}
 		}
 	}
 	return out
+}
+
+// SameImage reports whether two image references name the same image as far
+// as a pod spec can tell: the same repository, once the Docker Hub defaults are
+// spelled out (docker.io, library/, the latest tag), and the same tag when both
+// have one, else the same digest when both have one. A reference pinned to a
+// digest by an admission policy ("app:v1" → "app:v1@sha256:…") is the same
+// image; one with only a digest, against one with only a tag, cannot be
+// compared and is taken for the same (the check is there to stop a restore
+// onto a new image the user wrote, not to second-guess the cluster's
+// rewrites).
+func SameImage(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, ta, da := splitImage(a)
+	rb, tb, db := splitImage(b)
+	switch {
+	case ra != rb:
+		return false
+	case ta != "" && tb != "":
+		return ta == tb
+	case da != "" && db != "":
+		return da == db
+	case ta == "" && da == "" || tb == "" && db == "":
+		// No tag and no digest means the latest tag.
+		return cmp.Or(ta, "latest") == cmp.Or(tb, "latest")
+	default:
+		return true
+	}
+}
+
+// splitImage splits an image reference into its repository (with the Docker
+// Hub defaults spelled out), tag and digest.
+func splitImage(ref string) (repo, tag, digest string) {
+	ref, digest, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref, tag = ref[:i], ref[i+1:]
+	}
+	first, rest, hasSlash := strings.Cut(ref, "/")
+	if !hasSlash || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		// No registry host: Docker Hub, whose one-part names are library/.
+		if !hasSlash {
+			ref = "library/" + ref
+		}
+		ref = "docker.io/" + ref
+	} else if first == "index.docker.io" {
+		ref = "docker.io/" + rest
+	}
+	return ref, tag, digest
 }

@@ -65,3 +65,29 @@ func TestCheckpointNameKeepsLongNamesApart(t *testing.T) {
 		}
 	}
 }
+
+// The same image written another way is not a change of image; another tag,
+// repository or registry is.
+func TestSameImage(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"nginx", "docker.io/library/nginx:latest", true},
+		{"nginx:1.25", "index.docker.io/library/nginx:1.25", true},
+		{"my-registry/sandbox-image:v1", "docker.io/my-registry/sandbox-image:v1", true},
+		{"ghcr.io/openclaw/openclaw:v1", "ghcr.io/openclaw/openclaw:v1@sha256:0123abcd", true},
+		{"registry.example:5000/app:v1", "registry.example:5000/app:v1", true},
+		{"app@sha256:aaaa", "app:v1", true}, // cannot tell: not refused
+		{"nginx:1.25", "nginx:1.26", false},
+		{"nginx", "nginx:1.26", false},
+		{"my-registry/sandbox-image:v1", "other-registry/sandbox-image:v1", false},
+		{"ghcr.io/a/app:v1", "quay.io/a/app:v1", false},
+		{"app@sha256:aaaa", "app@sha256:bbbb", false},
+		{"registry.example:5000/app:v1", "registry.example:5000/app:v2", false},
+	} {
+		if got := SameImage(tc.a, tc.b); got != tc.same {
+			t.Errorf("SameImage(%q, %q) = %t, want %t", tc.a, tc.b, got, tc.same)
+		}
+	}
+}

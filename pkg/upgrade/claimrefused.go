@@ -21,9 +21,15 @@ import (
 // not copy it: the retry tries them again.
 const AnnotationClaimRefused = "molt.dev/claim-refused"
 
-// maxClaimRefused bounds the sandboxes AnnotationClaimRefused names: a
-// policy refusing every sandbox is said by the first few.
-const maxClaimRefused = 20
+// maxClaimRefused bounds the sandboxes AnnotationClaimRefused names (so that
+// a policy refusing a whole fleet keeps the annotation well under the
+// object's size limit); the server's words are kept for the first
+// maxClaimRefusedWords, the others hold claimRefusedElided.
+const (
+	maxClaimRefused      = 1000
+	maxClaimRefusedWords = 20
+	claimRefusedElided   = "…"
+)
 
 // ClaimRefused reads AnnotationClaimRefused (nil without one, or unreadable).
 func ClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps) map[string]string {
@@ -39,10 +45,10 @@ func ClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps) map[string]string {
 }
 
 // WithClaimRefused returns AnnotationClaimRefused's value with refused added
-// to what ops holds, and whether it adds anything. Past maxClaimRefused
-// names the rest are left out (ToAdmit then tries them, and the next
-// refusals are written once there is room: never, so they are tried at each
-// sync; a policy refusing more than that many is said by the first).
+// to what ops holds, and whether it adds anything. Every refused sandbox is
+// named (Selection.Stuck needs them all), its words past the first
+// maxClaimRefusedWords left out; past maxClaimRefused names the rest are
+// not recorded (they are tried again at each sync, and refused again).
 func WithClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps, refused map[string]string) (string, bool) {
 	m := ClaimRefused(ops)
 	if m == nil {
@@ -54,6 +60,9 @@ func WithClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps, refused map[string]s
 			continue
 		}
 		m[name] = refused[name]
+		if len(m) > maxClaimRefusedWords {
+			m[name] = claimRefusedElided
+		}
 		added = true
 	}
 	raw, _ := json.Marshal(m)
@@ -63,9 +72,20 @@ func WithClaimRefused(ops *agentsv1alpha1.SandboxUpdateOps, refused map[string]s
 // ClaimRefusedNote says which sandboxes the API server refused to let ops
 // claim, and what to do: for the ClaimRefused condition.
 func ClaimRefusedNote(namespace, name string, refused map[string]string) string {
-	var parts []string
+	var parts, more []string
 	for _, sb := range slices.Sorted(maps.Keys(refused)) {
+		if refused[sb] == claimRefusedElided {
+			more = append(more, sb)
+			continue
+		}
 		parts = append(parts, sb+": "+refused[sb])
+	}
+	if len(more) > 0 {
+		named := strings.Join(more[:min(len(more), 10)], ", ")
+		if len(more) > 10 {
+			named += ", …"
+		}
+		parts = append(parts, fmt.Sprintf("and %d more (%s)", len(more), named))
 	}
 	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the API server refused the write that claims %d sandboxes for this ops (its label %s), so they are not upgraded by it and nothing of theirs was changed: "+
 		"fix the cause (an admission policy or webhook on sandboxes, the selector's RBAC), then `kubectl molt retry %s -n %s` once this ops has ended. %s",

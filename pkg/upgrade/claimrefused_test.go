@@ -56,18 +56,45 @@ func TestRefusedClaimsAreCountedNotAdmitted(t *testing.T) {
 	}
 }
 
-// The annotation names at most maxClaimRefused sandboxes; the note names them with the
-// server's words and says what to do.
+// The annotation names every refused sandbox, with the server's words for the first
+// maxClaimRefusedWords; the note names them with the words, counts the rest, and says
+// what to do.
 func TestClaimRefusedIsBounded(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
 	many := map[string]string{}
-	for i := range maxClaimRefused + 5 {
+	for i := range maxClaimRefusedWords + 5 {
 		many[fmt.Sprintf("sbx-%02d", i)] = "denied"
 	}
 	value, _ := WithClaimRefused(ops, many)
 	ops.Annotations = map[string]string{AnnotationClaimRefused: value}
-	if got := ClaimRefused(ops); len(got) != maxClaimRefused {
-		t.Errorf("annotation names %d, want %d", len(got), maxClaimRefused)
+	got := ClaimRefused(ops)
+	words := 0
+	for _, w := range got {
+		if w != claimRefusedElided {
+			words++
+		}
+	}
+	if len(got) != len(many) || words != maxClaimRefusedWords {
+		t.Errorf("annotation names %d with %d words, want all %d, the words of %d", len(got), words, len(many), maxClaimRefusedWords)
+	}
+	// Every one of them counts as refused, so an ops left with only them is stuck.
+	sandboxes := []*agentsv1alpha1.Sandbox{}
+	for name := range many {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		sandboxes = append(sandboxes, sb)
+	}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	sel, err := Select(ops, sandboxes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Refused != len(many) || !sel.Stuck() || len(sel.ToAdmit()) != 0 {
+		t.Errorf("refused %d, stuck %t, admits %d; want all %d refused, stuck, none admitted", sel.Refused, sel.Stuck(), len(sel.ToAdmit()), len(many))
+	}
+	if note := ClaimRefusedNote("ns", "up", got); !strings.Contains(note, "and 5 more") {
+		t.Errorf("note %q does not count the sandboxes past the words", note)
 	}
 	note := ClaimRefusedNote("ns", "up", map[string]string{"sbx-1": "frozen"})
 	for _, want := range []string{"refused the write that claims 1 sandboxes", "sbx-1: frozen", "kubectl molt retry up -n ns"} {

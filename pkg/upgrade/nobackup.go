@@ -32,7 +32,7 @@ func PausedForNoBackup(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
 // names) means to a user reading the ops's condition: why
 // molt paused it, and the ways on.
 func NoBackupNote(namespace, name, v string) string {
-	return fmt.Sprintf("molt paused this ops before its first sandbox: it has no preUpgrade, and would give sandboxes a new pod with no backup of their workspace taken first (nor a restore of the one their last upgrade took), so their workspace would be lost. "+
+	return fmt.Sprintf("molt paused this ops before its first sandbox: it has no preUpgrade, and would give sandboxes a new pod with no backup of their workspace taken first, so their workspace would be lost: a restore finds nothing, or the backup an earlier upgrade took if that upgrade's postUpgrade kept it (work since then is lost). "+
 		"If those workspaces may go, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}'); "+
 		"to finish only the failed sandboxes, delete it and create it again with agents.kruise.io/upgrade-failed: \"true\" added to spec.selector.matchLabels; "+
 		"to keep them, create it with the hooks that back up and restore them. The sandboxes: %s",

@@ -562,7 +562,7 @@ func TestPluginRetry(t *testing.T) {
 		t.Errorf("workspace after the retry = %q", got)
 	}
 	_, errOut, code = molt(t, "", "retry", "rt-retry", "-n", ns)
-	if code != 2 || !strings.Contains(errOut, "is Completed, not Failed") {
+	if code != 2 || !strings.Contains(errOut, "is Completed: every sandbox it selected was updated, so there is nothing to retry") {
 		t.Errorf("retry of a Completed ops: exit %d, %s", code, errOut)
 	}
 }

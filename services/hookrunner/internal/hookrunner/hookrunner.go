@@ -28,6 +28,9 @@ type HookRunner struct {
 	agents    versioned.Interface
 	publisher *events.Publisher
 	exec      func(context.Context, agentruntime.ExecRequest) (agentruntime.Result, error)
+	// killRun ends a tagged run the hookrunner gives up following
+	// (agentruntime.Kill).
+	killRun func(context.Context, agentruntime.ExecRequest) error
 	// reachWait is how long an unreachable runtime is retried before the
 	// hook fails (a new pod's runtime may start a moment after Ready).
 	reachWait time.Duration
@@ -375,9 +378,13 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 			deadline = time.Now().Add(h.reachWait)
 			klog.FromContext(ctx).Info("Agent-runtime reset the connection; calling again to follow the hook's run", "tag", req.Tag, "resets", resets, "err", err)
 		case err != nil && resets > 0 && !errors.Is(err, agentruntime.ErrTimeout) && (!errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline)):
-			// Given up on after the run may have started: it was not ended
-			// (only a timeout kills it), so say so.
-			return res, fmt.Errorf("%w (after %d connection resets; the hook had started and may still be running in the sandbox: check it before a new SandboxUpdateOps runs it again)", err, resets)
+			// Given up on after the run may have started: it is ended, so it
+			// does not go on beside the attempt that resumes this one; when
+			// that cannot be done either, the message says so.
+			if kerr := h.kill(ctx, req); kerr != nil {
+				return res, fmt.Errorf("%w (after %d connection resets; the hook had started and may still be running in the sandbox, as killing it failed too: %v; check it before a new SandboxUpdateOps runs it again)", err, resets, kerr)
+			}
+			return res, fmt.Errorf("%w (after %d connection resets; the hook's run was killed)", err, resets)
 		case !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline):
 			return res, err
 		}
@@ -387,6 +394,14 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// kill ends the run of req's tag (killRun); an error when it cannot.
+func (h *HookRunner) kill(ctx context.Context, req agentruntime.ExecRequest) error {
+	if h.killRun == nil {
+		return errors.New("no way to kill it")
+	}
+	return h.killRun(ctx, req)
 }
 
 // podGone says how pod went away ("" while it is still there and not being

@@ -30,18 +30,26 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		errs      []error // the calls' errors in order; past the end, the call succeeds
+		killErr   error   // what killing the run given up on answers
 		wantCalls int
+		wantKill  bool
 		wantErr   error
+		wantSays  string
 	}{
 		{name: "one reset, then the run's end", errs: []error{errReset}, wantCalls: 2},
 		{name: "resets up to the bound", errs: []error{errReset, errReset, errReset}, wantCalls: maxResets + 1},
-		{name: "one reset too many", errs: []error{errReset, errReset, errReset, errReset}, wantCalls: maxResets + 1, wantErr: agentruntime.ErrConnectionLost},
+		// Given up on, the run is killed: it must not go on beside the resume.
+		{name: "one reset too many", errs: []error{errReset, errReset, errReset, errReset}, wantCalls: maxResets + 1, wantKill: true,
+			wantErr: agentruntime.ErrConnectionLost, wantSays: "the hook's run was killed"},
+		{name: "one reset too many, and the kill fails", errs: []error{errReset, errReset, errReset, errReset}, killErr: errReset, wantCalls: maxResets + 1, wantKill: true,
+			wantErr: agentruntime.ErrConnectionLost, wantSays: "may still be running"},
 		{name: "a timeout is not retried", errs: []error{agentruntime.ErrTimeout}, wantCalls: 1, wantErr: agentruntime.ErrTimeout},
 		{name: "unauthenticated is not retried", errs: []error{agentruntime.ErrUnauthenticated}, wantCalls: 1, wantErr: agentruntime.ErrUnauthenticated},
 		{name: "a reset, then a moment unreachable: still followed", errs: []error{errReset, agentruntime.ErrUnreachable}, wantCalls: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var tags []string
+			killed := false
 			// reachWait far beyond run's 500ms pause between calls, which a loaded
 			// machine can stretch: the unreachable case is followed because it comes
 			// within the wait, whatever the scheduler does; no case waits it out.
@@ -51,8 +59,14 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 					return agentruntime.Result{}, tc.errs[i]
 				}
 				return ok, nil
+			}, killRun: func(_ context.Context, req agentruntime.ExecRequest) error {
+				killed = req.Tag == tag
+				return tc.killErr
 			}}
 			res, err := h.run(context.Background(), sb, pod, hook, tag)
+			if killed != tc.wantKill {
+				t.Errorf("killed %t, want %t", killed, tc.wantKill)
+			}
 			if len(tags) != tc.wantCalls {
 				t.Errorf("calls = %d, want %d", len(tags), tc.wantCalls)
 			}
@@ -66,8 +80,8 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 				t.Errorf("run = %+v, %v; want the run's success", res, err)
 			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
 				t.Errorf("run error = %v, want %v", err, tc.wantErr)
-			case errors.Is(tc.wantErr, agentruntime.ErrConnectionLost) && !strings.Contains(err.Error(), "may still be running"):
-				t.Errorf("run error = %v, want it to say the hook may still run", err)
+			case tc.wantSays != "" && !strings.Contains(err.Error(), tc.wantSays):
+				t.Errorf("run error = %v, want it to say %q", err, tc.wantSays)
 			}
 		})
 	}

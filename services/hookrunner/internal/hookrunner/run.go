@@ -16,7 +16,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	return service.Run(ctx, cfg.Options, func(ctx context.Context, rt *service.Runtime) error {
-		h := &HookRunner{kube: rt.Kube, agents: rt.Agents, exec: agentruntime.Exec, reachWait: cfg.ReachWait}
+		h := &HookRunner{kube: rt.Kube, agents: rt.Agents, exec: agentruntime.Exec, killRun: agentruntime.Kill, reachWait: cfg.ReachWait}
 		pre, err := rt.OpenEvents(ctx, events.ConsumerHookRunner, events.ConsumerConfig{})
 		if err != nil {
 			return err

@@ -156,14 +156,18 @@ func TestCheckpointsAreKeptAfterAFailureAndDeletedAfterSuccess(t *testing.T) {
 // was never the workspace.
 func TestResumedAttemptRestoresTheFailedAttemptsCheckpoint(t *testing.T) {
 	startPodcycler(t)
-	r := startUpgrade(t, "sbx-ckpt-resume", func(s *corev1.PodSpec) { s.Containers[0].Image = "registry.example/sandbox:crash" })
+	// A sidecar that crashes (a CheckpointRestore cannot change the image of a
+	// container the pod runs, but may add one).
+	r := startUpgrade(t, "sbx-ckpt-resume", func(s *corev1.PodSpec) {
+		s.Containers = append(s.Containers, corev1.Container{Name: "sidecar", Image: "registry.example/sidecar:crash"})
+	})
 	updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { markCheckpointRestore(s, testAttempt) })
 	setUpgradeStatus(t, r.ns, r.name, testAttempt, agentsv1alpha1.UpgradingReasonCheckpointing)
 	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
 	r.publishPreHookDone(t)
 
 	ev := next(t, failed, "failed", 60*time.Second)
-	assertUpgradePodFailed(t, ev, "container main: CrashLoopBackOff - ")
+	assertUpgradePodFailed(t, ev, "container sidecar: CrashLoopBackOff - ")
 	cpA := waitCheckpoint(t, r.ns, upgrade.CheckpointName(r.name, testAttempt))
 	podA, err := testenv.Get(t).Kube.CoreV1().Pods(r.ns).Get(context.Background(), r.name, metav1.GetOptions{})
 	if err != nil {
@@ -194,7 +198,7 @@ func TestResumedAttemptRestoresTheFailedAttemptsCheckpoint(t *testing.T) {
 	sb := updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) {
 		markCheckpointRestore(s, attemptB)
 		s.Annotations[upgrade.AnnotationResumes] = upgrade.ResumesValue(attemptB, testAttempt, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
-		s.Spec.Template.Spec.Containers[0].Image = "registry.example/sandbox:v1"
+		s.Spec.Template.Spec.Containers = s.Spec.Template.Spec.Containers[:1]
 	})
 	target, err := upgrade.Revision(sb.Spec.Template)
 	if err != nil {

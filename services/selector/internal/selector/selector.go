@@ -229,7 +229,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return err
 	}
 	toAdmit := sel.ToAdmit()
-	s.waiting.Store(namespace, sel.NotStarted > len(toAdmit))
+	s.waiting.Store(namespace, sel.NotStarted-sel.Refused > len(toAdmit)) // refused claims never start
 	if len(toAdmit) == 0 {
 		return nil
 	}

@@ -129,7 +129,8 @@ func (r shardedRecorder) AnnotatedEventf(object runtime.Object, annotations map[
 	r.of(object).AnnotatedEventf(object, annotations, eventtype, reason, messageFmt, args...)
 }
 
-// opsPhaseEvent is the Event type and reason announcing an ops' new phase.
+// opsPhaseEvent is the Event type and reason announcing an ops' new phase;
+// none ("") for Pending before the first sandbox starts.
 func opsPhaseEvent(st agentsv1alpha1.SandboxUpdateOpsStatus) (eventType, reason string) {
 	switch st.Phase {
 	case agentsv1alpha1.SandboxUpdateOpsUpdating:
@@ -150,5 +151,8 @@ func opsPhaseEvent(st agentsv1alpha1.SandboxUpdateOpsStatus) (eventType, reason 
 			return corev1.EventTypeWarning, EventOpsInvalid
 		}
 	}
-	return corev1.EventTypeNormal, EventOpsWaiting
+	if meta.IsStatusConditionTrue(st.Conditions, agentsv1alpha1.ConditionWaitingForNamespace) {
+		return corev1.EventTypeNormal, EventOpsWaiting
+	}
+	return "", "" // Pending before its first sandbox: OpsUpdating says when it starts
 }

@@ -126,8 +126,9 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		"updated", want.UpdatedReplicas, "updating", want.UpdatingReplicas, "failed", want.FailedReplicas)
 	s.metrics.setOps(written, want)
 	if announced(ops.Status) != announced(want) {
-		eventType, reason := opsPhaseEvent(want)
-		s.recorder.Event(written, eventType, reason, opsMessage(want))
+		if eventType, reason := opsPhaseEvent(want); reason != "" {
+			s.recorder.Event(written, eventType, reason, opsMessage(want))
+		}
 	}
 	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == ProgressingReasonMisspeltContainer || c.Reason == ProgressingReasonNoBackup) {
 		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); was == nil || was.Reason != c.Reason {

@@ -235,6 +235,14 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		progressing.Reason = ProgressingReasonClaimRefused
 		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d failed; the %d not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why), and nothing is upgrading, so this ops is final: fix the cause, then `kubectl molt retry %s -n %s`",
 			sel.Updated, sel.Total(), sel.Failed, sel.NotStarted, ops.Name, ops.Namespace)
+		if sel.Failed > 0 {
+			// The failures are said as any failed ops says them (the names,
+			// what to do, an image that cannot be pulled).
+			msg := failureMessage(ops, sel)
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the %d sandboxes not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why); ", sel.NotStarted) + msg)
+			setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
+				Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
+		}
 	default:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
 		if sel.Updated+sel.Updating+sel.Failed+departed == 0 && ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating {
@@ -303,7 +311,7 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 	}
 	list := namedList(names)
 	setCondition(&st.Conditions, metav1.Condition{Type: ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
-		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken (not by this ops, not by their last upgrade), and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or an older one. "+
+		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken by this ops, and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or the one an earlier upgrade took if its postUpgrade kept it (work since then is lost). "+
 			"molt pauses the ops before its first sandbox for this (Progressing reason NoBackup), once: if that is not meant, delete it (kubectl delete suo %s -n %s) and create one with the preUpgrade that takes the backup, "+
 			"or one that selects only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\" in spec.selector.matchLabels)",
 			len(names), list, ops.Name, ops.Namespace))})

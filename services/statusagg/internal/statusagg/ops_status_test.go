@@ -335,6 +335,7 @@ func TestOpsWithOnlyRefusedClaimsLeftFails(t *testing.T) {
 	}{
 		{"another still upgrading", []upgrade.State{upgrade.Updating, upgrade.NotStarted}, agentsv1alpha1.SandboxUpdateOpsUpdating},
 		{"only the refused one left", []upgrade.State{upgrade.Updated, upgrade.NotStarted}, agentsv1alpha1.SandboxUpdateOpsFailed},
+		{"a failure, budget left, and the refused one", []upgrade.State{upgrade.Failed, upgrade.NotStarted}, agentsv1alpha1.SandboxUpdateOpsFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel := selection(2, tc.states...)
@@ -351,6 +352,22 @@ func TestOpsWithOnlyRefusedClaimsLeftFails(t *testing.T) {
 				(p == nil || p.Reason != ProgressingReasonClaimRefused || !strings.Contains(p.Message, "kubectl molt retry up -n ns")) {
 				t.Fatalf("Progressing = %+v, want ClaimRefused with the retry", p)
 			}
+			if budget := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionFailureBudgetExhausted); (tc.states[0] == upgrade.Failed) != (budget != nil && strings.Contains(budget.Message, "sb-00")) {
+				t.Fatalf("FailureBudgetExhausted = %+v; want it, naming the failed sb-00, exactly when one failed", budget)
+			}
 		})
+	}
+}
+
+// An ops Pending before its first sandbox is not announced as waiting for the
+// namespace: only one that waits for another ops is (OpsWaiting).
+func TestPendingIsAnnouncedOnlyWhenItWaits(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: "ns"}}
+	first := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: "ns"}}
+	if _, reason := opsPhaseEvent(desiredOpsStatus(ops, ops, selection(1, upgrade.NotStarted), nil)); reason != "" {
+		t.Errorf("Pending before its first sandbox announced as %q, want no Event", reason)
+	}
+	if _, reason := opsPhaseEvent(desiredOpsStatus(ops, first, selection(1, upgrade.NotStarted), nil)); reason != EventOpsWaiting {
+		t.Errorf("Pending behind another ops announced as %q, want %s", reason, EventOpsWaiting)
 	}
 }
