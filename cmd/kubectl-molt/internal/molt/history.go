@@ -60,6 +60,7 @@ func envOr(key, def string) string {
 // default _INBOX.> (deploy/nats/auth.conf), so the default inbox is kept.
 func (o natsOptions) connect() (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("kubectl-molt"), nats.Timeout(5 * time.Second)}
+	noPassword := false
 	switch {
 	case o.creds != "":
 		opts = append(opts, nats.UserCredentials(o.creds))
@@ -71,6 +72,7 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 		if pw != "" {
 			opts = append(opts, nats.UserInfo(o.user, pw))
 		}
+		noPassword = pw == ""
 	}
 	if err := o.tls().Validate(); err != nil {
 		return nil, err
@@ -83,6 +85,9 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 	if err != nil {
 		hint := "is molt's NATS running there? (flag --nats-url)"
 		switch {
+		case (errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization")) && noPassword:
+			hint = fmt.Sprintf("NATS refused the login, and no password was sent: none of --nats-password-file, $NATS_PASSWORD, or %s in the current directory (the local stack's, read from the repository's root) gave one; pass one of them, or --nats-creds",
+				filepath.Join(".molt", "nats-auth", o.user+".password"))
 		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
 			hint = "NATS refused the login: check --nats-user and --nats-password-file (or --nats-creds)"
 		case service.IsTLSError(err):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -164,6 +165,10 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	fmt.Fprintf(w, "  strategy %s, maxUnavailable %d, %d sandboxes selected\n", strategy, sel.MaxUnavailable, sel.Total())
 	if active := upgrade.ActiveOps(append(all, ops)); active != nil && active.Name != ops.Name {
 		fmt.Fprintf(w, "  it would wait in Pending until SandboxUpdateOps %s ends: one ops is active per namespace\n", active.Name)
+	}
+	if nulls := patchNulls(ops.Spec.Patch.Raw); len(nulls) > 0 {
+		fmt.Fprintf(w, "  warning: spec.patch removes %s with null: client-side `kubectl apply` drops null values, so the ops it stores would not remove them (this plan shows the removal); create it with `kubectl create -f %s` or `kubectl apply --server-side -f %s`, which keep them\n",
+			strings.Join(nulls, ", "), manifestName(o.file), manifestName(o.file))
 	}
 	if problem, err := patchProblem(ctx, kube, ops, sel); err != nil {
 		return err
@@ -374,5 +379,43 @@ func resumeNote(reason string) string {
 	if at == agentsv1alpha1.UpgradingReasonPreUpgrade {
 		return fmt.Sprintf("resumes the failed attempt (%s) from PreUpgrade; its pod was never replaced, and is kept (under Recreate) if it already runs the patched template", reason)
 	}
+	if at == agentsv1alpha1.UpgradingReasonPostUpgrade {
+		// ResumeAt: PostUpgrade only on a Ready pod that already runs the
+		// patched template (and holds its checkpoint, under CheckpointRestore).
+		return fmt.Sprintf("resumes the failed attempt (%s) from PostUpgrade if its pod already runs the patched template, else from UpgradePod (the pod is rebuilt, the backup kept; from PreUpgrade if its original pod is still there)", reason)
+	}
 	return fmt.Sprintf("resumes the failed attempt (%s) from %s (from PreUpgrade if its original pod is still there)", reason, at)
+}
+
+// patchNulls lists the fields a patch sets to null (a Strategic Merge Patch's
+// way to remove them), by path, "spec.containers" aside (molt drops that one,
+// as an empty PodSpec serialises to it).
+func patchNulls(raw []byte) []string {
+	var doc any
+	if json.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(t)) {
+				p := strings.TrimPrefix(path+"."+k, ".")
+				if t[k] == nil {
+					if p != "spec.containers" {
+						out = append(out, p)
+					}
+					continue
+				}
+				walk(p, t[k])
+			}
+		case []any:
+			for i, e := range t {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	walk("", doc)
+	return out
 }

@@ -81,8 +81,9 @@ type InFlight struct {
 	Name       string  `json:"name"`
 	Stage      string  `json:"stage"`
 	AgeSeconds float64 `json:"ageSeconds"`
-	// WaitingFor says what the new pod of one in UpgradePod waits for (not
-	// scheduled, a container waiting), read from the pod (withPodWaits).
+	// WaitingFor says what the new pod of one in UpgradePod (or the pod
+	// waking a paused one, in Resuming) waits for (not scheduled, a container
+	// waiting), read from the pod (withPodWaits).
 	WaitingFor string `json:"waitingFor,omitempty"`
 }
 
@@ -91,13 +92,13 @@ type InFlight struct {
 const podWaitAfter = 10 * time.Second
 
 // withPodWaits fills WaitingFor of the sandboxes shown in flight that have
-// been in UpgradePod for podWaitAfter or more, from their pod as getPod
+// been in UpgradePod or Resuming for podWaitAfter or more, from their pod as getPod
 // reads it: the reason only shows on the sandbox at the stage's deadline. A
 // pod that cannot be read is left out.
 func withPodWaits(ctx context.Context, s *Summary, getPod func(ctx context.Context, name string) (*corev1.Pod, error)) {
 	for i := range s.InFlight {
 		f := &s.InFlight[i]
-		if f.Stage != agentsv1alpha1.UpgradingReasonUpgradePod || f.AgeSeconds < podWaitAfter.Seconds() {
+		if (f.Stage != agentsv1alpha1.UpgradingReasonUpgradePod && f.Stage != agentsv1alpha1.UpgradingReasonResuming) || f.AgeSeconds < podWaitAfter.Seconds() {
 			continue
 		}
 		if pod, err := getPod(ctx, f.Name); err == nil && pod.DeletionTimestamp == nil && !upgrade.PodReady(pod) {

@@ -330,3 +330,15 @@ func TestRetryOpsKeepsTheResumedMisspelling(t *testing.T) {
 		t.Errorf("retry ops carries %s: it was never paused", upgrade.AnnotationMisspeltPausedAt)
 	}
 }
+
+// plan names each field a patch removes with null (client-side kubectl apply would
+// drop them), but not the spec.containers: null an empty PodSpec serialises to.
+func TestPatchNulls(t *testing.T) {
+	got := patchNulls([]byte(`{"spec":{"containers":null,"nodeSelector":{"disktype":null,"zone":"a"},"volumes":[{"name":"x","emptyDir":null}]}}`))
+	if want := []string{"spec.nodeSelector.disktype", "spec.volumes[0].emptyDir"}; !slices.Equal(got, want) {
+		t.Errorf("patchNulls = %v, want %v", got, want)
+	}
+	if got := patchNulls([]byte(`{"spec":{"containers":[{"name":"a","image":"b"}]}}`)); len(got) != 0 {
+		t.Errorf("patchNulls of a patch without nulls = %v", got)
+	}
+}

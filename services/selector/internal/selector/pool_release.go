@@ -44,6 +44,45 @@ func (p *pool) releaseClaimed(ctx context.Context, set *agentsv1alpha1.SandboxSe
 			return err
 		}
 	}
+	return p.labelReleased(ctx, set)
+}
+
+// labelReleased finishes a claim made the other way round: a sandbox of the
+// set's pool (labelled sandbox-pool=<set>, sandbox-claimed=false) whose owner
+// reference to the set was removed is no member any more (the pool no longer
+// counts or replaces it), so it is labelled sandbox-claimed=true, as the
+// CLAIMED column and the set's status.selector then say. One merge patch
+// against the resourceVersion read: a sandbox changed meanwhile is looked at
+// again shortly.
+func (p *pool) labelReleased(ctx context.Context, set *agentsv1alpha1.SandboxSet) error {
+	unclaimed, err := p.sandboxes.Sandboxes(set.Namespace).List(labels.SelectorFromSet(labels.Set{
+		agentsv1alpha1.LabelSandboxPool: set.Name, agentsv1alpha1.LabelSandboxClaimed: "false"}))
+	if err != nil {
+		return fmt.Errorf("list the pool sandboxes of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	for _, sb := range unclaimed {
+		if ownerIndex(sb, set.UID) >= 0 || sb.DeletionTimestamp != nil || metav1.GetControllerOf(sb) != nil {
+			continue
+		}
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": sb.ResourceVersion,
+			"labels":          map[string]string{agentsv1alpha1.LabelSandboxClaimed: "true"},
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case apierrors.IsConflict(err):
+			p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
+			continue
+		case err != nil:
+			return fmt.Errorf("label sandbox %s/%s claimed (its owner reference to SandboxSet %s was removed): %w", sb.Namespace, sb.Name, set.Name, err)
+		}
+		klog.FromContext(ctx).Info("Labelled claimed a sandbox whose owner reference to its SandboxSet was removed", "sandbox", klog.KObj(sb), "uid", sb.UID)
+	}
 	return nil
 }
 

@@ -122,3 +122,46 @@ func TestPoolReleasesALabelClaimedMember(t *testing.T) {
 		t.Errorf("the claimed sandbox was deleted with its set")
 	}
 }
+
+// TestPoolLabelsAnOwnerClaimedMemberClaimed: a member claimed by removing its
+// set's owner reference alone is labelled sandbox-claimed=true, so the CLAIMED
+// column and the set's status.selector say it left the pool.
+func TestPoolLabelsAnOwnerClaimedMemberClaimed(t *testing.T) {
+	f := newFixture(t)
+	f.startSelector()
+	ctx := context.Background()
+	sandboxes := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: f.ns}}
+	set.Spec.Replicas = 2
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: oldImage}}}}
+	if _, err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var members []agentsv1alpha1.Sandbox
+	testenv.Eventually(t, 30*time.Second, "the pool creates 2 members", func() (bool, error) {
+		list, err := sandboxes.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		members = list.Items
+		return len(members) == 2, fmt.Errorf("%d sandboxes", len(members))
+	})
+	name := members[0].Name
+	if _, err := sandboxes.Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the released member labelled claimed", func() (bool, error) {
+		sb, err := sandboxes.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return sb.Labels[agentsv1alpha1.LabelSandboxClaimed] == "true", fmt.Errorf("labels %v", sb.Labels)
+	})
+	other, err := sandboxes.Get(ctx, members[1].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Labels[agentsv1alpha1.LabelSandboxClaimed] != "false" {
+		t.Errorf("the member still owned is labelled %v, want sandbox-claimed=false", other.Labels)
+	}
+}

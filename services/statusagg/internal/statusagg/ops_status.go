@@ -292,7 +292,7 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 		}
 		setCondition(&st.Conditions, metav1.Condition{Type: ConditionPatchAddsContainers, Status: metav1.ConditionTrue, Reason: AddsReasonNotInTemplate, ObservedGeneration: ops.Generation,
 			Message: fmt.Sprintf("spec.patch adds %s, which sandbox %s's template does not have (its containers: %s): every upgraded pod gets it beside the others. "+
-				"If the patch was meant to change an existing container, the name is misspelt: pause this ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}'), delete it and create one with the right name",
+				"If the patch was meant to change an existing container, the name is misspelt: delete this ops and create one with the right name (molt pauses, before its first sandbox, an ops whose added container looks like a misspelt name; otherwise pause it first: kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}')",
 				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), ops.Name, ops.Namespace)})
 		return
 	}

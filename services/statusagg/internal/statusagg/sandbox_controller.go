@@ -24,7 +24,8 @@ import (
 // anyway (every stage has a deadline), so an upgrade costs no status write
 // per pod change. While a stage runs the phase stays Upgrading and Ready
 // False whatever the pod does, so only podInfo, sandboxIp and nodeName wait,
-// and they change only while the pod is being replaced. Two minutes outlast
+// and they change only while the pod is being replaced. The MESSAGE, empty in
+// a stage but for a new pod that cannot be scheduled, does not wait. Two minutes outlast
 // the pod replacement of a large rollout on a busy API server (30 s did not:
 // half the sandboxes of 1000 at maxUnavailable 100% paid a write for it) and
 // still refresh them during a long hook.
@@ -115,7 +116,9 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		s.sandboxCtl.EnqueueAfter(key, hold)
 		return nil
 	}
-	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) {
+	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) && want.Message == known.Message {
+		// (A new MESSAGE does not wait: in a stage it is empty, but for a
+		// new pod the scheduler cannot place, which the user must see now.)
 		if wait := inProgressStaleness - time.Since(s.writes.lastStageWrite(key, sb.UID)); wait > 0 {
 			s.sandboxCtl.EnqueueAfter(key, wait)
 			return nil

@@ -123,11 +123,16 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		// runs the pod comes and goes, and each of its words would be one
 		// more status write.
 		st.Message = ""
-		if why, stuck := unschedulable(pod); stuck && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePod {
+		if why, stuck := unschedulable(pod); stuck && (up.Reason == agentsv1alpha1.UpgradingReasonUpgradePod || up.Reason == agentsv1alpha1.UpgradingReasonResuming) {
 			// Except one that holds for minutes, until the stage's deadline:
-			// a new pod the scheduler cannot place says so now, not then.
-			st.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("UpgradePod: the new pod %s cannot be scheduled: %s; the stage fails at its deadline unless a node fits it: check the patch's nodeSelector, affinity, tolerations and resources (`kubectl describe pod %s -n %s`)",
-				pod.Name, why, pod.Name, pod.Namespace))
+			// a pod the scheduler cannot place (the new one, or the one that
+			// wakes a paused sandbox) says so now, not then.
+			what, check := "the new pod", "the patch's nodeSelector, affinity, tolerations and resources"
+			if up.Reason == agentsv1alpha1.UpgradingReasonResuming {
+				what, check = "the pod that wakes the paused sandbox", "the sandbox template's nodeSelector, affinity, tolerations and resources"
+			}
+			st.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("%s: %s %s cannot be scheduled: %s; the stage fails at its deadline unless a node fits it: check %s (`kubectl describe pod %s -n %s`)",
+				up.Reason, what, pod.Name, why, check, pod.Name, pod.Namespace))
 		}
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
 			st.Message = up.Message

@@ -334,6 +334,10 @@ func TestUnschedulableNewPodIsSaidAtOnce(t *testing.T) {
 	if st := desiredSandboxStatus(withUpgrade(testSandbox(), "UpgradePod", ""), onItsWay); st.Message != "" {
 		t.Errorf("a pod on its way: message %q, want none", st.Message)
 	}
+	// A paused sandbox woken for its upgrade whose pod cannot be placed says so too.
+	if st := desiredSandboxStatus(withUpgrade(testSandbox(), "Resuming", ""), pending); !strings.HasPrefix(st.Message, "Resuming: the pod that wakes the paused sandbox sb cannot be scheduled") {
+		t.Errorf("in Resuming: message %q", st.Message)
+	}
 	if st := desiredSandboxStatus(withUpgrade(testSandbox(), "PostUpgrade", ""), pending); st.Message != "" {
 		t.Errorf("in PostUpgrade: message %q, want none", st.Message)
 	}
