@@ -176,6 +176,10 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 			})
 		}
 		switch {
+		case apierrors.IsNotFound(err) && s.Name != "":
+			// Deleted while watched: what it had done by then is the answer.
+			return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s was deleted while watched; last seen: %s. Its sandboxes were released: `kubectl get sbx -n %s -o wide` shows where each one is (a failed one is resumed by a new ops)",
+				ns, name, plainLine(s), ns)}
 		case apierrors.IsNotFound(err):
 			return notFound(ns, name)
 		case err != nil && !o.watch:
