@@ -358,8 +358,11 @@ func holdsNamespace(o *agentsv1alpha1.SandboxUpdateOps) bool {
 }
 
 // IsFinished is true once an ops has reached Completed or Failed.
-func IsFinished(o *agentsv1alpha1.SandboxUpdateOps) bool {
-	return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted || o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed
+func IsFinished(o *agentsv1alpha1.SandboxUpdateOps) bool { return FinalPhase(o.Status.Phase) }
+
+// FinalPhase reports whether phase ends an ops (Completed, Failed).
+func FinalPhase(phase agentsv1alpha1.SandboxUpdateOpsPhase) bool {
+	return phase == agentsv1alpha1.SandboxUpdateOpsCompleted || phase == agentsv1alpha1.SandboxUpdateOpsFailed
 }
 
 // FailedAttempt returns the attempt and failed reason of a sandbox left in

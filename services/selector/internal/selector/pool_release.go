@@ -64,14 +64,8 @@ func (p *pool) labelReleased(ctx context.Context, set *agentsv1alpha1.SandboxSet
 		if ownerIndex(sb, set.UID) >= 0 || sb.DeletionTimestamp != nil || metav1.GetControllerOf(sb) != nil {
 			continue
 		}
-		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"resourceVersion": sb.ResourceVersion,
-			"labels":          map[string]string{agentsv1alpha1.LabelSandboxClaimed: "true"},
-		}})
-		if err != nil {
-			return err
-		}
-		_, err = p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, body, metav1.PatchOptions{})
+		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion, Labels: map[string]*string{agentsv1alpha1.LabelSandboxClaimed: ptr("true")}}}
+		_, err = p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			continue

@@ -28,23 +28,8 @@ func TestPoolReleasesALabelClaimedMember(t *testing.T) {
 	f.startSelector()
 	ctx := context.Background()
 	sandboxes := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
-	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: f.ns}}
-	set.Spec.Replicas = 2
-	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: oldImage}}}}
-	set, err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Create(ctx, set, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	set, members := f.warmPool(2)
 	owned := func(sb *agentsv1alpha1.Sandbox) bool { return ownerIndex(sb, set.UID) >= 0 }
-	var members []agentsv1alpha1.Sandbox
-	testenv.Eventually(t, 30*time.Second, "the pool creates 2 members", func() (bool, error) {
-		list, err := sandboxes.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		members = list.Items
-		return len(members) == 2, fmt.Errorf("%d sandboxes", len(members))
-	})
 
 	// Claimed by the label alone: the owner reference is left in place.
 	claimedName := members[0].Name
@@ -131,21 +116,7 @@ func TestPoolLabelsAnOwnerClaimedMemberClaimed(t *testing.T) {
 	f.startSelector()
 	ctx := context.Background()
 	sandboxes := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
-	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: f.ns}}
-	set.Spec.Replicas = 2
-	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: oldImage}}}}
-	if _, err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var members []agentsv1alpha1.Sandbox
-	testenv.Eventually(t, 30*time.Second, "the pool creates 2 members", func() (bool, error) {
-		list, err := sandboxes.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		members = list.Items
-		return len(members) == 2, fmt.Errorf("%d sandboxes", len(members))
-	})
+	_, members := f.warmPool(2)
 	name := members[0].Name
 	if _, err := sandboxes.Patch(ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -164,4 +135,28 @@ func TestPoolLabelsAnOwnerClaimedMemberClaimed(t *testing.T) {
 	if other.Labels[agentsv1alpha1.LabelSandboxClaimed] != "false" {
 		t.Errorf("the member still owned is labelled %v, want sandbox-claimed=false", other.Labels)
 	}
+}
+
+// warmPool creates SandboxSet "warm" of replicas members on oldImage and waits
+// until the pool has created them; it returns the set and its members.
+func (f *fixture) warmPool(replicas int32) (*agentsv1alpha1.SandboxSet, []agentsv1alpha1.Sandbox) {
+	f.t.Helper()
+	ctx := context.Background()
+	set := &agentsv1alpha1.SandboxSet{ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: f.ns}}
+	set.Spec.Replicas = replicas
+	set.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: oldImage}}}}
+	set, err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Create(ctx, set, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var members []agentsv1alpha1.Sandbox
+	testenv.Eventually(f.t, 30*time.Second, fmt.Sprintf("the pool creates %d members", replicas), func() (bool, error) {
+		list, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		members = list.Items
+		return len(members) == int(replicas), fmt.Errorf("%d sandboxes", len(members))
+	})
+	return set, members
 }

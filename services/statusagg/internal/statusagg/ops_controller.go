@@ -85,7 +85,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.opsTails.forget(key)
 	}
 	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
-	if selErr == nil && sel.Total() > 0 && isFinal(want.Phase) && !isFinal(ops.Status.Phase) {
+	if selErr == nil && sel.Total() > 0 && upgrade.FinalPhase(want.Phase) && !upgrade.IsFinished(ops) {
 		// An end is for good: decided on the API server's sandboxes, not a
 		// cache that may not show one the selector has just admitted (a
 		// sandbox created, or maxUnavailable raised, since).
@@ -141,11 +141,6 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		}
 	}
 	return nil
-}
-
-// isFinal reports whether phase ends an ops (Completed, Failed).
-func isFinal(phase agentsv1alpha1.SandboxUpdateOpsPhase) bool {
-	return phase == agentsv1alpha1.SandboxUpdateOpsCompleted || phase == agentsv1alpha1.SandboxUpdateOpsFailed
 }
 
 // listSandboxes reads a namespace's sandboxes from the API server.
