@@ -565,6 +565,10 @@ func TestPluginRetry(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "is Completed: every sandbox it selected was updated, so there is nothing to retry") {
 		t.Errorf("retry of a Completed ops: exit %d, %s", code, errOut)
 	}
+	out, errOut, code = molt(t, "", "abort", "rt-retry", "-n", ns)
+	if code != 0 || !strings.Contains(out, "deleted SandboxUpdateOps "+ns+"/rt-retry, which had already Completed: 1 of 1 sandboxes updated") || strings.Contains(out, "paused") {
+		t.Errorf("abort of a Completed ops: exit %d:\n%s%s", code, out, errOut)
+	}
 }
 
 // TestPluginRetryCreatesBeforeItDeletes: retry creates the new ops before it

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -104,6 +105,13 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 	}
 	if err := deleteAndWait(ctx, agents, ops, 2*time.Minute); err != nil {
 		return err
+	}
+	if ops.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted {
+		// Its status holds its final counts (the sandboxes it updated may have
+		// left since).
+		fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s, which had already Completed: %d of %d sandboxes updated; nothing was in flight\n",
+			ns, name, ops.Status.UpdatedReplicas, ops.Status.Replicas)
+		return nil
 	}
 	updated, failed, notStarted := finalCounts(s)
 	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s: %d updated, %d failed (a new ops resumes them), %d never started (they keep their old template)\n",

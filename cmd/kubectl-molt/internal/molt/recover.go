@@ -92,6 +92,10 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	if err != nil {
 		return err
 	}
+	if ops.DeletionTimestamp != nil {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is being deleted (it goes once its sandboxes in a stage end their attempt; `kubectl molt status %s -n %s -w` shows them): there is nothing left to retry from; once it is gone, apply a new SandboxUpdateOps that selects its sandboxes: each failed one resumes at the stage it failed in",
+			ns, name, name, ns)}
+	}
 	if ops.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is Completed: every sandbox it selected was updated, so there is nothing to retry; to change them again, create a new SandboxUpdateOps (`kubectl molt plan -f FILE` shows what it would do)", ns, name)}
 	}
