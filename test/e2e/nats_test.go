@@ -176,6 +176,51 @@ func TestNATSEachUserPublishesOnlyItsOwnEvents(t *testing.T) {
 	if err := lookUp(events.ConsumerPatcher); err != nil {
 		t.Errorf("patcher looked up its own consumer: %v", err)
 	}
+
+	// viewer cannot rewrite a service's consumer, by either form of the
+	// create request: the one that names the consumer in its subject, and
+	// the bare one that names it in its body.
+	viewer := env.NATSConnect(t, "", "viewer", nats.CustomInboxPrefix("_INBOX")) // as the nats CLI and kubectl molt history
+	hijack := []byte(`{"stream_name":"` + events.StreamName + `","config":{"name":"` + events.ConsumerPatcher +
+		`","filter_subject":"molt.hijacked.x.y","ack_policy":"explicit","deliver_policy":"all"}}`)
+	for _, subject := range []string{"$JS.API.CONSUMER.CREATE." + events.StreamName, "$JS.API.CONSUMER.CREATE." + events.StreamName + "." + events.ConsumerPatcher} {
+		if msg, err := viewer.Request(subject, hijack, 2*time.Second); err == nil && !strings.Contains(string(msg.Data), `"error"`) {
+			t.Errorf("viewer's create of consumer %s on %s was answered without an error: %s", events.ConsumerPatcher, subject, msg.Data)
+		}
+	}
+	adminJS, err := jetstream.New(env.NATSConnect(t, "", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := adminJS.Consumer(ctx, events.StreamName, events.ConsumerPatcher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := c.CachedInfo().Config; cfg.FilterSubject == "molt.hijacked.x.y" || slices.Contains(cfg.FilterSubjects, "molt.hijacked.x.y") || cfg.Durable != events.ConsumerPatcher {
+		t.Errorf("viewer rewrote consumer %s: %+v", events.ConsumerPatcher, cfg)
+	}
+	// It still replays the history the way kubectl molt history does: an
+	// ordered (ephemeral) consumer.
+	viewerJS, err := jetstream.New(viewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readCtx, readCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer readCancel()
+	stream, err := viewerJS.Stream(readCtx, events.StreamName)
+	if err != nil {
+		t.Fatalf("viewer cannot open stream %s: %v", events.StreamName, err)
+	}
+	history, err := stream.OrderedConsumer(readCtx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SandboxHistorySubject(ns, "perm-viewer-"+events.TokenRequested)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		t.Fatalf("viewer cannot create an ordered consumer to read the history: %v", err)
+	}
+	if _, err := history.Info(readCtx); err != nil {
+		t.Errorf("viewer's ordered consumer: %v", err)
+	}
 }
 
 // TestForgedPrehookDoneChangesNothing: while sandboxes run a long preUpgrade

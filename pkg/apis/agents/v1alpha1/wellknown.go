@@ -75,6 +75,12 @@ const (
 // resume-trigger annotation are gone from the sandboxes it claimed.
 const FinalizerSandboxUpdateOpsProtection = Prefix + "sandboxupdateops-protection"
 
+// FinalizerSandboxSetProtection is the finalizer selector puts on every
+// SandboxSet, and removes once the set is deleted and no sandbox labelled
+// claimed still carries its owner reference: the garbage collector would
+// delete such a sandbox with the pool.
+const FinalizerSandboxSetProtection = Prefix + "sandboxset-protection"
+
 // Sandbox condition types. Written by statusagg; read by users, selector
 // and the other services' idempotency checks.
 const (

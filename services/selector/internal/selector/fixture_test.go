@@ -56,17 +56,21 @@ func newFixture(t *testing.T) *fixture {
 // Lease in the test's namespace. On cleanup it deletes the test's ops (so
 // the namespace is not held by their finalizers) and stops Run.
 func (f *fixture) startSelector() {
-	t := f.t
-	t.Helper()
-	env := testenv.Get(t)
-	cfg := Config{
+	f.t.Helper()
+	cfg := f.selectorConfig()
+	testenv.Background(f.t, "selector.Run", 20*time.Second, func(ctx context.Context) error { return Run(ctx, cfg) }, f.deleteAllOps)
+}
+
+// selectorConfig is the selector's configuration in f's namespace.
+func (f *fixture) selectorConfig() Config {
+	env := testenv.Get(f.t)
+	return Config{
 		Options: service.Options{
 			Name: "selector", Kubeconfig: env.Kubeconfig, NATSURL: env.NATSURL, NATSAuth: env.NATSAuth("selector"), HTTPAddr: "127.0.0.1:0",
 			KubeQPS: 50, KubeBurst: 100, ShutdownTimeout: 5 * time.Second,
 		},
 		LeaderElection: service.LeaderElection{Enabled: true, Namespace: f.ns, LeaseName: LeaseName}, Workers: 2, RepublishAfter: DefaultRepublishAfter,
 	}
-	testenv.Background(t, "selector.Run", 20*time.Second, func(ctx context.Context) error { return Run(ctx, cfg) }, f.deleteAllOps)
 }
 
 func (f *fixture) deleteAllOps() {

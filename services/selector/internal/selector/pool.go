@@ -90,10 +90,13 @@ func (p *pool) satisfied(ns string, e *expectation) bool {
 // sync brings one SandboxSet's pool in line with its spec, in this order:
 //
 //  1. load the set; gone → forget its expectations and template verdict;
-//  2. release the sandboxes labelled claimed that still carry its owner
-//     reference (releaseClaimed), so deleting the set never deletes them;
-//  3. being deleted → forget as in 1 and do nothing else (the garbage
-//     collector removes its members through their owner references);
+//  2. being deleted → forget as in 1, release the sandboxes labelled claimed
+//     that still carry its owner reference, then remove the set's finalizer
+//     (releaseDeleted), and do nothing else (the garbage collector then
+//     removes its members through their owner references);
+//  3. add the finalizer if missing, and release the sandboxes labelled
+//     claimed that still carry its owner reference (releaseClaimed), so
+//     deleting the set never deletes them;
 //  4. its members (upgrade.IsPoolMember: controller = the set, not labelled
 //     claimed, not being deleted) and its revision
 //     (upgrade.Revision of its template);
@@ -133,12 +136,15 @@ func (p *pool) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("get SandboxSet %s: %w", key, err)
 	}
-	if err := p.releaseClaimed(ctx, set); err != nil {
-		return err
-	}
 	if set.DeletionTimestamp != nil {
 		p.forget(key)
-		return nil
+		return p.releaseDeleted(ctx, set)
+	}
+	if err := p.ensureFinalizer(ctx, set); err != nil {
+		return err
+	}
+	if err := p.releaseClaimed(ctx, set); err != nil {
+		return err
 	}
 	if set.Spec.Template == nil {
 		why := set.Spec.TemplateProblem()

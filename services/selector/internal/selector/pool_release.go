@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,10 +27,10 @@ import (
 
 // releaseClaimed removes set's owner reference from each sandbox of its
 // namespace that is labelled sandbox-claimed=true and still carries it
-// (release). It runs at every sync of the set, before anything else, and
-// on a set being deleted too, so a claimed sandbox is released as soon as
-// the pool sees it. A sandbox that changed since the cache showed it is
-// looked at again shortly; an error is one a retry may fix.
+// (release). It runs at every sync of the set, before anything else, so a
+// claimed sandbox is released as soon as the pool sees it. A sandbox that
+// changed since the cache showed it is looked at again shortly; an error is
+// one a retry may fix.
 func (p *pool) releaseClaimed(ctx context.Context, set *agentsv1alpha1.SandboxSet) error {
 	claimed, err := p.sandboxes.Sandboxes(set.Namespace).List(labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelSandboxClaimed: "true"}))
 	if err != nil {
@@ -40,11 +41,90 @@ func (p *pool) releaseClaimed(ctx context.Context, set *agentsv1alpha1.SandboxSe
 		if i < 0 {
 			continue
 		}
-		if err := p.release(ctx, set, sb, i); err != nil {
+		if _, err := p.release(ctx, set, sb, i); err != nil {
 			return err
 		}
 	}
 	return p.labelReleased(ctx, set)
+}
+
+// ensureFinalizer adds FinalizerSandboxSetProtection to set if it is
+// missing, so the set cannot vanish (and the garbage collector delete its
+// members) before the sandboxes claimed from it are released.
+func (p *pool) ensureFinalizer(ctx context.Context, set *agentsv1alpha1.SandboxSet) error {
+	if slices.Contains(set.Finalizers, agentsv1alpha1.FinalizerSandboxSetProtection) {
+		return nil
+	}
+	err := p.patchFinalizers(ctx, set, append(slices.Clone(set.Finalizers), agentsv1alpha1.FinalizerSandboxSetProtection))
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
+		return nil
+	case err != nil:
+		return fmt.Errorf("add finalizer %s to SandboxSet %s/%s: %w", agentsv1alpha1.FinalizerSandboxSetProtection, set.Namespace, set.Name, err)
+	}
+	return nil
+}
+
+// releaseDeleted runs for a set being deleted that still has its finalizer.
+// A claim written just before the delete may not be in the cache yet, so
+// the claimed sandboxes are listed from the API server; each that still
+// carries the set's owner reference is released (release), and the
+// finalizer goes only once none is left, so the garbage collector, which
+// waits for the set to be gone, deletes only the pool's own members. A
+// sandbox that changed meanwhile is looked at again shortly, the finalizer
+// kept until then. A set without the finalizer (made while no selector
+// ran) gets the best the cache allows.
+func (p *pool) releaseDeleted(ctx context.Context, set *agentsv1alpha1.SandboxSet) error {
+	if !slices.Contains(set.Finalizers, agentsv1alpha1.FinalizerSandboxSetProtection) {
+		return p.releaseClaimed(ctx, set)
+	}
+	list, err := p.client.AgentsV1alpha1().Sandboxes(set.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelSandboxClaimed: "true"}).String()})
+	if err != nil {
+		return fmt.Errorf("list the claimed sandboxes of namespace %s before SandboxSet %s is deleted (its finalizer stays until they are released): %w", set.Namespace, set.Name, err)
+	}
+	settled := true
+	for i := range list.Items {
+		sb := &list.Items[i]
+		j := ownerIndex(sb, set.UID)
+		if j < 0 {
+			continue
+		}
+		again, err := p.release(ctx, set, sb, j)
+		if err != nil {
+			return err
+		}
+		settled = settled && !again
+	}
+	if !settled {
+		return nil // release requeued the set
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(set.Finalizers), func(f string) bool { return f == agentsv1alpha1.FinalizerSandboxSetProtection })
+	err = p.patchFinalizers(ctx, set, finalizers)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
+		return nil
+	case err != nil:
+		return fmt.Errorf("remove finalizer %s from the deleted SandboxSet %s/%s: %w", agentsv1alpha1.FinalizerSandboxSetProtection, set.Namespace, set.Name, err)
+	}
+	klog.FromContext(ctx).Info("Released the deleted SandboxSet: its claimed sandboxes keep no owner reference to it", "claimed", len(list.Items))
+	return nil
+}
+
+// patchFinalizers replaces set's finalizers, against the resourceVersion read.
+func (p *pool) patchFinalizers(ctx context.Context, set *agentsv1alpha1.SandboxSet, finalizers []string) error {
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	patch := metaPatch{Metadata: metaFields{ResourceVersion: set.ResourceVersion, Finalizers: &finalizers}}
+	_, err := p.client.AgentsV1alpha1().SandboxSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+	return err
 }
 
 // labelReleased finishes a claim made the other way round: a sandbox of the
@@ -89,25 +169,25 @@ func (p *pool) labelReleased(ctx context.Context, set *agentsv1alpha1.SandboxSet
 // look at the sandbox as it is now; a sandbox gone needs nothing. The write
 // is whole or not at all, so repeating it, or dying before or after it,
 // leaves the sandbox owned or released, never half.
-func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *agentsv1alpha1.Sandbox, i int) error {
+func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *agentsv1alpha1.Sandbox, i int) (again bool, err error) {
 	body, err := releasePatch(sb, i)
 	if err != nil {
-		return fmt.Errorf("encode the release of claimed sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
+		return false, fmt.Errorf("encode the release of claimed sandbox %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	_, err = p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil
+		return false, nil
 	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
 		// A test failed: the cache lags behind the sandbox.
 		klog.FromContext(ctx).V(2).Info("A claimed sandbox changed since it was read; looking again", "sandbox", klog.KObj(sb), "cause", err.Error())
 		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
-		return nil
+		return true, nil
 	case err != nil:
-		return fmt.Errorf("remove SandboxSet %s's owner reference from claimed sandbox %s/%s: %w", set.Name, sb.Namespace, sb.Name, err)
+		return false, fmt.Errorf("remove SandboxSet %s's owner reference from claimed sandbox %s/%s: %w", set.Name, sb.Namespace, sb.Name, err)
 	}
 	klog.FromContext(ctx).Info("Released a claimed sandbox: removed its SandboxSet's owner reference, so deleting the set does not delete it", "sandbox", klog.KObj(sb), "uid", sb.UID)
-	return nil
+	return false, nil
 }
 
 // releasePatch is release's JSON patch of sb: tests of its UID, its claimed

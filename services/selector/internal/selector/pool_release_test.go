@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestPoolReleasesALabelClaimedMember(t *testing.T) {
 	// nothing is written, and the set is looked at again.
 	requeued := false
 	again := &pool{client: f.agents, enqueueAfter: func(string, time.Duration) { requeued = true }}
-	if err := again.release(ctx, set, labelled, ownerIndex(labelled, set.UID)); err != nil || !requeued {
+	if _, err := again.release(ctx, set, labelled, ownerIndex(labelled, set.UID)); err != nil || !requeued {
 		t.Errorf("a repeated release: err %v, looked again %v; want no error, looked again", err, requeued)
 	}
 	if sb, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); err != nil || sb.ResourceVersion != claimed.ResourceVersion {
@@ -105,6 +106,81 @@ func TestPoolReleasesALabelClaimedMember(t *testing.T) {
 	})
 	if _, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		t.Errorf("the claimed sandbox was deleted with its set")
+	}
+}
+
+// TestDeletedPoolReleasesAClaimBeforeItGoes: the pool puts its finalizer on
+// the set, so a set deleted while no selector runs (or before the pool has
+// seen a claim written just before the delete) stays until the pool has
+// released the sandboxes labelled claimed; only then does the garbage
+// collector delete the members, and the claimed sandbox stays. Without the
+// finalizer the set is gone at once and the claimed sandbox, still owned by
+// it, is deleted with the pool.
+func TestDeletedPoolReleasesAClaimBeforeItGoes(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sandboxes := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	sets := f.agents.AgentsV1alpha1().SandboxSets(f.ns)
+
+	runCtx, stop := context.WithCancel(ctx)
+	cfg := f.selectorConfig()
+	exited := make(chan error, 1)
+	go func() { exited <- Run(runCtx, cfg) }()
+	set, members := f.warmPool(2)
+	testenv.Eventually(t, 30*time.Second, "the set carries the pool's finalizer", func() (bool, error) {
+		got, err := sets.Get(ctx, set.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return slices.Contains(got.Finalizers, agentsv1alpha1.FinalizerSandboxSetProtection), fmt.Errorf("finalizers %v", got.Finalizers)
+	})
+	stop()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("selector.Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the selector did not stop within 20s")
+	}
+
+	// While no selector runs: a claim by the label alone, then the delete.
+	claimedName := members[0].Name
+	patch := []byte(`{"metadata":{"labels":{"` + agentsv1alpha1.LabelSandboxClaimed + `":"true"}}}`)
+	if _, err := sandboxes.Patch(ctx, claimedName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sets.Delete(ctx, set.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Consistently(t, 3*time.Second, "the deleted set waits for the pool, and the claimed sandbox stays", func() (bool, error) {
+		if _, err := sets.Get(ctx, set.Name, metav1.GetOptions{}); err != nil {
+			return false, fmt.Errorf("get the deleted set: %w", err)
+		}
+		_, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{})
+		return err == nil, err
+	})
+
+	f.startSelector()
+	testenv.Eventually(t, 60*time.Second, "the set goes, the garbage collector deletes the other member and not the claimed sandbox", func() (bool, error) {
+		if _, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			t.Fatalf("the claimed sandbox %s was deleted with its set", claimedName)
+		}
+		if _, err := sets.Get(ctx, set.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("the set is still there (err %v)", err)
+		}
+		list, err := sandboxes.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var names []string
+		for _, sb := range list.Items {
+			names = append(names, sb.Name)
+		}
+		return len(names) == 1 && names[0] == claimedName, fmt.Errorf("sandboxes %v, want [%s]", names, claimedName)
+	})
+	if sb, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); err != nil || ownerIndex(sb, set.UID) >= 0 {
+		t.Errorf("the claimed sandbox after the set went: err %v, still owned by it", err)
 	}
 }
 
