@@ -125,11 +125,13 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 		switch {
 		case err != nil && waitCtx.Err() == nil && !apierrors.IsNotFound(err):
 			return "", "", fmt.Errorf("get checkpoint %s/%s: %w", sb.Namespace, name, err)
-		case apierrors.IsNotFound(err) && waitCtx.Err() == nil:
+		case (apierrors.IsNotFound(err) || (err == nil && cp.DeletionTimestamp != nil)) && waitCtx.Err() == nil:
 			// It existed (read, or created above; a read after a create is
 			// never stale): someone deleted it, or the garbage collector did
-			// with its sandbox. Waiting longer cannot end well.
-			return "", fmt.Sprintf("checkpoint %s of pod %s was deleted before a checkpointer marked it Succeeded or Failed; the old pod was not deleted and keeps running: create a new SandboxUpdateOps to checkpoint it again (nothing to do if the sandbox itself is being deleted)", name, old.Name), nil
+			// with its sandbox. Waiting longer cannot end well, and one being
+			// deleted (held by a checkpointer's finalizer) is no checkpoint
+			// to restore from, Succeeded or not.
+			return "", fmt.Sprintf("checkpoint %s of pod %s was deleted before podcycler could restore from it; the old pod was not deleted and keeps running: create a new SandboxUpdateOps to checkpoint it again (nothing to do if the sandbox itself is being deleted)", name, old.Name), nil
 		case err != nil:
 		case cp.Status.Phase == agentsv1alpha1.CheckpointSucceeded && cp.Status.CheckpointID != "":
 			klog.FromContext(ctx).Info("Checkpoint succeeded", "checkpoint", klog.KObj(cp), "id", cp.Status.CheckpointID)

@@ -9,7 +9,9 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -200,6 +202,49 @@ func TestCheckpointRestoreOntoANewImageFailsCheckpointing(t *testing.T) {
 	}
 	if checkpointExists(t, r.ns, upgrade.CheckpointName(r.name, testAttempt)) {
 		t.Error("a checkpoint was taken for a restore that cannot happen")
+	}
+	r.assertOldPodRuns(t)
+}
+
+// TestCheckpointBeingDeletedFailsCheckpointing: the attempt's checkpoint
+// Succeeded but is being deleted (a checkpointer's finalizer holds it): it is
+// no checkpoint to restore from, so Checkpointing fails, naming it, and the
+// old pod keeps running; it is not replaced by a pod that would restore from
+// an id that is going away.
+func TestCheckpointBeingDeletedFailsCheckpointing(t *testing.T) {
+	startPodcycler(t)
+	r := startUpgrade(t, "sbx-ckpt-deleting", func(s *corev1.PodSpec) {
+		s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "RELEASE", Value: "2"})
+	})
+	sb := updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { markCheckpointRestore(s, testAttempt) })
+	cp := takeCheckpoint(t, sb, testAttempt)
+	cps := agents(t).AgentsV1alpha1().Checkpoints(r.ns)
+	ctx := context.Background()
+	if _, err := cps.Patch(ctx, cp.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":["molt.dev/test-hold"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, err := cps.Patch(ctx, cp.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("remove the test's finalizer from checkpoint %s: %v", cp.Name, err)
+		}
+	})
+	if err := cps.Delete(ctx, cp.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setUpgradeStatus(t, r.ns, r.name, testAttempt, agentsv1alpha1.UpgradingReasonCheckpointing)
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	r.publishPreHookDone(t)
+
+	ev := next(t, failed, "failed", 20*time.Second)
+	t.Logf("failed: %s", ev.Data.Message)
+	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonCheckpointing || ev.Data.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
+		t.Errorf("failed stage/reason = %s/%s, want Checkpointing/CheckpointFailed", ev.Data.Stage, ev.Data.Reason)
+	}
+	for _, want := range []string{cp.Name, "deleted", "keeps running"} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("message %q lacks %q", ev.Data.Message, want)
+		}
 	}
 	r.assertOldPodRuns(t)
 }
