@@ -100,7 +100,15 @@ func CheckpointName(sandbox, attempt string) string {
 func CheckpointKeptNote(namespace, sandbox, checkpointID string) string {
 	return "the old pod is gone and its workspace is kept in checkpoint " + checkpointID +
 		" (kubectl get cp -n " + namespace + " -l " + LabelCheckpointSandbox + "=" + CheckpointSandboxLabel(sandbox) +
-		"): resume with a new SandboxUpdateOps of updateStrategy.type CheckpointRestore, which restores it (one of type Recreate starts the new pod from an empty filesystem)"
+		"): " + checkpointKeptStep + ", which restores it (one of type Recreate starts the new pod from an empty filesystem)"
+}
+
+// checkpointKeptStep is the next step CheckpointKeptNote gives.
+const checkpointKeptStep = "resume with a new SandboxUpdateOps of updateStrategy.type CheckpointRestore"
+
+// HasCheckpointKeptNote reports whether message carries CheckpointKeptNote.
+func HasCheckpointKeptNote(message string) bool {
+	return strings.Contains(message, checkpointKeptStep)
 }
 
 // WithNote is message followed by "; " and note, message cut so that the

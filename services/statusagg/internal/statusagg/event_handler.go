@@ -152,6 +152,9 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	attempt := upgrade.CurrentAttempt(&view)
 	curReason, _ := upgrade.ReasonFor(&view, attempt)
 	tr, skip := decide(attempt, curReason, ev, target)
+	if skip == "" && tr.To == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+		tr.Message = checkpointKeptMessage(tr, &view, s.podOf(sb))
+	}
 	if skip != "" && directAhead(ev, attempt) {
 		// A later event of a newer direct attempt than the status records: its
 		// requested is not recorded yet (a backlog, a failover). Skipped, the

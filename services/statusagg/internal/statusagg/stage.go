@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 	"molt.dev/pkg/upgrade"
@@ -138,4 +140,26 @@ func directAhead(ev events.Event, cur string) bool {
 	}
 	curGen, curDirect := upgrade.DirectAttemptGeneration(cur)
 	return !curDirect || gen > curGen
+}
+
+// checkpointKeptMessage is the message of tr, a failure of sb's attempt whose
+// pod is now pod (nil when it has none), with upgrade.CheckpointKeptNote
+// added when tr is an UpgradePodFailed of a CheckpointRestore attempt whose
+// old pod is gone or going (no pod, a new pod of the attempt, or one being
+// deleted) and the message does not say so yet: whoever filed it (a
+// handler's last delivery, the watchdog) may not have known, and a Recreate
+// ops resuming the sandbox would start its new pod from an empty filesystem
+// while the workspace sits in the checkpoint.
+func checkpointKeptMessage(tr transition, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) string {
+	if tr.To != agentsv1alpha1.UpgradingReasonUpgradePodFailed || !upgrade.ChecksPoint(sb, tr.Attempt) || upgrade.HasCheckpointKeptNote(tr.Message) {
+		return tr.Message
+	}
+	if pod != nil && pod.DeletionTimestamp == nil && !upgrade.NewPodOf(pod, tr.Attempt) {
+		return tr.Message // the old pod still runs, and holds the workspace
+	}
+	id := "of this attempt"
+	if pod != nil && pod.Annotations[upgrade.AnnotationRestoreFrom] != "" {
+		id = pod.Annotations[upgrade.AnnotationRestoreFrom]
+	}
+	return upgrade.WithNote(tr.Message, upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, id))
 }

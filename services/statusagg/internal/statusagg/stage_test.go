@@ -1,8 +1,10 @@
 package statusagg
 
 import (
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -145,5 +147,52 @@ func TestDirectAhead(t *testing.T) {
 		if got := directAhead(tc.ev, tc.cur); got != tc.want {
 			t.Errorf("%s: directAhead = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestCheckpointKeptMessage: an UpgradePodFailed of a CheckpointRestore
+// attempt filed without the checkpoint's note (a last delivery, the
+// watchdog) gets it once the old pod is gone or going, and only then.
+func TestCheckpointKeptMessage(t *testing.T) {
+	const attempt = "uid-ops-1"
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb", UID: "uid-sb",
+		Annotations: map[string]string{upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue(attempt)}}}
+	recreate := sb.DeepCopy()
+	recreate.Annotations = nil
+	now := metav1.Now()
+	oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb"}}
+	goingPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb", DeletionTimestamp: &now}}
+	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb", Annotations: map[string]string{
+		upgrade.AnnotationPodAttempt: attempt, upgrade.AnnotationRestoreFrom: "ckpt-id-7"}}}
+	failed := transition{Attempt: attempt, To: agentsv1alpha1.UpgradingReasonUpgradePodFailed, Message: "podcycler gave up on prehook-done after 5 deliveries: boom"}
+	noted := failed
+	noted.Message = upgrade.WithNote("x", upgrade.CheckpointKeptNote("ns", "sb", "ckpt-id-7"))
+	for _, tc := range []struct {
+		name   string
+		tr     transition
+		sb     *agentsv1alpha1.Sandbox
+		pod    *corev1.Pod
+		wantID string // "" → message unchanged
+	}{
+		{"no pod", failed, sb, nil, "of this attempt"},
+		{"old pod being deleted", failed, sb, goingPod, "of this attempt"},
+		{"the attempt's new pod", failed, sb, newPod, "ckpt-id-7"},
+		{"old pod still runs", failed, sb, oldPod, ""},
+		{"Recreate attempt", failed, recreate, nil, ""},
+		{"note already there", noted, sb, nil, ""},
+		{"another failure", transition{Attempt: attempt, To: agentsv1alpha1.UpgradingReasonPostUpgradeFailed, Message: "hook"}, sb, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := checkpointKeptMessage(tc.tr, tc.sb, tc.pod)
+			if tc.wantID == "" {
+				if got != tc.tr.Message {
+					t.Errorf("message changed to %q", got)
+				}
+				return
+			}
+			if !strings.HasPrefix(got, tc.tr.Message) || !strings.Contains(got, "kept in checkpoint "+tc.wantID) || !upgrade.HasCheckpointKeptNote(got) {
+				t.Errorf("message %q: want %q followed by the note naming %s", got, tc.tr.Message, tc.wantID)
+			}
+		})
 	}
 }

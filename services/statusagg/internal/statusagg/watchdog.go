@@ -461,7 +461,7 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 			state = podNotReadyMessage(pod)
 		}
 		msg := fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`", sb.Name, state)
-		if attempt := upgrade.CurrentAttempt(sb); upgrade.ChecksPoint(sb, attempt) && (pod == nil || upgrade.BuiltBy(pod, attempt)) {
+		if attempt := upgrade.CurrentAttempt(sb); upgrade.ChecksPoint(sb, attempt) && (pod == nil || upgrade.BuiltBy(pod, attempt) || pod.DeletionTimestamp != nil) {
 			id := "of this attempt"
 			if pod != nil && pod.Annotations[upgrade.AnnotationRestoreFrom] != "" {
 				id = pod.Annotations[upgrade.AnnotationRestoreFrom]
