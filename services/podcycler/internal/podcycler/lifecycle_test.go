@@ -2,6 +2,7 @@ package podcycler_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,6 +132,36 @@ func TestPodOfAFailedPreUpgradeRunsTheOriginalTemplate(t *testing.T) {
 	again := waitPodReady(t, ns, sb.Name, string(pod.UID))
 	if img := again.Spec.Containers[0].Image; img != v2 {
 		t.Errorf("pod after the attempt got past PreUpgrade: image %s, want spec.template's %s", img, v2)
+	}
+}
+
+// A pod built for a sandbox whose last attempt failed before it replaced the
+// pod (in PreUpgrade before the patch was written, so no original template is
+// kept; in Checkpointing) is a plain pod: it holds the workspace from then on,
+// and a resume must back it up. Stamped with the failed attempt, a resume
+// would take it for the attempt's new pod, skip preUpgrade and delete it. A
+// pod built after an UpgradePodFailed is the attempt's.
+func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+	for i, reason := range []string{
+		agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonCheckpointFailed, agentsv1alpha1.UpgradingReasonUpgradePodFailed,
+	} {
+		sb := createSandbox(t, ns, fmt.Sprintf("sbx-before-%d", i), "registry.example/sandbox:v1")
+		pod := waitPodReady(t, ns, sb.Name, "")
+		setUpgradeStatus(t, ns, sb.Name, "a1", reason)
+		if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}); err != nil {
+			t.Fatal(err)
+		}
+		again := waitPodReady(t, ns, sb.Name, string(pod.UID))
+		a, stamped := again.Annotations[upgrade.AnnotationPodAttempt]
+		switch want := reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed; {
+		case want && a != "a1":
+			t.Errorf("%s: pod built after the attempt replaced the pod carries attempt %q, want a1", reason, a)
+		case !want && stamped:
+			t.Errorf("%s: pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", reason, upgrade.AnnotationPodAttempt, a)
+		}
 	}
 }
 
