@@ -29,10 +29,10 @@ type Config struct {
 	LeaderElection service.LeaderElection
 	// Workers is how many ops are reconciled at once.
 	Workers int
-	// RepublishAfter is how long an admitted sandbox may go without its
-	// status describing the attempt before `requested` is published again
-	// (the message id is deterministic, so a copy inside the stream's
-	// duplicate window is dropped).
+	// RepublishAfter is how long an admitted sandbox (or a direct attempt)
+	// may go without its status describing the attempt before `requested`
+	// is published again (the message id is deterministic, so a copy
+	// inside the stream's duplicate window is dropped).
 	RepublishAfter time.Duration
 }
 
@@ -43,7 +43,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", c.Env.Int("MOLT_SELECTOR_WORKERS", DefaultWorkers),
 		"SandboxUpdateOps reconciled at once (env MOLT_SELECTOR_WORKERS)")
 	fs.DurationVar(&c.RepublishAfter, "republish-after", c.Env.Duration("MOLT_SELECTOR_REPUBLISH_AFTER", DefaultRepublishAfter),
-		"publish `requested` again for an admitted sandbox whose status does not show the attempt after this long (env MOLT_SELECTOR_REPUBLISH_AFTER)")
+		"publish `requested` again for an admitted sandbox (or a direct upgrade) whose status does not show the attempt after this long (env MOLT_SELECTOR_REPUBLISH_AFTER)")
 }
 
 // Validate reports the first setting that cannot work, naming its flag.

@@ -40,6 +40,10 @@ type direct struct {
 	// later looks at a sandbox again after a while (the controller's
 	// EnqueueAfter).
 	later func(key string, after time.Duration)
+	// republishAfter is how long a requested direct attempt may go without
+	// its status showing it before `requested` is published again (the
+	// same message id: JetStream drops it while it still holds the first).
+	republishAfter time.Duration
 
 	// started is the direct attempt this process last requested per
 	// sandbox: until statusagg records it, the status does not show it in
@@ -217,5 +221,12 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	}
 	d.requested(key, sb, next, time.Now())
 	logger.Info("Direct upgrade requested: the template changed and spec.upgradePolicy is set", "revision", revision, "podRevision", pod.Labels[agentsv1alpha1.LabelPodTemplateHash])
+	if d.later != nil && d.republishAfter > 0 {
+		// A requested lost after its publish (the stream deleted or wiped)
+		// is a delay, not a hang: looked at again, a sandbox whose status
+		// does not show the attempt yet gets it again (the steps above
+		// return early once it does, or once the pod runs the template).
+		d.later(key, d.republishAfter)
+	}
 	return nil
 }

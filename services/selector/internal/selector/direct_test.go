@@ -1,12 +1,19 @@
 package selector
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -47,5 +54,78 @@ func TestDirectWaitsForTheAttemptItRequestedToBeRecorded(t *testing.T) {
 	other.UID = "sb-2" // deleted and created again
 	if _, wait := d.unrecorded(key, other, second, now.Add(time.Second)); wait != 0 {
 		t.Errorf("a sandbox created again under the name waits %s for its predecessor's attempt", wait)
+	}
+}
+
+// TestDirectRequestedIsPublishedAgain: a direct attempt whose status never
+// shows it (its requested lost after the publish: the stream deleted, or
+// statusagg not there) gets requested again every RepublishAfter, as an
+// admitted sandbox does, with nothing else changing; a plain NATS
+// subscriber sees each publish, which JetStream keeps once. Without it, the
+// template edit would never roll out.
+func TestDirectRequestedIsPublishedAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	env := testenv.Get(t)
+	cfg := f.selectorConfig()
+	cfg.RepublishAfter = time.Second
+	testenv.Background(t, "selector.Run", 20*time.Second, func(ctx context.Context) error { return Run(ctx, cfg) }, nil)
+
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx-direct", Namespace: f.ns}}
+	sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: oldImage}}}}
+	sb, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Create(ctx, sb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revision, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pod podcycler would have built from the template, left to settle
+	// (scheduled, Running) so that no pod event looks at the sandbox again.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: f.ns,
+		Labels:          map[string]string{agentsv1alpha1.LabelPodTemplateHash: revision},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: oldImage}}}}
+	if _, err := env.Kube.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the pod runs", func() (bool, error) {
+		p, err := env.Kube.CoreV1().Pods(f.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s", p.Status.Phase)
+	})
+	time.Sleep(2 * time.Second) // the pod's last status writes reach the selector's cache
+
+	nc := env.NATSConnect(t, "", "admin")
+	sub, err := nc.SubscribeSync(events.SandboxSubject(f.ns, sb.Name, events.TokenRequested))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"main","image":"` + newImage + `"}]}}}}`)
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, sb.Name, types.MergePatchType, edit, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var attempts []string
+	deadline := time.Now().Add(15 * time.Second)
+	for len(attempts) < 3 && time.Now().Before(deadline) {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			break
+		}
+		ev, err := events.Decode(msg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attempts = append(attempts, ev.Data.Attempt)
+	}
+	if len(attempts) < 3 {
+		t.Fatalf("requested published %d times in 15s with RepublishAfter 1s (%v), want it again while the status does not show the attempt", len(attempts), attempts)
+	}
+	if attempts[0] != attempts[1] || attempts[1] != attempts[2] || !strings.HasPrefix(attempts[0], DirectAttemptPrefix) {
+		t.Errorf("republished attempts %v, want the same direct attempt each time", attempts)
 	}
 }

@@ -78,7 +78,7 @@ func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *ev
 		o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash
 	}))
 	podInformer := podFactory.Core().V1().Pods()
-	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub}
+	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub, republishAfter: cfg.RepublishAfter}
 	directCtl := controller.New("selector-direct", d.sync, controller.WithMetrics(queues))
 	d.later = directCtl.EnqueueAfter
 	if _, err := sandboxInformer.Informer().AddEventHandler(directCtl.Handler()); err != nil {
