@@ -247,11 +247,31 @@ func (a *app) statusExit(s Summary, o statusOptions) error {
 		return nil
 	}
 	msg := ""
-	if o.output != "json" && s.ImageNotPulled != "" {
+	if c := s.stopCause(); o.output != "json" && c != nil {
+		// A spec that cannot work: a retry keeps it, and fails the same way.
+		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed (%s): %s", s.Namespace, s.Name, c.Reason, c.Message)
+	} else if o.output != "json" && s.ImageNotPulled != "" {
 		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; %s", s.Namespace, s.Name, s.Failed, s.Total, s.NotStarted, s.ImageNotPulled)
 	} else if o.output != "json" {
 		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; read one's history with `kubectl molt history %s/SANDBOX`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 			s.Namespace, s.Name, s.Failed, s.Total, s.NotStarted, s.Namespace, s.Name, s.Namespace)
 	}
 	return &exitError{code: ExitFailed, msg: msg}
+}
+
+// stopCause is the condition of a spec that cannot work, nil for any other
+// end: InvalidPatch (True), else a Progressing=False of reason InvalidSpec.
+// Its message names the field and the next step (a new ops, not a retry).
+func (s Summary) stopCause() *Condition {
+	for _, invalid := range []func(Condition) bool{
+		func(c Condition) bool { return c.Type == "InvalidPatch" },
+		func(c Condition) bool { return c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == "InvalidSpec" },
+	} {
+		for i, c := range s.Conditions {
+			if invalid(c) {
+				return &s.Conditions[i]
+			}
+		}
+	}
+	return nil
 }

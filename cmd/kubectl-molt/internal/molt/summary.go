@@ -59,7 +59,8 @@ type Summary struct {
 	// the patch sets, says what to do instead of a retry (which keeps the
 	// patch).
 	ImageNotPulled string `json:"imageNotPulled,omitempty"`
-	// Conditions are the ops's True conditions' messages (why it waits, why
+	// Conditions are the ops's True conditions' messages, and a
+	// Progressing=False's that says why it stopped (stoppedBy) (why it waits, why
 	// it failed).
 	Conditions []Condition `json:"conditions,omitempty"`
 
@@ -219,7 +220,7 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 	}
 	slices.SortFunc(s.FailedSandboxes, func(a, b FailedSandbox) int { return strings.Compare(a.Name, b.Name) })
 	for _, c := range st.Conditions {
-		if c.Status == metav1.ConditionTrue && c.Message != "" {
+		if c.Message != "" && (c.Status == metav1.ConditionTrue || stoppedBy(c)) {
 			s.Conditions = append(s.Conditions, Condition{Type: c.Type, Reason: c.Reason, Message: c.Message})
 		}
 	}
@@ -251,4 +252,20 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 		}
 	}
 	return s
+}
+
+// Progressing=False reasons whose message another condition or the counters
+// already give.
+const (
+	progressingCompleted       = "Completed"
+	progressingBudgetExhausted = "FailureBudgetExhausted"
+)
+
+// stoppedBy reports whether c is a Progressing=False that says why the ops
+// does not go on (a selector or maxUnavailable it cannot use, a patch that
+// cannot work, a selector that matches nothing to update): the status
+// shows its message too, not only the True conditions'.
+func stoppedBy(c metav1.Condition) bool {
+	return c.Type == agentsv1alpha1.ConditionProgressing && c.Status == metav1.ConditionFalse &&
+		c.Reason != progressingCompleted && c.Reason != progressingBudgetExhausted
 }

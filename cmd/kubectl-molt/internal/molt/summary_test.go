@@ -342,3 +342,46 @@ func TestPatchNulls(t *testing.T) {
 		t.Errorf("patchNulls of a patch without nulls = %v", got)
 	}
 }
+
+// An ops that cannot work says why, and its exit gives the condition's next
+// step (a new ops), not a retry that would fail the same way; an ops that
+// selected nothing says which rules left the sandboxes out.
+func TestStatusSaysWhyAnOpsStopped(t *testing.T) {
+	a := &app{}
+	for _, tc := range []struct {
+		name, phase string
+		conds       []metav1.Condition
+		want        string // in the rendered conditions
+		exit        string // in the exit's message ("" → exit 0)
+	}{
+		{"invalid selector", "Failed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "InvalidSpec",
+			Message: "spec.selector: invalid value; delete this SandboxUpdateOps and create one with a valid selector"}},
+			"create one with a valid selector", "Failed (InvalidSpec): spec.selector: invalid value"},
+		{"invalid patch", "Failed", []metav1.Condition{
+			{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "InvalidPatch", Message: "the patch cannot work; no sandbox was touched"},
+			{Type: "InvalidPatch", Status: metav1.ConditionTrue, Reason: "PatchRefused", Message: "spec.containers[0].image: Invalid value: \"My-Registry/App:V2\""}},
+			"My-Registry/App:V2", "Failed (PatchRefused): spec.containers[0].image"},
+		{"nothing selected", "Completed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "NothingToUpdate",
+			Message: "no sandbox needs the patch: 2 do not match spec.selector (app=sandbx)"}}, "2 do not match spec.selector", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "default", UID: "u1", CreationTimestamp: metav1.NewTime(t0)}}
+			ops.Status.Phase, ops.Status.Conditions = agentsv1alpha1.SandboxUpdateOpsPhase(tc.phase), tc.conds
+			s := summarize(ops, nil, t0.Add(time.Minute), 5)
+			var shown []string
+			for _, c := range s.Conditions {
+				shown = append(shown, c.Message)
+			}
+			if !strings.Contains(strings.Join(shown, "\n"), tc.want) {
+				t.Errorf("conditions shown %q, want one with %q", shown, tc.want)
+			}
+			err := a.statusExit(s, statusOptions{})
+			switch {
+			case tc.exit == "" && err != nil:
+				t.Errorf("exit %v, want 0", err)
+			case tc.exit != "" && (err == nil || !strings.Contains(err.Error(), tc.exit) || strings.Contains(err.Error(), "kubectl molt retry")):
+				t.Errorf("exit %v, want %q and no retry", err, tc.exit)
+			}
+		})
+	}
+}
