@@ -89,7 +89,11 @@ const (
 // nothing later cuts it: each stream keeps its last bytes, where a failing
 // command says why, and stderr gets at least three quarters of the room.
 func withOutput(head, stderr, stdout string) string {
-	stderr, stdout = strings.TrimSpace(stderr), strings.TrimSpace(stdout)
+	// Invalid UTF-8 becomes U+FFFD (3 bytes a byte) when the message is
+	// stored as a string: done first, the room below is sized on what is
+	// kept, and the end of the output survives the condition's limit.
+	stderr, stdout = strings.ToValidUTF8(strings.TrimSpace(stderr), "\uFFFD"), strings.ToValidUTF8(strings.TrimSpace(stdout), "\uFFFD")
+	head = strings.ToValidUTF8(head, "\uFFFD")
 	// A long cause keeps half the room: the labels and the output's ends
 	// stay readable.
 	head = agentsv1alpha1.TruncateConditionMessageTo(head, agentsv1alpha1.MaxConditionMessageLength/2)

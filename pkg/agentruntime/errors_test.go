@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -60,8 +61,14 @@ func TestFailureMessageKeepsTheEndsWithinTheLimit(t *testing.T) {
 	}{
 		{"exit code", Result{Exited: true, ExitCode: 2, Stderr: progress + cause + "\n", Stdout: progress + "done 41 of 60"}.FailureMessage()},
 		{"call error", ErrorMessageWithOutput(errors.New("timed out after 60 seconds"), Result{Stderr: progress + cause, Stdout: progress + "done 41 of 60"})},
+		// Bytes that are not UTF-8 take 3 bytes each once stored: the room
+		// is sized on what is kept, so the ends survive.
+		{"invalid UTF-8", Result{Exited: true, ExitCode: 7, Stderr: progress + strings.Repeat("\xff\xfe\xfd \xfc\n", 40) + cause + "\n", Stdout: progress + "done 41 of 60"}.FailureMessage()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if !utf8.ValidString(tc.msg) {
+				t.Errorf("message is not valid UTF-8: the API server stores it otherwise, longer")
+			}
 			if len(tc.msg) > agentsv1alpha1.MaxConditionMessageLength {
 				t.Errorf("message of %d bytes, over the limit %d", len(tc.msg), agentsv1alpha1.MaxConditionMessageLength)
 			}
