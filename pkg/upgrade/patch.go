@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	kjson "sigs.k8s.io/json"
 )
@@ -79,10 +80,38 @@ func badContainer(template []byte) string {
 			var named struct {
 				Name string `json:"name"`
 			}
+			where := fmt.Sprintf("spec.%s[%d]", list.field, i)
 			if json.Unmarshal(raw, &named) == nil && named.Name != "" {
-				return fmt.Sprintf("spec.%s[%s]: ", list.field, named.Name)
+				where = fmt.Sprintf("spec.%s[%s]", list.field, named.Name)
 			}
-			return fmt.Sprintf("spec.%s[%d]: ", list.field, i)
+			return where + badQuantity(raw) + ": "
+		}
+	}
+	return ""
+}
+
+// badQuantity names the first resource quantity of a container that does not
+// parse, as ".resources.limits.cpu \"1 core\"" (the decoder's error names
+// neither); "" when none is found.
+func badQuantity(container []byte) string {
+	var c struct {
+		Resources map[string]map[string]json.RawMessage `json:"resources"`
+	}
+	if json.Unmarshal(container, &c) != nil {
+		return ""
+	}
+	for _, kind := range []string{"limits", "requests"} {
+		names := make([]string, 0, len(c.Resources[kind]))
+		for name := range c.Resources[kind] {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			raw := c.Resources[kind][name]
+			var q resource.Quantity
+			if err := json.Unmarshal(raw, &q); err != nil {
+				return fmt.Sprintf(".resources.%s.%s %s", kind, name, raw)
+			}
 		}
 	}
 	return ""

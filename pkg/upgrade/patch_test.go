@@ -221,11 +221,12 @@ func TestPatchAloneProblem(t *testing.T) {
 		{"an unknown field", `{"spec":{"containres":[]}}`, "cannot be applied to a pod template"},
 		{"seed 001's patch, with a $patch: delete inside a container", string(seedPatch(t, "001-02-sandboxupdateops-noname.yaml")), ""},
 		{"an image the kubelet cannot parse", `{"spec":{"containers":[{"name":"main","image":"Registry/App:V2"}]}}`, "sets an image the kubelet cannot pull"},
-		// A quantity's error has no field path of its own: the container is named.
+		// A quantity's error has no field path of its own: the container, the
+		// field and the value are named.
 		{"a bad quantity", `{"spec":{"containers":[{"name":"main","image":"app:v2"},{"name":"sidecar","resources":{"limits":{"cpu":"abc"}}}]}}`,
-			"not a valid pod template: spec.containers[sidecar]: quantities must match"},
+			`not a valid pod template: spec.containers[sidecar].resources.limits.cpu "abc": quantities must match`},
 		{"a bad quantity in an init container", `{"spec":{"initContainers":[{"name":"init","resources":{"requests":{"memory":"1 Gi"}}}]}}`,
-			"spec.initContainers[init]: quantities must match"},
+			`spec.initContainers[init].resources.requests.memory "1 Gi": quantities must match`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := PatchAloneProblem([]byte(tc.patch))
