@@ -1,6 +1,7 @@
 package statusagg
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
@@ -168,4 +170,48 @@ func TestRedriveEventNamesTheFailedAttemptsPod(t *testing.T) {
 			t.Fatalf("restored pod: event %q ok=%t, want %q", ev.Type, ok, events.TypePodReady)
 		}
 	})
+}
+
+// Stalled stages whose re-drive NATS refused are said on their ops (a direct
+// attempt's sandbox), once per busWarnEvery: the status alone cannot tell a
+// hung hook from a broken stream.
+func TestStreamUnreachableIsSaidOnTheOps(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	now := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	w := &watchdog{s: &server{recorder: rec}, now: func() time.Time { return now }}
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "ops-1"}}
+	sb := func(name string) *agentsv1alpha1.Sandbox {
+		return &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)}}
+	}
+	cause := errors.New("publish failed: nats: connection reconnecting")
+	check := func() map[types.UID]*busStall {
+		m := map[types.UID]*busStall{}
+		m = addBusStall(m, ops, sb("box-1"))
+		m = addBusStall(m, ops, sb("box-0"))
+		return addBusStall(m, nil, sb("direct-0"))
+	}
+	w.warnBusDown(check(), cause)
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 2 {
+		t.Fatalf("events %q, want one on the ops and one on the direct attempt's sandbox", got)
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{"Warning StreamUnreachable 2 sandboxes are past their stage's deadline (box-0, box-1)", "1 sandboxes are past", "connection reconnecting", "nothing is lost"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("events %q lack %q", got, want)
+		}
+	}
+	now = now.Add(busWarnEvery / 2)
+	w.warnBusDown(check(), cause)
+	if len(rec.Events) != 0 {
+		t.Errorf("warned again within %s: %q", busWarnEvery, <-rec.Events)
+	}
+	now = now.Add(busWarnEvery)
+	w.warnBusDown(check(), cause)
+	if len(rec.Events) != 2 {
+		t.Errorf("%d events after %s, want each warned again", len(rec.Events), busWarnEvery)
+	}
 }
