@@ -265,7 +265,9 @@ func (a *app) statusExit(s Summary, o statusOptions) error {
 func (s Summary) stopCause() *Condition {
 	for _, invalid := range []func(Condition) bool{
 		func(c Condition) bool { return c.Type == "InvalidPatch" },
-		func(c Condition) bool { return c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == "InvalidSpec" },
+		func(c Condition) bool {
+			return c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == "InvalidSpec"
+		},
 	} {
 		for i, c := range s.Conditions {
 			if invalid(c) {
