@@ -542,7 +542,9 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 	case agentsv1alpha1.UpgradingReasonCheckpointing:
 		name := upgrade.CheckpointName(sb.Name, upgrade.CurrentAttempt(sb))
 		return fmt.Sprintf("podcycler did not report checkpoint %s taken or failed; check the checkpointer (kubectl get cp %s -n %s -o yaml), podcycler's log and `nats consumer info MOLT_EVENTS podcycler`; create a new SandboxUpdateOps to resume (it checkpoints again if the old pod is still there)", name, name, sb.Namespace)
-	case agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed:
+	case agentsv1alpha1.UpgradingReasonResumeSucceed:
+		return fmt.Sprintf("the paused sandbox was woken and its pod %s reported Ready, but the patcher did not report its template patched; check the patcher's log and `nats consumer info MOLT_EVENTS patcher`; its preUpgrade has not run: create a new SandboxUpdateOps to resume (it backs the sandbox up first)", sb.Name)
+	case agentsv1alpha1.UpgradingReasonResuming:
 		state := "missing"
 		if pod := w.s.podOf(sb); pod != nil {
 			state = podNotReadyMessage(pod)
