@@ -55,17 +55,8 @@ func (p *pool) ensureFinalizer(ctx context.Context, set *agentsv1alpha1.SandboxS
 	if slices.Contains(set.Finalizers, agentsv1alpha1.FinalizerSandboxSetProtection) {
 		return nil
 	}
-	err := p.patchFinalizers(ctx, set, append(slices.Clone(set.Finalizers), agentsv1alpha1.FinalizerSandboxSetProtection))
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsConflict(err):
-		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
-		return nil
-	case err != nil:
-		return fmt.Errorf("add finalizer %s to SandboxSet %s/%s: %w", agentsv1alpha1.FinalizerSandboxSetProtection, set.Namespace, set.Name, err)
-	}
-	return nil
+	_, err := p.patchFinalizers(ctx, set, append(slices.Clone(set.Finalizers), agentsv1alpha1.FinalizerSandboxSetProtection), "add finalizer")
+	return err
 }
 
 // releaseDeleted runs for a set being deleted that still has its finalizer.
@@ -103,28 +94,33 @@ func (p *pool) releaseDeleted(ctx context.Context, set *agentsv1alpha1.SandboxSe
 		return nil // release requeued the set
 	}
 	finalizers := slices.DeleteFunc(slices.Clone(set.Finalizers), func(f string) bool { return f == agentsv1alpha1.FinalizerSandboxSetProtection })
-	err = p.patchFinalizers(ctx, set, finalizers)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsConflict(err):
-		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
-		return nil
-	case err != nil:
-		return fmt.Errorf("remove finalizer %s from the deleted SandboxSet %s/%s: %w", agentsv1alpha1.FinalizerSandboxSetProtection, set.Namespace, set.Name, err)
+	if done, err := p.patchFinalizers(ctx, set, finalizers, "remove finalizer"); !done {
+		return err
 	}
 	klog.FromContext(ctx).Info("Released the deleted SandboxSet: its claimed sandboxes keep no owner reference to it", "claimed", len(list.Items))
 	return nil
 }
 
-// patchFinalizers replaces set's finalizers, against the resourceVersion read.
-func (p *pool) patchFinalizers(ctx context.Context, set *agentsv1alpha1.SandboxSet, finalizers []string) error {
+// patchFinalizers replaces set's finalizers, against the resourceVersion
+// read (doing says what for, in an error). done is false when nothing was
+// written: the set is gone (nothing to do), changed meanwhile (looked at
+// again shortly), or the write failed (err).
+func (p *pool) patchFinalizers(ctx context.Context, set *agentsv1alpha1.SandboxSet, finalizers []string, doing string) (done bool, err error) {
 	if finalizers == nil {
 		finalizers = []string{}
 	}
 	patch := metaPatch{Metadata: metaFields{ResourceVersion: set.ResourceVersion, Finalizers: &finalizers}}
-	_, err := p.client.AgentsV1alpha1().SandboxSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
-	return err
+	_, err = p.client.AgentsV1alpha1().SandboxSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case apierrors.IsConflict(err):
+		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%s %s of SandboxSet %s/%s: %w", doing, agentsv1alpha1.FinalizerSandboxSetProtection, set.Namespace, set.Name, err)
+	}
+	return true, nil
 }
 
 // labelReleased finishes a claim made the other way round: a sandbox of the
