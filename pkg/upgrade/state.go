@@ -335,6 +335,38 @@ func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
 	return nil
 }
 
+// MayHaveReplacedPod reports whether attempt, whose status shows the failed
+// reason, or an attempt of its chain may have replaced sb's pod (deleted
+// the pod with the workspace, after a backup or checkpoint): a pod built
+// for sb now is then a new pod of the attempt, which a resume must never
+// back up over that backup. It holds when
+//   - reason is UpgradePod's failure or later;
+//   - attempt continued a failed attempt that failed at UpgradePod or later,
+//     or one that continued others (their reasons are not kept);
+//   - a later attempt continued attempt and was abandoned before its
+//     outcome was recorded (ChainBehind): it may have got that far.
+//
+// An attempt that failed before UpgradePod with no such chain (waking,
+// PreUpgrade, Checkpointing) never deleted its pod: a pod built now
+// replaces one lost otherwise, holds the workspace from then on, and is a
+// plain pod that a resume backs up first.
+func MayHaveReplacedPod(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool {
+	upgradePod := Rank(agentsv1alpha1.UpgradingReasonUpgradePod)
+	if Rank(reason) >= upgradePod {
+		return true
+	}
+	f := strings.Fields(sb.Annotations[AnnotationResumes])
+	switch {
+	case len(f) < 3:
+		return false
+	case f[0] == attempt:
+		return Rank(f[2]) >= upgradePod || len(f) > 3
+	case f[1] == attempt:
+		return true
+	}
+	return false
+}
+
 // BuiltByResumed reports whether pod is a new pod (NewPodOf) built by a
 // failed attempt that attempt continues (ResumedChain), or by resumed, the
 // failed attempt an event names (for a record written before the chain was

@@ -276,3 +276,40 @@ func TestClaimedBy(t *testing.T) {
 		})
 	}
 }
+
+// A pod built for a sandbox whose attempt failed is the attempt's (never
+// backed up over its backup) only when the attempt or its chain may have
+// replaced the pod.
+func TestMayHaveReplacedPod(t *testing.T) {
+	with := func(resumes string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		if resumes != "" {
+			sb.Annotations = map[string]string{AnnotationResumes: resumes}
+		}
+		return sb
+	}
+	const pre, ckpt, pod, post = agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonCheckpointFailed,
+		agentsv1alpha1.UpgradingReasonUpgradePodFailed, agentsv1alpha1.UpgradingReasonPostUpgradeFailed
+	for _, tc := range []struct {
+		name    string
+		sb      *agentsv1alpha1.Sandbox
+		reason  string
+		replace bool
+	}{
+		{"a fresh attempt failed in PreUpgrade", with(""), pre, false},
+		{"a fresh attempt failed in Checkpointing", with(""), ckpt, false},
+		{"failed in UpgradePod", with(""), pod, true},
+		{"failed in PostUpgrade", with(""), post, true},
+		{"continued one failed in PreUpgrade, failed there too", with("a2 a1 " + pre), pre, false},
+		{"continued one failed in UpgradePod, then failed before it", with("a2 a1 " + pod), pre, true},
+		{"continued a chain whose earlier reasons are not kept", with("a2 a1 " + pre + " a0"), pre, true},
+		{"a later attempt continued it, its outcome not recorded", with("a3 a2 " + pre), pre, true},
+		{"another sandbox's record", with("b2 b1 " + pod), pre, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MayHaveReplacedPod(tc.sb, "a2", tc.reason); got != tc.replace {
+				t.Errorf("MayHaveReplacedPod(%q, a2, %s) = %v, want %v", tc.sb.Annotations[AnnotationResumes], tc.reason, got, tc.replace)
+			}
+		})
+	}
+}

@@ -257,13 +257,11 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		// plain pod that a resume takes for the original and backs up.
 	case reason == agentsv1alpha1.UpgradingReasonUpgradePod:
 		pod, why = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps]), reasonUpgrade
-	case agentsv1alpha1.IsUpgradingFailedReason(reason) && upgrade.Rank(reason) >= upgrade.Rank(agentsv1alpha1.UpgradingReasonUpgradePod):
-		// The attempt replaced the pod, or was to: a pod built now is a new
-		// one of the attempt (upgrade.ResumeAt never backs it up over the
-		// backup or checkpoint the attempt took). One that failed before
-		// (waking, PreUpgrade, Checkpointing) never deleted its pod: a pod
-		// built now replaces one lost otherwise, holds the workspace from
-		// here on, and is a plain pod that a resume backs up first.
+	case agentsv1alpha1.IsUpgradingFailedReason(reason) && upgrade.MayHaveReplacedPod(sb, attempt, reason):
+		// The attempt (or its chain) may have replaced the pod: a pod built
+		// now is a new one of the attempt (upgrade.ResumeAt never backs it
+		// up over the backup or checkpoint taken). Otherwise it is a plain
+		// pod, which a resume backs up first.
 		pod = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps])
 	}
 	if upgrade.BuiltBy(pod, attempt) && upgrade.ChecksPoint(sb, attempt) {

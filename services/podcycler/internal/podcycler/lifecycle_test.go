@@ -140,27 +140,41 @@ func TestPodOfAFailedPreUpgradeRunsTheOriginalTemplate(t *testing.T) {
 // kept; in Checkpointing) is a plain pod: it holds the workspace from then on,
 // and a resume must back it up. Stamped with the failed attempt, a resume
 // would take it for the attempt's new pod, skip preUpgrade and delete it. A
-// pod built after an UpgradePodFailed is the attempt's.
+// pod built after an UpgradePodFailed is the attempt's, and so is one built
+// after an attempt that continued an UpgradePodFailed failed in PreUpgrade
+// (the pod lost was the chain's new pod: backed up, it would overwrite the
+// good backup).
 func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	startPodcycler(t)
-	for i, reason := range []string{
-		agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonCheckpointFailed, agentsv1alpha1.UpgradingReasonUpgradePodFailed,
+	for i, tc := range []struct {
+		reason, resumes string
+		stamped         bool
+	}{
+		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "", false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", false},
+		{agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", true},
+		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "a1 a0 " + agentsv1alpha1.UpgradingReasonUpgradePodFailed, true},
 	} {
 		sb := createSandbox(t, ns, fmt.Sprintf("sbx-before-%d", i), "registry.example/sandbox:v1")
 		pod := waitPodReady(t, ns, sb.Name, "")
-		setUpgradeStatus(t, ns, sb.Name, "a1", reason)
+		if tc.resumes != "" {
+			updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
+				s.Annotations = map[string]string{upgrade.AnnotationResumes: tc.resumes}
+			})
+		}
+		setUpgradeStatus(t, ns, sb.Name, "a1", tc.reason)
 		if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}); err != nil {
 			t.Fatal(err)
 		}
 		again := waitPodReady(t, ns, sb.Name, string(pod.UID))
 		a, stamped := again.Annotations[upgrade.AnnotationPodAttempt]
-		switch want := reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed; {
-		case want && a != "a1":
-			t.Errorf("%s: pod built after the attempt replaced the pod carries attempt %q, want a1", reason, a)
-		case !want && stamped:
-			t.Errorf("%s: pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", reason, upgrade.AnnotationPodAttempt, a)
+		switch {
+		case tc.stamped && a != "a1":
+			t.Errorf("%s (resumes %q): pod built after the attempt (or its chain) replaced the pod carries attempt %q, want a1", tc.reason, tc.resumes, a)
+		case !tc.stamped && stamped:
+			t.Errorf("%s: pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", tc.reason, upgrade.AnnotationPodAttempt, a)
 		}
 	}
 }

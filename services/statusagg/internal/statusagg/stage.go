@@ -145,8 +145,9 @@ func directAhead(ev events.Event, cur string) bool {
 // checkpointKeptMessage is the message of tr, a failure of sb's attempt whose
 // pod is now pod (nil when it has none), with upgrade.CheckpointKeptNote
 // added when tr is an UpgradePodFailed of a CheckpointRestore attempt whose
-// old pod is gone or going (no pod, a new pod of the attempt, or one being
-// deleted) and the message does not say so yet: whoever filed it (a
+// old pod is gone or going (no pod, a new pod of the attempt or of a failed
+// attempt it continues, or one being deleted) and the message does not say
+// so yet: whoever filed it (a
 // handler's last delivery, the watchdog) may not have known, and a Recreate
 // ops resuming the sandbox would start its new pod from an empty filesystem
 // while the workspace sits in the checkpoint.
@@ -154,7 +155,7 @@ func checkpointKeptMessage(tr transition, sb *agentsv1alpha1.Sandbox, pod *corev
 	if tr.To != agentsv1alpha1.UpgradingReasonUpgradePodFailed || !upgrade.ChecksPoint(sb, tr.Attempt) || upgrade.HasCheckpointKeptNote(tr.Message) {
 		return tr.Message
 	}
-	if pod != nil && pod.DeletionTimestamp == nil && !upgrade.NewPodOf(pod, tr.Attempt) {
+	if pod != nil && pod.DeletionTimestamp == nil && !upgrade.NewPodOf(pod, tr.Attempt) && !upgrade.BuiltByResumed(pod, sb, tr.Attempt, "") {
 		return tr.Message // the old pod still runs, and holds the workspace
 	}
 	id := "of this attempt"

@@ -164,6 +164,10 @@ func TestCheckpointKeptMessage(t *testing.T) {
 	goingPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb", DeletionTimestamp: &now}}
 	newPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb", Annotations: map[string]string{
 		upgrade.AnnotationPodAttempt: attempt, upgrade.AnnotationRestoreFrom: "ckpt-id-7"}}}
+	chained := sb.DeepCopy()
+	chained.Annotations[upgrade.AnnotationResumes] = upgrade.ResumesValue(attempt, "uid-ops-0", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	chainPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sb", Annotations: map[string]string{
+		upgrade.AnnotationPodAttempt: "uid-ops-0", upgrade.AnnotationRestoreFrom: "ckpt-id-3"}}}
 	failed := transition{Attempt: attempt, To: agentsv1alpha1.UpgradingReasonUpgradePodFailed, Message: "podcycler gave up on prehook-done after 5 deliveries: boom"}
 	noted := failed
 	noted.Message = upgrade.WithNote("x", upgrade.CheckpointKeptNote("ns", "sb", "ckpt-id-7"))
@@ -178,6 +182,7 @@ func TestCheckpointKeptMessage(t *testing.T) {
 		{"old pod being deleted", failed, sb, goingPod, "of this attempt"},
 		{"the attempt's new pod", failed, sb, newPod, "ckpt-id-7"},
 		{"old pod still runs", failed, sb, oldPod, ""},
+		{"the new pod of the attempt it continues", failed, chained, chainPod, "ckpt-id-3"},
 		{"Recreate attempt", failed, recreate, nil, ""},
 		{"note already there", noted, sb, nil, ""},
 		{"another failure", transition{Attempt: attempt, To: agentsv1alpha1.UpgradingReasonPostUpgradeFailed, Message: "hook"}, sb, nil, ""},

@@ -309,7 +309,7 @@ func (w *watchdog) warnBusDown(stalled map[types.UID]*busStall, cause error) {
 		w.busWarned[uid] = now
 		slices.Sort(st.sandboxes)
 		w.s.recorder.Eventf(st.obj, corev1.EventTypeWarning, EventStreamUnreachable,
-			"%d sandboxes are past their stage's deadline (%s) and cannot be re-driven: NATS does not take statusagg's publishes (%v); nothing is lost and nothing is failed for it: the stages go on once NATS is back; check NATS (its pods, `make status` locally) and that the services reach it",
+			"%d sandboxes are past their stage's deadline (%s) and cannot be re-driven: NATS does not take statusagg's publishes (%v); nothing is lost, and the stages go on once NATS is back (one still without progress after --redrives + 3 deadlines is failed all the same, saying NATS could not be used): check NATS (its pods, `make status` locally) and that the services reach it",
 			len(st.sandboxes), namedList(st.sandboxes), cause)
 	}
 	for uid, last := range w.busWarned {
@@ -531,7 +531,7 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 			state = podNotReadyMessage(pod)
 		}
 		msg := fmt.Sprintf("podcycler did not report the new pod Ready or failed (pod %s: %s); check podcycler's log and `nats consumer info MOLT_EVENTS podcycler`", sb.Name, state)
-		if attempt := upgrade.CurrentAttempt(sb); upgrade.ChecksPoint(sb, attempt) && (pod == nil || upgrade.BuiltBy(pod, attempt) || pod.DeletionTimestamp != nil) {
+		if attempt := upgrade.CurrentAttempt(sb); upgrade.ChecksPoint(sb, attempt) && (pod == nil || upgrade.BuiltBy(pod, attempt) || upgrade.BuiltByResumed(pod, sb, attempt, "") || pod.DeletionTimestamp != nil) {
 			id := "of this attempt"
 			if pod != nil && pod.Annotations[upgrade.AnnotationRestoreFrom] != "" {
 				id = pod.Annotations[upgrade.AnnotationRestoreFrom]
