@@ -344,7 +344,10 @@ func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
 //   - attempt continued a failed attempt that failed at UpgradePod or later,
 //     or one that continued others (their reasons are not kept);
 //   - a later attempt continued attempt and was abandoned before its
-//     outcome was recorded (ChainBehind): it may have got that far.
+//     outcome was recorded (ChainBehind): it may have got that far. One the
+//     sandbox is claimed for now (admitted, not recorded yet, as a paused
+//     sandbox is woken for it first) or a direct one is not abandoned: its
+//     own stages own the pod.
 //
 // An attempt that failed before UpgradePod with no such chain (waking,
 // PreUpgrade, Checkpointing) never deleted its pod: a pod built now
@@ -362,7 +365,11 @@ func MayHaveReplacedPod(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool
 	case f[0] == attempt:
 		return Rank(f[2]) >= upgradePod || len(f) > 3
 	case f[1] == attempt:
-		return true
+		if strings.HasPrefix(f[0], DirectAttemptPrefix) {
+			return false
+		}
+		opsName, claimed, _ := strings.Cut(sb.Annotations[AnnotationClaim], " ")
+		return !(claimed == f[0] && opsName != "" && sb.Labels[agentsv1alpha1.LabelUpdateOps] == opsName)
 	}
 	return false
 }

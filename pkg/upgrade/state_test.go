@@ -303,7 +303,9 @@ func TestMayHaveReplacedPod(t *testing.T) {
 		{"continued one failed in PreUpgrade, failed there too", with("a2 a1 " + pre), pre, false},
 		{"continued one failed in UpgradePod, then failed before it", with("a2 a1 " + pod), pre, true},
 		{"continued a chain whose earlier reasons are not kept", with("a2 a1 " + pre + " a0"), pre, true},
-		{"a later attempt continued it, its outcome not recorded", with("a3 a2 " + pre), pre, true},
+		{"a later attempt continued it and was abandoned, its outcome not recorded", with("a3 a2 " + pre), pre, true},
+		{"a later attempt admitted now continues it (a paused sandbox woken for it)", claimedFor(with("a3 a2 "+pre), "ops3", "a3"), pre, false},
+		{"a later direct attempt continues it", with(DirectAttemptPrefix + "r2-3 a2 " + pre), pre, false},
 		{"another sandbox's record", with("b2 b1 " + pod), pre, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -312,4 +314,12 @@ func TestMayHaveReplacedPod(t *testing.T) {
 			}
 		})
 	}
+}
+
+// claimedFor is sb claimed by ops opsName for attempt, as the selector's
+// admission writes it.
+func claimedFor(sb *agentsv1alpha1.Sandbox, opsName, attempt string) *agentsv1alpha1.Sandbox {
+	sb.Labels = map[string]string{agentsv1alpha1.LabelUpdateOps: opsName}
+	sb.Annotations[AnnotationClaim] = ClaimValue(opsName, attempt)
+	return sb
 }

@@ -177,6 +177,30 @@ func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 			t.Errorf("%s: pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", tc.reason, upgrade.AnnotationPodAttempt, a)
 		}
 	}
+
+	// A paused sandbox whose wake-up failed (filed under PreUpgradeFailed),
+	// admitted by the next ops before statusagg records it: the pod that
+	// wakes it is plain, so that ops backs it up first.
+	sb := createSandbox(t, ns, "sbx-woken-again", "registry.example/sandbox:v1")
+	waitPodReady(t, ns, sb.Name, "")
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = true })
+	waitPodGone(t, ns, sb.Name)
+	setUpgradeStatus(t, ns, sb.Name, "a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[agentsv1alpha1.LabelUpdateOps] = "ops2"
+		s.Annotations = map[string]string{
+			upgrade.AnnotationClaim:                       upgrade.ClaimValue("ops2", "a2"),
+			upgrade.AnnotationResumes:                     upgrade.ResumesValue("a2", "a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed),
+			agentsv1alpha1.AnnotationUpgradeResumeTrigger: "true",
+		}
+	})
+	woken := waitPodReady(t, ns, sb.Name, "")
+	if a, ok := woken.Annotations[upgrade.AnnotationPodAttempt]; ok {
+		t.Errorf("the pod that wakes the sandbox for the next ops carries %s=%s: that ops would skip its backup and delete it", upgrade.AnnotationPodAttempt, a)
+	}
 }
 
 // A paused sandbox that an ops has admitted to resume a failed attempt from UpgradePod
