@@ -181,7 +181,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		"--service-account-private-key-file=" + saKey,
 		"--root-ca-file=" + filepath.Join(cfg.pkiDir(), "apiserver.crt"),
 		"--use-service-account-credentials=false",
-		"--controllers=namespace-controller,garbage-collector-controller,node-lifecycle-controller,pod-garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller",
+		"--controllers=namespace-controller,garbage-collector-controller,node-lifecycle-controller,pod-garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller",
 		"--bind-address=127.0.0.1", "--secure-port=0",
 		"--node-monitor-grace-period=60s",
 		"--v=1",
