@@ -60,19 +60,10 @@ func TestRefusedCheckpointFailsCheckpointingAtOnce(t *testing.T) {
 	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
 	r.publishPreHookDone(t)
 
-	ev := next(t, failed, "failed", 20*time.Second)
-	t.Logf("failed: %s", ev.Data.Message)
-	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonCheckpointing || ev.Data.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
-		t.Errorf("failed stage/reason = %s/%s, want Checkpointing/CheckpointFailed", ev.Data.Stage, ev.Data.Reason)
-	}
-	for _, want := range []string{
+	wantCheckpointFailed(t, failed,
 		fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s", upgrade.CheckpointName(r.name, testAttempt), r.name, r.ns, r.name),
 		words, "the old pod was not deleted and keeps running", "then create a new SandboxUpdateOps",
-	} {
-		if !strings.Contains(ev.Data.Message, want) {
-			t.Errorf("message %q lacks %q", ev.Data.Message, want)
-		}
-	}
+	)
 	r.assertOldPodRuns(t)
 }
 
@@ -187,19 +178,10 @@ func TestCheckpointRestoreOntoANewImageFailsCheckpointing(t *testing.T) {
 	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
 	r.publishPreHookDone(t)
 
-	ev := next(t, failed, "failed", 20*time.Second)
-	t.Logf("failed: %s", ev.Data.Message)
-	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonCheckpointing || ev.Data.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
-		t.Errorf("failed stage/reason = %s/%s, want Checkpointing/CheckpointFailed", ev.Data.Stage, ev.Data.Reason)
-	}
-	for _, want := range []string{
+	wantCheckpointFailed(t, failed,
 		"container main: registry.example/sandbox:v1 → registry.example/sandbox:v2",
 		"cannot restore a checkpoint onto a new image", "keeps running", "updateStrategy.type Recreate",
-	} {
-		if !strings.Contains(ev.Data.Message, want) {
-			t.Errorf("message %q lacks %q", ev.Data.Message, want)
-		}
-	}
+	)
 	if checkpointExists(t, r.ns, upgrade.CheckpointName(r.name, testAttempt)) {
 		t.Error("a checkpoint was taken for a restore that cannot happen")
 	}
@@ -236,15 +218,23 @@ func TestCheckpointBeingDeletedFailsCheckpointing(t *testing.T) {
 	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
 	r.publishPreHookDone(t)
 
+	wantCheckpointFailed(t, failed, cp.Name, "deleted", "keeps running")
+	r.assertOldPodRuns(t)
+}
+
+// wantCheckpointFailed waits for the failed event on failed and checks that it
+// is filed as CheckpointFailed under Checkpointing with a message holding
+// every one of wants.
+func wantCheckpointFailed(t *testing.T, failed <-chan events.Event, wants ...string) {
+	t.Helper()
 	ev := next(t, failed, "failed", 20*time.Second)
 	t.Logf("failed: %s", ev.Data.Message)
 	if ev.Data.Stage != agentsv1alpha1.UpgradingReasonCheckpointing || ev.Data.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
 		t.Errorf("failed stage/reason = %s/%s, want Checkpointing/CheckpointFailed", ev.Data.Stage, ev.Data.Reason)
 	}
-	for _, want := range []string{cp.Name, "deleted", "keeps running"} {
+	for _, want := range wants {
 		if !strings.Contains(ev.Data.Message, want) {
 			t.Errorf("message %q lacks %q", ev.Data.Message, want)
 		}
 	}
-	r.assertOldPodRuns(t)
 }

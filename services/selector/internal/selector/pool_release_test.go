@@ -15,6 +15,7 @@ import (
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	typedv1alpha1 "molt.dev/pkg/generated/clientset/versioned/typed/agents/v1alpha1"
 )
 
 // TestPoolReleasesALabelClaimedMember: a member labelled
@@ -94,15 +95,7 @@ func TestPoolReleasesALabelClaimedMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 60*time.Second, "the garbage collector deletes the members and not the claimed sandbox", func() (bool, error) {
-		list, err := sandboxes.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		var names []string
-		for _, sb := range list.Items {
-			names = append(names, sb.Name)
-		}
-		return len(names) == 1 && names[0] == claimedName, fmt.Errorf("sandboxes %v, want [%s]", names, claimedName)
+		return onlySandbox(ctx, sandboxes, claimedName)
 	})
 	if _, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		t.Errorf("the claimed sandbox was deleted with its set")
@@ -169,15 +162,7 @@ func TestDeletedPoolReleasesAClaimBeforeItGoes(t *testing.T) {
 		if _, err := sets.Get(ctx, set.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("the set is still there (err %v)", err)
 		}
-		list, err := sandboxes.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		var names []string
-		for _, sb := range list.Items {
-			names = append(names, sb.Name)
-		}
-		return len(names) == 1 && names[0] == claimedName, fmt.Errorf("sandboxes %v, want [%s]", names, claimedName)
+		return onlySandbox(ctx, sandboxes, claimedName)
 	})
 	if sb, err := sandboxes.Get(ctx, claimedName, metav1.GetOptions{}); err != nil || ownerIndex(sb, set.UID) >= 0 {
 		t.Errorf("the claimed sandbox after the set went: err %v, still owned by it", err)
@@ -235,4 +220,18 @@ func (f *fixture) warmPool(replicas int32) (*agentsv1alpha1.SandboxSet, []agents
 		return len(members) == int(replicas), fmt.Errorf("%d sandboxes", len(members))
 	})
 	return set, members
+}
+
+// onlySandbox reports whether name is the only sandbox sandboxes lists, and
+// which there are when not.
+func onlySandbox(ctx context.Context, sandboxes typedv1alpha1.SandboxInterface, name string) (bool, error) {
+	list, err := sandboxes.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	var names []string
+	for _, sb := range list.Items {
+		names = append(names, sb.Name)
+	}
+	return len(names) == 1 && names[0] == name, fmt.Errorf("sandboxes %v, want [%s]", names, name)
 }
