@@ -64,6 +64,23 @@ func NothingSelected(namespace string, s Selection) string {
 	return msg
 }
 
+// SelectsNothing reports whether s has no candidate and none of the
+// namespace's sandboxes is left out only for already having the patched
+// template: the selector and stateFilter match no sandbox at all, which is
+// a mistake far more often than a finished job (an ops applied again is
+// NothingToUpdate instead).
+func (s Selection) SelectsNothing() bool {
+	if s.Total() > 0 {
+		return false
+	}
+	for _, e := range s.Excluded {
+		if e.Reason == ExcludedNoNeed {
+			return false
+		}
+	}
+	return true
+}
+
 // phaseCounts renders phase counts as "Paused: 2, Pending: 1", by phase name.
 func phaseCounts(phases map[string]int) string {
 	var out []string

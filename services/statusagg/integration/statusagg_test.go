@@ -135,13 +135,13 @@ func deletionSaysWhatItWaitsFor(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	got := h.waitOps(ns, "ops-d", "Deleting condition", func(o *agentsv1alpha1.SandboxUpdateOps) bool {
-		return meta.FindStatusCondition(o.Status.Conditions, statusagg.ConditionDeleting) != nil
+		return meta.FindStatusCondition(o.Status.Conditions, agentsv1alpha1.ConditionDeleting) != nil
 	})
-	c := meta.FindStatusCondition(got.Status.Conditions, statusagg.ConditionDeleting)
-	if c.Status != metav1.ConditionTrue || c.Reason != statusagg.DeletingReasonWaitingForSandboxes || !strings.Contains(c.Message, "waiting for 1 sandbox to end") || !strings.Contains(c.Message, "(d1)") {
+	c := meta.FindStatusCondition(got.Status.Conditions, agentsv1alpha1.ConditionDeleting)
+	if c.Status != metav1.ConditionTrue || c.Reason != agentsv1alpha1.DeletingReasonWaitingForSandboxes || !strings.Contains(c.Message, "waiting for 1 sandbox to end") || !strings.Contains(c.Message, "(d1)") {
 		t.Fatalf("Deleting = %+v, want True/WaitingForSandboxes naming d1 alone", c)
 	}
-	h.waitEvent(ns, "ops-d", statusagg.DeletingReasonWaitingForSandboxes, "(d1)")
+	h.waitEvent(ns, "ops-d", agentsv1alpha1.DeletingReasonWaitingForSandboxes, "(d1)")
 }
 
 // An ops deleted (its finalizer removed by hand) and created again under the same name
@@ -299,7 +299,7 @@ func upgradeProgressesAndOpsCompletes(t *testing.T, h *harness) {
 	if st.Replicas != 2 || st.UpdatedReplicas != 2 || st.UpdatingReplicas != 0 || st.FailedReplicas != 0 || st.ObservedGeneration != done.Generation {
 		t.Errorf("ops status = %s, want 2 updated of 2", statusJSON(st))
 	}
-	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != statusagg.ProgressingReasonCompleted {
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != agentsv1alpha1.ProgressingReasonCompleted {
 		t.Errorf("Progressing = %+v, want False/Completed", c)
 	}
 
@@ -446,7 +446,7 @@ func patchThatChangesNothingCompletes(t *testing.T, h *harness) {
 		return o.Status.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted
 	})
 	c := meta.FindStatusCondition(done.Status.Conditions, agentsv1alpha1.ConditionProgressing)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != statusagg.ProgressingReasonNothingToUpdate ||
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != agentsv1alpha1.ProgressingReasonNothingToUpdate ||
 		c.Message != "no sandbox needs this patch: of the 1 sandbox in namespace "+ns+", 1 already has the patched template" {
 		t.Errorf("Progressing = %+v, want False/NothingToUpdate", c)
 	}

@@ -26,6 +26,11 @@ const (
 	// ExitError: the command could not do its work (a bad flag, the API
 	// server or NATS unreachable, the object missing).
 	ExitError = 2
+	// ExitNothingSelected: status found the ops Completed without having
+	// selected any sandbox (Progressing reason NothingSelected: a typo in
+	// its selector, a stateFilter that leaves every one out, the wrong
+	// namespace): nothing was upgraded.
+	ExitNothingSelected = 3
 )
 
 // exitError carries an exit code through cobra; its message, if any, is

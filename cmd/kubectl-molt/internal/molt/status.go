@@ -33,14 +33,16 @@ func newStatusCommand(a *app) *cobra.Command {
 	o := statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status OPS",
-		Short: "Show an upgrade's progress; with -w, live until it ends (exit 0 Completed, 1 Failed)",
+		Short: "Show an upgrade's progress; with -w, live until it ends (exit 0 Completed, 1 Failed, 3 nothing selected)",
 		Long: `Show a SandboxUpdateOps's progress: updated/total, the count per stage, throughput and
 ETA, the slowest sandboxes in flight and every failed sandbox with its reason and the
 hook's stderr tail. In a terminal the view is redrawn in place; otherwise one line is
 printed per change. -o json prints the summary as JSON (one object per change with -w).
 
 Exit code: 0 when the ops is Completed (without -w: when it is not Failed), 1 when it
-is Failed, 2 when the status could not be read.`,
+is Failed, 2 when the status could not be read, 3 when it completed without selecting
+any sandbox (NothingSelected: its selector, stateFilter or namespace matches none, so
+nothing was upgraded).`,
 		Example: `  kubectl molt status upgrade-my-sandboxes -w
   kubectl molt status upgrade-my-sandboxes -w && echo upgraded
   kubectl molt status upgrade-my-sandboxes -o json`,
@@ -241,8 +243,16 @@ func terminalHeight(w io.Writer) int {
 	return h
 }
 
-// statusExit is the exit of status: 1 for a Failed ops, with what to do next.
+// statusExit is the exit of status: 1 for a Failed ops, with what to do
+// next; 3 for one that completed without selecting any sandbox.
 func (a *app) statusExit(s Summary, o statusOptions) error {
+	if c := s.progressing(); s.Phase == string(agentsv1alpha1.SandboxUpdateOpsCompleted) && c != nil && c.Reason == agentsv1alpha1.ProgressingReasonNothingSelected {
+		msg := ""
+		if o.output != "json" {
+			msg = fmt.Sprintf("SandboxUpdateOps %s/%s Completed without upgrading any sandbox (%s): %s", s.Namespace, s.Name, c.Reason, c.Message)
+		}
+		return &exitError{code: ExitNothingSelected, msg: msg}
+	}
 	if s.Phase != string(agentsv1alpha1.SandboxUpdateOpsFailed) {
 		return nil
 	}
@@ -259,14 +269,25 @@ func (a *app) statusExit(s Summary, o statusOptions) error {
 	return &exitError{code: ExitFailed, msg: msg}
 }
 
+// progressing is the ops's Progressing condition, nil before statusagg
+// wrote one.
+func (s Summary) progressing() *Condition {
+	for i, c := range s.Conditions {
+		if c.Type == agentsv1alpha1.ConditionProgressing {
+			return &s.Conditions[i]
+		}
+	}
+	return nil
+}
+
 // stopCause is the condition of a spec that cannot work, nil for any other
 // end: InvalidPatch (True), else a Progressing=False of reason InvalidSpec.
 // Its message names the field and the next step (a new ops, not a retry).
 func (s Summary) stopCause() *Condition {
 	for _, invalid := range []func(Condition) bool{
-		func(c Condition) bool { return c.Type == "InvalidPatch" },
+		func(c Condition) bool { return c.Type == agentsv1alpha1.ConditionInvalidPatch },
 		func(c Condition) bool {
-			return c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == "InvalidSpec"
+			return c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == agentsv1alpha1.ProgressingReasonInvalidSpec
 		},
 	} {
 		for i, c := range s.Conditions {

@@ -254,18 +254,11 @@ func summarize(ops *agentsv1alpha1.SandboxUpdateOps, claimed []agentsv1alpha1.Sa
 	return s
 }
 
-// Progressing=False reasons whose message another condition or the counters
-// already give.
-const (
-	progressingCompleted       = "Completed"
-	progressingBudgetExhausted = "FailureBudgetExhausted"
-)
-
 // stoppedBy reports whether c is a Progressing=False that says why the ops
 // does not go on (a selector or maxUnavailable it cannot use, a patch that
 // cannot work, a selector that matches nothing to update): the status
 // shows its message too, not only the True conditions'.
 func stoppedBy(c metav1.Condition) bool {
 	return c.Type == agentsv1alpha1.ConditionProgressing && c.Status == metav1.ConditionFalse &&
-		c.Reason != progressingCompleted && c.Reason != progressingBudgetExhausted
+		c.Reason != agentsv1alpha1.ProgressingReasonCompleted && c.Reason != agentsv1alpha1.ProgressingReasonFailureBudgetExhausted
 }

@@ -361,8 +361,11 @@ func TestStatusSaysWhyAnOpsStopped(t *testing.T) {
 			{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "InvalidPatch", Message: "the patch cannot work; no sandbox was touched"},
 			{Type: "InvalidPatch", Status: metav1.ConditionTrue, Reason: "PatchRefused", Message: "spec.containers[0].image: Invalid value: \"My-Registry/App:V2\""}},
 			"My-Registry/App:V2", "Failed (PatchRefused): spec.containers[0].image"},
-		{"nothing selected", "Completed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "NothingToUpdate",
-			Message: "no sandbox needs the patch: 2 do not match spec.selector (app=sandbx)"}}, "2 do not match spec.selector", ""},
+		{"nothing selected", "Completed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "NothingSelected",
+			Message: "nothing was upgraded: no sandbox needs this patch: of the 2 sandboxes in namespace default, 2 do not match spec.selector (app=sandbx)"}},
+			"2 do not match spec.selector", "Completed without upgrading any sandbox (NothingSelected): nothing was upgraded"},
+		{"applied again", "Completed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "NothingToUpdate",
+			Message: "no sandbox needs this patch: of the 2 sandboxes in namespace default, 2 already have the patched template"}}, "2 already have the patched template", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "default", UID: "u1", CreationTimestamp: metav1.NewTime(t0)}}
@@ -381,6 +384,14 @@ func TestStatusSaysWhyAnOpsStopped(t *testing.T) {
 				t.Errorf("exit %v, want 0", err)
 			case tc.exit != "" && (err == nil || !strings.Contains(err.Error(), tc.exit) || strings.Contains(err.Error(), "kubectl molt retry")):
 				t.Errorf("exit %v, want %q and no retry", err, tc.exit)
+			case tc.exit != "":
+				want := ExitFailed
+				if tc.phase == "Completed" {
+					want = ExitNothingSelected
+				}
+				if e, ok := err.(*exitError); !ok || e.code != want {
+					t.Errorf("exit %#v, want code %d", err, want)
+				}
 			}
 		})
 	}

@@ -175,7 +175,7 @@ type deletedRecord struct {
 
 // readDeleted reads st's SandboxesDeleted condition (the zero record without one).
 func readDeleted(st agentsv1alpha1.SandboxUpdateOpsStatus) deletedRecord {
-	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxesDeleted)
 	if c == nil {
 		return deletedRecord{}
 	}
@@ -254,8 +254,8 @@ func withDeletedNotes(st *agentsv1alpha1.SandboxUpdateOpsStatus, notes []string,
 			r.updated++
 		}
 	}
-	setCondition(&st.Conditions, metav1.Condition{Type: ConditionSandboxesDeleted, Status: metav1.ConditionTrue,
-		Reason: DeletedReasonDuringUpgrade, Message: r.message(), ObservedGeneration: gen})
+	setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxesDeleted, Status: metav1.ConditionTrue,
+		Reason: agentsv1alpha1.DeletedReasonDuringUpgrade, Message: r.message(), ObservedGeneration: gen})
 }
 
 // updatedDeparted counts the sandboxes st's SandboxesDeleted condition records as

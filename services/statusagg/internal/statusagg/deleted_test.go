@@ -73,7 +73,7 @@ func TestOpsAppliedAgainStartsWithoutTheDeletedNotesOfTheFirst(t *testing.T) {
 				h.setOps(h.written("up"))
 			}
 			st := h.written("up").Status
-			if c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted); c != nil {
+			if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxesDeleted); c != nil {
 				t.Errorf("the new ops inherited the first's SandboxesDeleted: %q", c.Message)
 			}
 			if st.Replicas != 1 || st.UpdatedReplicas != 0 {
@@ -99,7 +99,7 @@ func TestSandboxDeletedDuringAnActiveOpsIsCounted(t *testing.T) {
 		h.setOps(h.written("up"))
 	}
 	st := h.written("up").Status
-	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxesDeleted)
 	if c == nil || !strings.HasSuffix(c.Message, ": s1 (Succeeded)") {
 		t.Fatalf("SandboxesDeleted = %+v, want it naming s1", c)
 	}
@@ -193,7 +193,7 @@ func TestDeletedCountSurvivesALongList(t *testing.T) {
 	if st := desiredOpsStatus(ops, ops, selection(1, upgrade.Updated), nil); st.UpdatedReplicas != deleted+1 || st.Replicas != deleted+1 {
 		t.Errorf("after the last success: UPDATED %d, TOTAL %d; want %d and %d", st.UpdatedReplicas, st.Replicas, deleted+1, deleted+1)
 	}
-	c := meta.FindStatusCondition(ops.Status.Conditions, ConditionSandboxesDeleted)
+	c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionSandboxesDeleted)
 	if len(c.Message) > agentsv1alpha1.MaxConditionMessageLength {
 		t.Errorf("message is %d bytes, over the condition's cap", len(c.Message))
 	}
@@ -209,13 +209,13 @@ func TestDeletedCountSurvivesALongList(t *testing.T) {
 // counting its notes, and carries on in the counted form.
 func TestDeletedLegacyMessageIsCounted(t *testing.T) {
 	var st agentsv1alpha1.SandboxUpdateOpsStatus
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSandboxesDeleted, Status: metav1.ConditionTrue, Reason: DeletedReasonDuringUpgrade,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxesDeleted, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.DeletedReasonDuringUpgrade,
 		Message: "deleted during their upgrade: a (Succeeded), b (PreUpgrade), c (Succ"})
 	if got := updatedDeparted(st); got != 1 {
 		t.Fatalf("updatedDeparted of a legacy message = %d, want 1", got)
 	}
 	withDeletedNotes(&st, []string{"a (Succeeded)", "d (Succeeded)"}, 1)
-	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxesDeleted)
 	if want := "3 deleted during the upgrade, 2 of them after it succeeded (still counted as updated): a (Succeeded), b (PreUpgrade), d (Succeeded)"; c.Message != want {
 		t.Fatalf("message %q, want %q", c.Message, want)
 	}

@@ -26,8 +26,13 @@ const (
 	EventOpsWaiting = "OpsWaiting"
 	// EventOpsUpdating: the ops started (or resumed) upgrading sandboxes.
 	EventOpsUpdating = "OpsUpdating"
-	// EventOpsCompleted: every sandbox the ops counts is updated, or none needed it.
+	// EventOpsCompleted: every sandbox the ops counts is updated, or the
+	// selected ones already had the patched template.
 	EventOpsCompleted = "OpsCompleted"
+	// EventOpsNothingSelected (Warning): the ops completed without selecting
+	// any sandbox (Progressing reason NothingSelected); the message says
+	// which rules left the namespace's sandboxes out.
+	EventOpsNothingSelected = agentsv1alpha1.ProgressingReasonNothingSelected
 	// EventOpsFailed (Warning): failures used up the budget; the message names them.
 	EventOpsFailed = "OpsFailed"
 	// EventOpsInvalid (Warning): the ops' selector or maxUnavailable cannot be used.
@@ -136,18 +141,21 @@ func opsPhaseEvent(st agentsv1alpha1.SandboxUpdateOpsStatus) (eventType, reason 
 	case agentsv1alpha1.SandboxUpdateOpsUpdating:
 		return corev1.EventTypeNormal, EventOpsUpdating
 	case agentsv1alpha1.SandboxUpdateOpsCompleted:
+		if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && c.Reason == agentsv1alpha1.ProgressingReasonNothingSelected {
+			return corev1.EventTypeWarning, EventOpsNothingSelected
+		}
 		return corev1.EventTypeNormal, EventOpsCompleted
 	case agentsv1alpha1.SandboxUpdateOpsFailed:
-		if meta.IsStatusConditionTrue(st.Conditions, ConditionInvalidPatch) {
+		if meta.IsStatusConditionTrue(st.Conditions, agentsv1alpha1.ConditionInvalidPatch) {
 			return corev1.EventTypeWarning, EventOpsInvalidPatch
 		}
-		if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && c.Reason == ProgressingReasonInvalidSpec {
+		if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && c.Reason == agentsv1alpha1.ProgressingReasonInvalidSpec {
 			return corev1.EventTypeWarning, EventOpsInvalid
 		}
 		return corev1.EventTypeWarning, EventOpsFailed
 	}
 	for _, c := range st.Conditions {
-		if c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == ProgressingReasonInvalidSpec {
+		if c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == agentsv1alpha1.ProgressingReasonInvalidSpec {
 			return corev1.EventTypeWarning, EventOpsInvalid
 		}
 	}

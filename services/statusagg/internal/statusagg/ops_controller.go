@@ -130,12 +130,12 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			s.recorder.Event(written, eventType, reason, opsMessage(want))
 		}
 	}
-	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == ProgressingReasonMisspeltContainer || c.Reason == ProgressingReasonNoBackup) {
+	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == agentsv1alpha1.ProgressingReasonMisspeltContainer || c.Reason == agentsv1alpha1.ProgressingReasonNoBackup) {
 		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); was == nil || was.Reason != c.Reason {
 			s.recorder.Event(written, corev1.EventTypeWarning, c.Reason, c.Message)
 		}
 	}
-	for _, warning := range []string{ConditionPatchAddsContainers, ConditionPostUpgradeWithoutBackup, ConditionClaimRefused} {
+	for _, warning := range []string{agentsv1alpha1.ConditionPatchAddsContainers, agentsv1alpha1.ConditionPostUpgradeWithoutBackup, agentsv1alpha1.ConditionClaimRefused} {
 		if c := meta.FindStatusCondition(want.Conditions, warning); c != nil && meta.FindStatusCondition(ops.Status.Conditions, warning) == nil {
 			s.recorder.Event(written, corev1.EventTypeWarning, warning, c.Message)
 		}
@@ -165,7 +165,7 @@ func announced(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
 
 // opsMessage is the message of the condition that explains the phase.
 func opsMessage(st agentsv1alpha1.SandboxUpdateOpsStatus) string {
-	for _, t := range []string{ConditionInvalidPatch, agentsv1alpha1.ConditionFailureBudgetExhausted, agentsv1alpha1.ConditionWaitingForNamespace} {
+	for _, t := range []string{agentsv1alpha1.ConditionInvalidPatch, agentsv1alpha1.ConditionFailureBudgetExhausted, agentsv1alpha1.ConditionWaitingForNamespace} {
 		if c := meta.FindStatusCondition(st.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			return c.Message
 		}
@@ -362,12 +362,12 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 		return nil
 	}
 	want := ops.Status.DeepCopy()
-	setCondition(&want.Conditions, metav1.Condition{Type: ConditionDeleting, Status: metav1.ConditionTrue,
-		Reason: DeletingReasonWaitingForSandboxes, Message: deletionWaitMessage(finishing), ObservedGeneration: ops.Generation})
+	setCondition(&want.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue,
+		Reason: agentsv1alpha1.DeletingReasonWaitingForSandboxes, Message: deletionWaitMessage(finishing), ObservedGeneration: ops.Generation})
 	if equality.Semantic.DeepEqual(&ops.Status, want) {
 		return nil
 	}
-	first := meta.FindStatusCondition(ops.Status.Conditions, ConditionDeleting) == nil
+	first := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionDeleting) == nil
 	upd := ops.DeepCopy()
 	upd.Status = *want
 	written, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
@@ -378,7 +378,7 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 		return fmt.Errorf("update status of ops %s/%s being deleted: %w", ops.Namespace, ops.Name, err)
 	}
 	if first {
-		s.recorder.Event(written, corev1.EventTypeNormal, DeletingReasonWaitingForSandboxes, deletionWaitMessage(finishing))
+		s.recorder.Event(written, corev1.EventTypeNormal, agentsv1alpha1.DeletingReasonWaitingForSandboxes, deletionWaitMessage(finishing))
 	}
 	return nil
 }

@@ -12,104 +12,6 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
-// Reasons of the SandboxUpdateOps conditions. Produced by statusagg; read by
-// users (kubectl describe) and dashboards.
-const (
-	// WaitingReasonAnotherOpsActive: WaitingForNamespace=True, another ops of
-	// the namespace is active; the message names it.
-	WaitingReasonAnotherOpsActive = "AnotherOpsActive"
-	// WaitingReasonNamespaceFree: WaitingForNamespace=False, this ops is the
-	// active one now.
-	WaitingReasonNamespaceFree = "NamespaceFree"
-
-	// ProgressingReasonUpdating: Progressing=True, sandboxes are being upgraded.
-	ProgressingReasonUpdating = "Updating"
-	// ProgressingReasonPaused: Progressing=True while spec.paused: no new
-	// sandbox is admitted, those upgrading finish.
-	ProgressingReasonPaused = "Paused"
-	// ProgressingReasonMisspeltContainer: Progressing=True, paused by the
-	// selector before the first sandbox, as the patch adds a container that
-	// looks like a misspelt name (upgrade.AnnotationMisspeltContainer); the
-	// message says which and the two ways on. A Warning Event of the same
-	// name.
-	ProgressingReasonMisspeltContainer = "MisspeltContainer"
-	// ProgressingReasonNoBackup: Progressing=True, paused by the selector
-	// before the first sandbox, as sandboxes would get a new pod with no
-	// backup of their workspace (upgrade.Unprotected,
-	// upgrade.AnnotationNoBackup); the message names them and the ways on. A
-	// Warning Event of the same name.
-	ProgressingReasonNoBackup = "NoBackup"
-	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
-	ProgressingReasonCompleted = "Completed"
-	// ProgressingReasonNothingToUpdate: Progressing=False, no sandbox needs the
-	// patch; the message says which rules left the sandboxes out.
-	ProgressingReasonNothingToUpdate = "NothingToUpdate"
-	// ProgressingReasonFailureBudgetExhausted: Progressing=False, failures
-	// used up maxUnavailable (see the FailureBudgetExhausted condition).
-	ProgressingReasonFailureBudgetExhausted = "FailureBudgetExhausted"
-	// ProgressingReasonInvalidSpec: Progressing=False, the selector or
-	// maxUnavailable cannot be used; the message says why.
-	ProgressingReasonInvalidSpec = "InvalidSpec"
-
-	// BudgetReasonSandboxesFailed: FailureBudgetExhausted=True; the message
-	// names the failed sandboxes and how many were not started.
-	BudgetReasonSandboxesFailed = "SandboxesFailed"
-
-	// ConditionInvalidPatch is True when the ops's patch cannot work at all
-	// (selector checked it before admitting anything): the ops is Failed and
-	// no sandbox was touched; the message names the field and the API
-	// server's words.
-	ConditionInvalidPatch = "InvalidPatch"
-	// InvalidPatchReasonRefused: InvalidPatch=True.
-	InvalidPatchReasonRefused = "PatchRefused"
-	// ProgressingReasonInvalidPatch: Progressing=False, the patch cannot work.
-	ProgressingReasonInvalidPatch = "InvalidPatch"
-
-	// ConditionSandboxesDeleted is True once a sandbox the ops was upgrading
-	// was deleted mid-attempt (or after it succeeded); the message counts them,
-	// and how many had succeeded, then names the newest (deletedRecord). They
-	// leave the counters; an updated one stays counted as updated.
-	ConditionSandboxesDeleted = "SandboxesDeleted"
-	// DeletedReasonDuringUpgrade: SandboxesDeleted=True.
-	DeletedReasonDuringUpgrade = "DeletedDuringUpgrade"
-
-	// ConditionDeleting is True while an ops being deleted waits for the
-	// sandboxes it claimed to end their attempt; the message names them.
-	// Without it `kubectl delete` would seem to hang with no reason.
-	ConditionDeleting = "Deleting"
-	// DeletingReasonWaitingForSandboxes: Deleting=True.
-	DeletingReasonWaitingForSandboxes = "WaitingForSandboxes"
-
-	// ConditionPatchAddsContainers is True when the patch names a container
-	// that a selected sandbox's template does not have: the strategic merge
-	// adds it (a sidecar, or a misspelt container name). A warning, with an
-	// Event of the same name: the ops goes on.
-	ConditionPatchAddsContainers = "PatchAddsContainers"
-	// AddsReasonNotInTemplate: PatchAddsContainers=True.
-	AddsReasonNotInTemplate = "NotInTemplate"
-
-	// ConditionPostUpgradeWithoutBackup is True when the ops has a postUpgrade
-	// hook but no preUpgrade and gives selected sandboxes a new pod with no
-	// backup of theirs taken (upgrade.WithoutBackup): their workspace is lost.
-	// A warning, with an Event of the same name: the ops goes on.
-	ConditionPostUpgradeWithoutBackup = "PostUpgradeWithoutBackup"
-	// NoBackupReasonNoPreUpgrade: PostUpgradeWithoutBackup=True.
-	NoBackupReasonNoPreUpgrade = "NoPreUpgrade"
-
-	// ConditionClaimRefused is True when the API server refused for good the
-	// write that claims sandboxes for the ops (upgrade.AnnotationClaimRefused):
-	// the message names them with the server's words. They are not tried
-	// again; once nothing else can start the ops ends Failed (Progressing
-	// reason ClaimRefused). A Warning Event of the same name.
-	ConditionClaimRefused = "ClaimRefused"
-	// ClaimRefusedReasonAPIServer: ClaimRefused=True.
-	ClaimRefusedReasonAPIServer = "RefusedByAPIServer"
-	// ProgressingReasonClaimRefused: Progressing=False, phase Failed: nothing
-	// is upgrading and every sandbox not started is one whose claim was
-	// refused, so nothing more can happen.
-	ProgressingReasonClaimRefused = "ClaimRefused"
-)
-
 // maxNamedFailures is how many failed sandboxes a condition message names.
 const maxNamedFailures = 10
 
@@ -138,6 +40,7 @@ func namedList(names []string) string {
 //   - another spec error (maxUnavailable) → Pending, Progressing=False/InvalidSpec;
 //   - nothing to update → Completed, Progressing=False/NothingToUpdate, saying
 //     which rules left the namespace's sandboxes out (upgrade.NothingSelected);
+//     NothingSelected instead when none of them is selected at all;
 //   - all updated → Completed, Progressing=False/Completed;
 //   - failures, nothing updating, and nothing left to start or no budget to
 //     start it → Failed, FailureBudgetExhausted=True naming the failures;
@@ -157,26 +60,26 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	st.UpdatingReplicas, st.FailedReplicas = int32(sel.Updating), int32(sel.Failed)
 
 	if problem := upgrade.PatchProblem(ops); problem != "" {
-		setCondition(&st.Conditions, metav1.Condition{Type: ConditionInvalidPatch, Status: metav1.ConditionTrue,
-			Reason: InvalidPatchReasonRefused, Message: problem, ObservedGeneration: gen})
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionInvalidPatch, Status: metav1.ConditionTrue,
+			Reason: agentsv1alpha1.InvalidPatchReasonRefused, Message: problem, ObservedGeneration: gen})
 		if upgrade.PatchChanged(ops) {
 			// Admitted under the first patch: nothing more is admitted, and the ops
 			// holds its namespace (stays Updating) until those in a stage end, as a
 			// deleted one does, so a next ops never runs beside them.
 			if sel.Updating > 0 {
 				st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
-				setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: ProgressingReasonInvalidPatch, ObservedGeneration: gen,
+				setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.ProgressingReasonInvalidPatch, ObservedGeneration: gen,
 					Message: fmt.Sprintf("spec.patch changed after its check: nothing more is admitted; waiting for %d sandboxes in a stage to end", sel.Updating)})
 				return st
 			}
 			st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 			setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
-				Reason: ProgressingReasonInvalidPatch, Message: "spec.patch changed after its check: nothing more was admitted", ObservedGeneration: gen})
+				Reason: agentsv1alpha1.ProgressingReasonInvalidPatch, Message: "spec.patch changed after its check: nothing more was admitted", ObservedGeneration: gen})
 			return st
 		}
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
-			Reason: ProgressingReasonInvalidPatch, Message: "the patch cannot work; no sandbox was touched", ObservedGeneration: gen})
+			Reason: agentsv1alpha1.ProgressingReasonInvalidPatch, Message: "the patch cannot work; no sandbox was touched", ObservedGeneration: gen})
 		return st
 	}
 
@@ -185,7 +88,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		// finished, and does not hold the namespace from the next ops.
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse,
-			Reason: ProgressingReasonInvalidSpec, ObservedGeneration: gen,
+			Reason: agentsv1alpha1.ProgressingReasonInvalidSpec, ObservedGeneration: gen,
 			Message: fmt.Sprintf("%v; no sandbox was touched: spec.selector cannot be changed, so delete this SandboxUpdateOps and create one with a valid selector", err)})
 		return st
 	}
@@ -193,29 +96,34 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	warnOfAddedContainers(&st, ops, sel)
 	warnOfNoBackup(&st, ops, sel)
 	if refused := upgrade.ClaimRefused(ops); len(refused) > 0 {
-		setCondition(&st.Conditions, metav1.Condition{Type: ConditionClaimRefused, Status: metav1.ConditionTrue, Reason: ClaimRefusedReasonAPIServer,
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionClaimRefused, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.ClaimRefusedReasonAPIServer,
 			Message: upgrade.ClaimRefusedNote(ops.Namespace, ops.Name, refused), ObservedGeneration: gen})
 	}
 
 	if active != nil && active.Name != ops.Name {
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionWaitingForNamespace, Status: metav1.ConditionTrue,
-			Reason: WaitingReasonAnotherOpsActive, Message: waitingFor(active), ObservedGeneration: gen})
+			Reason: agentsv1alpha1.WaitingReasonAnotherOpsActive, Message: waitingFor(active), ObservedGeneration: gen})
 		return st
 	}
 	if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionWaitingForNamespace) != nil {
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionWaitingForNamespace, Status: metav1.ConditionFalse,
-			Reason: WaitingReasonNamespaceFree, ObservedGeneration: gen})
+			Reason: agentsv1alpha1.WaitingReasonNamespaceFree, ObservedGeneration: gen})
 	}
 
 	progressing := metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, ObservedGeneration: gen}
 	switch {
 	case selErr != nil:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
-		progressing.Reason, progressing.Message = ProgressingReasonInvalidSpec, selErr.Error()+"; nothing is admitted until it is fixed: edit this SandboxUpdateOps"
+		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonInvalidSpec, selErr.Error()+"; nothing is admitted until it is fixed: edit this SandboxUpdateOps"
 	case sel.Total() == 0:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
-		progressing.Reason, progressing.Message = ProgressingReasonNothingToUpdate, upgrade.NothingSelected(ops.Namespace, sel)
+		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonNothingToUpdate, upgrade.NothingSelected(ops.Namespace, sel)
+		if sel.SelectsNothing() {
+			progressing.Reason = agentsv1alpha1.ProgressingReasonNothingSelected
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage("nothing was upgraded: " + progressing.Message +
+				"; to upgrade them, delete this ops and apply it again with spec.selector, spec.stateFilter or its namespace fixed (spec.selector is immutable)")
+		}
 		if p := bytes.TrimSpace(ops.Spec.Patch.Raw); len(p) == 0 || string(p) == "{}" || string(p) == "null" {
 			// "already have the patched template" is true of an empty patch,
 			// and says nothing: what an ops without one is for does.
@@ -223,16 +131,16 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		}
 	case sel.Updated == sel.Total():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
-		progressing.Reason, progressing.Message = ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
+		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
 	case sel.Failed > 0 && sel.Updating == 0 && (sel.NotStarted == 0 || sel.BudgetExhausted()):
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		msg := failureMessage(ops, sel)
-		progressing.Reason, progressing.Message = ProgressingReasonFailureBudgetExhausted, msg
+		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonFailureBudgetExhausted, msg
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
-			Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
+			Reason: agentsv1alpha1.BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
 	case sel.Stuck():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
-		progressing.Reason = ProgressingReasonClaimRefused
+		progressing.Reason = agentsv1alpha1.ProgressingReasonClaimRefused
 		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d failed; the %d not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why), and nothing is upgrading, so this ops is final: fix the cause, then `kubectl molt retry %s -n %s`",
 			sel.Updated, sel.Total(), sel.Failed, sel.NotStarted, ops.Name, ops.Namespace)
 		if sel.Failed > 0 {
@@ -241,7 +149,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			msg := failureMessage(ops, sel)
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the %d sandboxes not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why); ", sel.NotStarted) + msg)
 			setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
-				Reason: BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
+				Reason: agentsv1alpha1.BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
 		}
 	default:
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
@@ -251,16 +159,16 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			// stays so: a phase does not go back.
 			st.Phase = agentsv1alpha1.SandboxUpdateOpsPending
 		}
-		progressing.Status, progressing.Reason = metav1.ConditionTrue, ProgressingReasonUpdating
+		progressing.Status, progressing.Reason = metav1.ConditionTrue, agentsv1alpha1.ProgressingReasonUpdating
 		if ops.Spec.Paused {
-			progressing.Reason = ProgressingReasonPaused
+			progressing.Reason = agentsv1alpha1.ProgressingReasonPaused
 		}
 		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d updating, %d failed", sel.Updated, sel.Total(), sel.Updating, sel.Failed)
 		if v, ok := upgrade.PausedForMisspelling(ops); ok {
-			progressing.Reason = ProgressingReasonMisspeltContainer
+			progressing.Reason = agentsv1alpha1.ProgressingReasonMisspeltContainer
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.MisspellingNote(ops.Namespace, ops.Name, v))
 		} else if v, ok := upgrade.PausedForNoBackup(ops); ok {
-			progressing.Reason = ProgressingReasonNoBackup
+			progressing.Reason = agentsv1alpha1.ProgressingReasonNoBackup
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.NoBackupNote(ops.Namespace, ops.Name, v))
 		} else if ops.Spec.Paused {
 			progressing.Message += fmt.Sprintf("; paused: no sandbox is started until spec.paused is false (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')", ops.Name, ops.Namespace)
@@ -274,7 +182,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 // to the template of the first selected sandbox not started yet: before the first batch
 // if the ops waits, so a misspelt container name can be caught before it spreads.
 func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) {
-	if meta.FindStatusCondition(st.Conditions, ConditionPatchAddsContainers) != nil {
+	if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionPatchAddsContainers) != nil {
 		return
 	}
 	for _, c := range sel.Candidates {
@@ -290,7 +198,7 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 		for _, ctr := range tpl.Spec.Containers {
 			have = append(have, ctr.Name)
 		}
-		setCondition(&st.Conditions, metav1.Condition{Type: ConditionPatchAddsContainers, Status: metav1.ConditionTrue, Reason: AddsReasonNotInTemplate, ObservedGeneration: ops.Generation,
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionPatchAddsContainers, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.AddsReasonNotInTemplate, ObservedGeneration: ops.Generation,
 			Message: fmt.Sprintf("spec.patch adds %s, which sandbox %s's template does not have (its containers: %s): every upgraded pod gets it beside the others. "+
 				"If the patch was meant to change an existing container, the name is misspelt: delete this ops and create one with the right name (molt pauses, before its first sandbox, an ops whose added container looks like a misspelt name; otherwise pause it first: kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}')",
 				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), ops.Name, ops.Namespace)})
@@ -302,7 +210,7 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 // sandboxes a new pod with no backup taken first while its postUpgrade runs
 // on them (upgrade.WithoutBackup): before the first batch if the ops waits.
 func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) {
-	if meta.FindStatusCondition(st.Conditions, ConditionPostUpgradeWithoutBackup) != nil {
+	if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionPostUpgradeWithoutBackup) != nil {
 		return
 	}
 	names := upgrade.WithoutBackup(ops, sel)
@@ -310,7 +218,7 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 		return
 	}
 	list := namedList(names)
-	setCondition(&st.Conditions, metav1.Condition{Type: ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
+	setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
 		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken by this ops, and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or the one an earlier upgrade took if its postUpgrade kept it (work since then is lost). "+
 			"molt pauses the ops before its first sandbox for this (Progressing reason NoBackup), once: if that is not meant, delete it (kubectl delete suo %s -n %s) and create one with the preUpgrade that takes the backup, "+
 			"or one that selects only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\" in spec.selector.matchLabels)",

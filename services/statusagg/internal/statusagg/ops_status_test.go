@@ -38,6 +38,7 @@ func TestDesiredOpsStatus(t *testing.T) {
 	paused := ops.DeepCopy()
 	paused.Spec.Paused = true
 	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
+	alreadyPatched := upgrade.Selection{MaxUnavailable: 1, Excluded: []upgrade.Exclusion{{Sandbox: &agentsv1alpha1.Sandbox{}, Reason: upgrade.ExcludedNoNeed}}}
 	wasUpdating := ops.DeepCopy() // its one started sandbox was deleted mid-upgrade
 	wasUpdating.Status.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
 	badSelector := ops.DeepCopy()
@@ -53,21 +54,22 @@ func TestDesiredOpsStatus(t *testing.T) {
 		wantCond   string
 		wantReason string
 	}{
-		{"another active ops makes it wait", ops, other, selection(1, n), nil, "Pending", "WaitingForNamespace", WaitingReasonAnotherOpsActive},
-		{"an unusable maxUnavailable is reported", ops, ops, upgrade.Selection{}, fmt.Errorf("spec.updateStrategy.maxUnavailable: bad"), "Pending", "Progressing", ProgressingReasonInvalidSpec},
-		{"an invalid label selector fails the ops", badSelector, badSelector, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Failed", "Progressing", ProgressingReasonInvalidSpec},
-		{"an invalid label selector fails the ops even while another is active", badSelector, other, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Failed", "Progressing", ProgressingReasonInvalidSpec},
-		{"nothing to update completes", ops, ops, selection(1), nil, "Completed", "Progressing", ProgressingReasonNothingToUpdate},
-		{"all updated completes", ops, ops, selection(1, d, d), nil, "Completed", "Progressing", ProgressingReasonCompleted},
-		{"upgrading", ops, ops, selection(1, d, u, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
-		{"paused while upgrading", paused, paused, selection(1, u, n), nil, "Updating", "Progressing", ProgressingReasonPaused},
-		{"not yet admitted", ops, ops, selection(1, n, n), nil, "Pending", "Progressing", ProgressingReasonUpdating},
-		{"paused before its first sandbox", paused, paused, selection(1, n, n), nil, "Pending", "Progressing", ProgressingReasonPaused},
-		{"never back to Pending once Updating", wasUpdating, wasUpdating, selection(1, n, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
-		{"failure with budget left keeps going", ops, ops, selection(2, f, n), nil, "Updating", "Progressing", ProgressingReasonUpdating},
-		{"failure waiting for an upgrading one", ops, ops, selection(1, f, u), nil, "Updating", "Progressing", ProgressingReasonUpdating},
-		{"failures exhaust the budget", ops, ops, selection(1, d, f, n), nil, "Failed", "FailureBudgetExhausted", BudgetReasonSandboxesFailed},
-		{"failures with nothing left to start", ops, ops, selection(3, d, f), nil, "Failed", "FailureBudgetExhausted", BudgetReasonSandboxesFailed},
+		{"another active ops makes it wait", ops, other, selection(1, n), nil, "Pending", "WaitingForNamespace", agentsv1alpha1.WaitingReasonAnotherOpsActive},
+		{"an unusable maxUnavailable is reported", ops, ops, upgrade.Selection{}, fmt.Errorf("spec.updateStrategy.maxUnavailable: bad"), "Pending", "Progressing", agentsv1alpha1.ProgressingReasonInvalidSpec},
+		{"an invalid label selector fails the ops", badSelector, badSelector, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Failed", "Progressing", agentsv1alpha1.ProgressingReasonInvalidSpec},
+		{"an invalid label selector fails the ops even while another is active", badSelector, other, upgrade.Selection{}, fmt.Errorf("spec.selector: bad"), "Failed", "Progressing", agentsv1alpha1.ProgressingReasonInvalidSpec},
+		{"nothing to update completes", ops, ops, alreadyPatched, nil, "Completed", "Progressing", agentsv1alpha1.ProgressingReasonNothingToUpdate},
+		{"nothing selected completes, saying so", ops, ops, selection(1), nil, "Completed", "Progressing", agentsv1alpha1.ProgressingReasonNothingSelected},
+		{"all updated completes", ops, ops, selection(1, d, d), nil, "Completed", "Progressing", agentsv1alpha1.ProgressingReasonCompleted},
+		{"upgrading", ops, ops, selection(1, d, u, n), nil, "Updating", "Progressing", agentsv1alpha1.ProgressingReasonUpdating},
+		{"paused while upgrading", paused, paused, selection(1, u, n), nil, "Updating", "Progressing", agentsv1alpha1.ProgressingReasonPaused},
+		{"not yet admitted", ops, ops, selection(1, n, n), nil, "Pending", "Progressing", agentsv1alpha1.ProgressingReasonUpdating},
+		{"paused before its first sandbox", paused, paused, selection(1, n, n), nil, "Pending", "Progressing", agentsv1alpha1.ProgressingReasonPaused},
+		{"never back to Pending once Updating", wasUpdating, wasUpdating, selection(1, n, n), nil, "Updating", "Progressing", agentsv1alpha1.ProgressingReasonUpdating},
+		{"failure with budget left keeps going", ops, ops, selection(2, f, n), nil, "Updating", "Progressing", agentsv1alpha1.ProgressingReasonUpdating},
+		{"failure waiting for an upgrading one", ops, ops, selection(1, f, u), nil, "Updating", "Progressing", agentsv1alpha1.ProgressingReasonUpdating},
+		{"failures exhaust the budget", ops, ops, selection(1, d, f, n), nil, "Failed", "FailureBudgetExhausted", agentsv1alpha1.BudgetReasonSandboxesFailed},
+		{"failures with nothing left to start", ops, ops, selection(3, d, f), nil, "Failed", "FailureBudgetExhausted", agentsv1alpha1.BudgetReasonSandboxesFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := desiredOpsStatus(tc.ops, tc.active, tc.sel, tc.selErr)
@@ -119,7 +121,7 @@ func TestDeletedNotes(t *testing.T) {
 	var st agentsv1alpha1.SandboxUpdateOpsStatus
 	withDeletedNotes(&st, notes, 1)
 	withDeletedNotes(&st, []string{"c (admitted)", "a (PreUpgrade)"}, 1)
-	c := meta.FindStatusCondition(st.Conditions, ConditionSandboxesDeleted)
+	c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxesDeleted)
 	if c == nil || c.Message != "3 deleted during the upgrade, 0 of them after it succeeded (still counted as updated): a (PreUpgrade), b (UpgradePod), c (admitted)" {
 		t.Fatalf("SandboxesDeleted = %+v", c)
 	}
@@ -166,7 +168,7 @@ func TestPatchAddsContainersIsFlagged(t *testing.T) {
 
 	typo := withPatch(`{"spec":{"containers":[{"name":"sandbx","image":"v2"}]}}`)
 	st := desiredOpsStatus(typo, other, sel, nil)
-	c := meta.FindStatusCondition(st.Conditions, ConditionPatchAddsContainers)
+	c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionPatchAddsContainers)
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "adds containers/sandbx, which sandbox sb-00's template does not have (its containers: sandbox)") {
 		t.Fatalf("misspelt container: PatchAddsContainers = %+v", c)
 	}
@@ -174,7 +176,7 @@ func TestPatchAddsContainersIsFlagged(t *testing.T) {
 		t.Fatalf("phase = %s: the warning must not change what the ops does", st.Phase)
 	}
 	right := withPatch(`{"spec":{"containers":[{"name":"sandbox","image":"v2"}]}}`)
-	if c := meta.FindStatusCondition(desiredOpsStatus(right, right, sel, nil).Conditions, ConditionPatchAddsContainers); c != nil {
+	if c := meta.FindStatusCondition(desiredOpsStatus(right, right, sel, nil).Conditions, agentsv1alpha1.ConditionPatchAddsContainers); c != nil {
 		t.Fatalf("existing container: PatchAddsContainers = %+v, want none", c)
 	}
 }
@@ -190,7 +192,7 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 	other := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "first"}}
 
 	st := desiredOpsStatus(ops, other, sel, nil)
-	c := meta.FindStatusCondition(st.Conditions, ConditionPostUpgradeWithoutBackup)
+	c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionPostUpgradeWithoutBackup)
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "2 sandboxes (sb-00, sb-01) get a new pod with no backup of theirs taken") {
 		t.Fatalf("PostUpgradeWithoutBackup = %+v", c)
 	}
@@ -199,7 +201,7 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 	}
 	both := ops.DeepCopy()
 	both.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}
-	if c := meta.FindStatusCondition(desiredOpsStatus(both, both, sel, nil).Conditions, ConditionPostUpgradeWithoutBackup); c != nil {
+	if c := meta.FindStatusCondition(desiredOpsStatus(both, both, sel, nil).Conditions, agentsv1alpha1.ConditionPostUpgradeWithoutBackup); c != nil {
 		t.Fatalf("with a preUpgrade: PostUpgradeWithoutBackup = %+v, want none", c)
 	}
 }
@@ -215,12 +217,12 @@ func TestMoltsPausesAreExplained(t *testing.T) {
 		message      []string
 		waiting      string
 	}{{
-		name: "typo", reason: ProgressingReasonMisspeltContainer,
+		name: "typo", reason: agentsv1alpha1.ProgressingReasonMisspeltContainer,
 		annotations: map[string]string{upgrade.AnnotationMisspeltContainer: "containers/sandbx (1 edit from containers/sandbox)", upgrade.AnnotationMisspeltPausedAt: "2"},
 		message:     []string{"molt paused this ops before its first sandbox", "containers/sandbx (1 edit from containers/sandbox)", "delete this ops and create one with the right name", "resume the ops (kubectl patch suo typo -n team"},
 		waiting:     "which molt paused before its first sandbox as its patch adds containers/sandbx",
 	}, {
-		name: "restore", reason: ProgressingReasonNoBackup,
+		name: "restore", reason: agentsv1alpha1.ProgressingReasonNoBackup,
 		annotations: map[string]string{upgrade.AnnotationNoBackup: "sb-1, sb-2", upgrade.AnnotationNoBackupPausedAt: "2"},
 		message:     []string{"molt paused this ops before its first sandbox", "The sandboxes: sb-1, sb-2", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"},
 		waiting:     "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace",
@@ -245,11 +247,11 @@ func TestMoltsPausesAreExplained(t *testing.T) {
 				t.Errorf("what a second ops waits for: %q, want %q", w, tc.waiting)
 			}
 			ops.Spec.Paused, ops.Generation = false, 3
-			if c := progressing(); c == nil || c.Reason != ProgressingReasonUpdating {
+			if c := progressing(); c == nil || c.Reason != agentsv1alpha1.ProgressingReasonUpdating {
 				t.Fatalf("resumed: Progressing = %+v, want Updating", c)
 			}
 			ops.Spec.Paused, ops.Generation = true, 4 // paused again, by the user
-			if c := progressing(); c == nil || c.Reason != ProgressingReasonPaused {
+			if c := progressing(); c == nil || c.Reason != agentsv1alpha1.ProgressingReasonPaused {
 				t.Fatalf("paused again by the user: Progressing = %+v, want Paused", c)
 			}
 		})
@@ -265,7 +267,7 @@ func TestPatchChangedAfterItsCheckWaitsForTheTail(t *testing.T) {
 	}}}
 	ops.Spec.Patch.Raw = []byte(`{"spec":{"subdomain":"a"}}`)
 	st := desiredOpsStatus(ops, ops, selection(1, upgrade.Updated, upgrade.Updating, upgrade.NotStarted), nil)
-	invalid := meta.FindStatusCondition(st.Conditions, ConditionInvalidPatch)
+	invalid := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionInvalidPatch)
 	if st.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating || invalid == nil || invalid.Status != metav1.ConditionTrue {
 		t.Fatalf("with one in a stage: phase %s, InvalidPatch %+v; want Updating, True", st.Phase, invalid)
 	}
@@ -288,7 +290,7 @@ func TestPausedOpsSaysHowToResume(t *testing.T) {
 		t.Errorf("WaitingForNamespace = %+v, want it to say first is paused and how to resume it", c)
 	}
 	st = desiredOpsStatus(paused, paused, selection(1, upgrade.NotStarted), nil)
-	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != ProgressingReasonPaused || !strings.Contains(c.Message, "kubectl patch suo first -n team") {
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || c.Reason != agentsv1alpha1.ProgressingReasonPaused || !strings.Contains(c.Message, "kubectl patch suo first -n team") {
 		t.Errorf("Progressing = %+v, want Paused with how to resume", c)
 	}
 }
@@ -310,11 +312,58 @@ func TestNothingToUpdateSaysThePatchIsEmpty(t *testing.T) {
 			}
 			st := desiredOpsStatus(ops, ops, sel, nil)
 			c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing)
-			if st.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted || c == nil || c.Reason != ProgressingReasonNothingToUpdate {
+			if st.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted || c == nil || c.Reason != agentsv1alpha1.ProgressingReasonNothingToUpdate {
 				t.Fatalf("phase %s, Progressing %+v; want Completed, NothingToUpdate", st.Phase, c)
 			}
 			if got := strings.HasPrefix(c.Message, "spec.patch is empty"); got != tc.want {
 				t.Errorf("message %q: says the patch is empty %t, want %t", c.Message, got, tc.want)
+			}
+		})
+	}
+}
+
+// An ops that selects no sandbox at all (a typo in its selector, a stateFilter that
+// leaves every one out, no sandbox in its namespace) completes as NothingSelected, says
+// nothing was upgraded and what to fix, and is announced by a Warning Event; one whose
+// selected sandboxes all have the patched template already (an ops applied again, and
+// those the selector leaves out besides) is NothingToUpdate, announced as completed.
+func TestNothingSelectedIsToldApartFromNothingToUpdate(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
+	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"x:v2"}]}}`)
+	box := func(name, reason string) upgrade.Exclusion {
+		return upgrade.Exclusion{Sandbox: &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}}, Reason: reason, Detail: "app=sandbx"}
+	}
+	for _, tc := range []struct {
+		name                 string
+		excluded             []upgrade.Exclusion
+		reason, event, start string
+	}{
+		{"a selector with a typo", []upgrade.Exclusion{box("a", upgrade.ExcludedSelector), box("b", upgrade.ExcludedSelector)},
+			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox needs this patch: of the 2 sandboxes in namespace ns, 2 do not match spec.selector (app=sandbx)"},
+		{"a namespace without sandboxes", nil,
+			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox needs this patch: namespace ns has no sandbox"},
+		{"applied again", []upgrade.Exclusion{box("a", upgrade.ExcludedSelector), box("b", upgrade.ExcludedNoNeed)},
+			agentsv1alpha1.ProgressingReasonNothingToUpdate, EventOpsCompleted, "no sandbox needs this patch: of the 2 sandboxes in namespace ns, 1 does not match"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := desiredOpsStatus(ops, ops, upgrade.Selection{MaxUnavailable: 1, Excluded: tc.excluded}, nil)
+			c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing)
+			if st.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted || c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
+				t.Fatalf("phase %s, Progressing %+v; want Completed, False/%s", st.Phase, c, tc.reason)
+			}
+			if !strings.HasPrefix(c.Message, tc.start) {
+				t.Errorf("message %q, want it to start %q", c.Message, tc.start)
+			}
+			if fix := strings.Contains(c.Message, "apply it again with spec.selector"); fix != (tc.reason == agentsv1alpha1.ProgressingReasonNothingSelected) {
+				t.Errorf("message %q: says what to fix %t", c.Message, fix)
+			}
+			eventType, reason := opsPhaseEvent(st)
+			wantType := corev1.EventTypeNormal
+			if tc.reason == agentsv1alpha1.ProgressingReasonNothingSelected {
+				wantType = corev1.EventTypeWarning
+			}
+			if eventType != wantType || reason != tc.event {
+				t.Errorf("Event %s %s, want %s %s", eventType, reason, wantType, tc.event)
 			}
 		})
 	}
@@ -344,12 +393,12 @@ func TestOpsWithOnlyRefusedClaimsLeftFails(t *testing.T) {
 			if st.Phase != tc.wantPhase {
 				t.Fatalf("phase %s, want %s", st.Phase, tc.wantPhase)
 			}
-			c := meta.FindStatusCondition(st.Conditions, ConditionClaimRefused)
+			c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionClaimRefused)
 			if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "sb-01: frozen by policy") {
 				t.Fatalf("ClaimRefused = %+v, want True naming sb-01 with the server's words", c)
 			}
 			if p := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); tc.wantPhase == agentsv1alpha1.SandboxUpdateOpsFailed &&
-				(p == nil || p.Reason != ProgressingReasonClaimRefused || !strings.Contains(p.Message, "kubectl molt retry up -n ns")) {
+				(p == nil || p.Reason != agentsv1alpha1.ProgressingReasonClaimRefused || !strings.Contains(p.Message, "kubectl molt retry up -n ns")) {
 				t.Fatalf("Progressing = %+v, want ClaimRefused with the retry", p)
 			}
 			if budget := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionFailureBudgetExhausted); (tc.states[0] == upgrade.Failed) != (budget != nil && strings.Contains(budget.Message, "sb-00")) {

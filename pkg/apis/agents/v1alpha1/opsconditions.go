@@ -1,0 +1,108 @@
+package v1alpha1
+
+// Reasons of the SandboxUpdateOps conditions. Produced by statusagg; read by
+// users (kubectl describe), kubectl molt and dashboards.
+const (
+	// WaitingReasonAnotherOpsActive: WaitingForNamespace=True, another ops of
+	// the namespace is active; the message names it.
+	WaitingReasonAnotherOpsActive = "AnotherOpsActive"
+	// WaitingReasonNamespaceFree: WaitingForNamespace=False, this ops is the
+	// active one now.
+	WaitingReasonNamespaceFree = "NamespaceFree"
+
+	// ProgressingReasonUpdating: Progressing=True, sandboxes are being upgraded.
+	ProgressingReasonUpdating = "Updating"
+	// ProgressingReasonPaused: Progressing=True while spec.paused: no new
+	// sandbox is admitted, those upgrading finish.
+	ProgressingReasonPaused = "Paused"
+	// ProgressingReasonMisspeltContainer: Progressing=True, paused by the
+	// selector before the first sandbox, as the patch adds a container that
+	// looks like a misspelt name (upgrade.AnnotationMisspeltContainer); the
+	// message says which and the two ways on. A Warning Event of the same
+	// name.
+	ProgressingReasonMisspeltContainer = "MisspeltContainer"
+	// ProgressingReasonNoBackup: Progressing=True, paused by the selector
+	// before the first sandbox, as sandboxes would get a new pod with no
+	// backup of their workspace (upgrade.Unprotected,
+	// upgrade.AnnotationNoBackup); the message names them and the ways on. A
+	// Warning Event of the same name.
+	ProgressingReasonNoBackup = "NoBackup"
+	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
+	ProgressingReasonCompleted = "Completed"
+	// ProgressingReasonNothingToUpdate: Progressing=False, phase Completed: no
+	// sandbox needs the patch, and some the selector and stateFilter match
+	// already have the patched template (an ops applied again); the message
+	// says which rules left the sandboxes out.
+	ProgressingReasonNothingToUpdate = "NothingToUpdate"
+	// ProgressingReasonNothingSelected: Progressing=False, phase Completed:
+	// no sandbox of the namespace is selected at all (a typo in the
+	// selector, a stateFilter that leaves every one out, a namespace without
+	// sandboxes), so nothing was upgraded; the message says which rules left
+	// the sandboxes out. A Warning Event of the same name, and `kubectl molt
+	// status` exits 3.
+	ProgressingReasonNothingSelected = "NothingSelected"
+	// ProgressingReasonFailureBudgetExhausted: Progressing=False, failures
+	// used up maxUnavailable (see the FailureBudgetExhausted condition).
+	ProgressingReasonFailureBudgetExhausted = "FailureBudgetExhausted"
+	// ProgressingReasonInvalidSpec: Progressing=False, the selector or
+	// maxUnavailable cannot be used; the message says why.
+	ProgressingReasonInvalidSpec = "InvalidSpec"
+
+	// BudgetReasonSandboxesFailed: FailureBudgetExhausted=True; the message
+	// names the failed sandboxes and how many were not started.
+	BudgetReasonSandboxesFailed = "SandboxesFailed"
+
+	// ConditionInvalidPatch is True when the ops's patch cannot work at all
+	// (selector checked it before admitting anything): the ops is Failed and
+	// no sandbox was touched; the message names the field and the API
+	// server's words.
+	ConditionInvalidPatch = "InvalidPatch"
+	// InvalidPatchReasonRefused: InvalidPatch=True.
+	InvalidPatchReasonRefused = "PatchRefused"
+	// ProgressingReasonInvalidPatch: Progressing=False, the patch cannot work.
+	ProgressingReasonInvalidPatch = "InvalidPatch"
+
+	// ConditionSandboxesDeleted is True once a sandbox the ops was upgrading
+	// was deleted mid-attempt (or after it succeeded); the message counts them,
+	// and how many had succeeded, then names the newest (deletedRecord). They
+	// leave the counters; an updated one stays counted as updated.
+	ConditionSandboxesDeleted = "SandboxesDeleted"
+	// DeletedReasonDuringUpgrade: SandboxesDeleted=True.
+	DeletedReasonDuringUpgrade = "DeletedDuringUpgrade"
+
+	// ConditionDeleting is True while an ops being deleted waits for the
+	// sandboxes it claimed to end their attempt; the message names them.
+	// Without it `kubectl delete` would seem to hang with no reason.
+	ConditionDeleting = "Deleting"
+	// DeletingReasonWaitingForSandboxes: Deleting=True.
+	DeletingReasonWaitingForSandboxes = "WaitingForSandboxes"
+
+	// ConditionPatchAddsContainers is True when the patch names a container
+	// that a selected sandbox's template does not have: the strategic merge
+	// adds it (a sidecar, or a misspelt container name). A warning, with an
+	// Event of the same name: the ops goes on.
+	ConditionPatchAddsContainers = "PatchAddsContainers"
+	// AddsReasonNotInTemplate: PatchAddsContainers=True.
+	AddsReasonNotInTemplate = "NotInTemplate"
+
+	// ConditionPostUpgradeWithoutBackup is True when the ops has a postUpgrade
+	// hook but no preUpgrade and gives selected sandboxes a new pod with no
+	// backup of theirs taken (upgrade.WithoutBackup): their workspace is lost.
+	// A warning, with an Event of the same name: the ops goes on.
+	ConditionPostUpgradeWithoutBackup = "PostUpgradeWithoutBackup"
+	// NoBackupReasonNoPreUpgrade: PostUpgradeWithoutBackup=True.
+	NoBackupReasonNoPreUpgrade = "NoPreUpgrade"
+
+	// ConditionClaimRefused is True when the API server refused for good the
+	// write that claims sandboxes for the ops (upgrade.AnnotationClaimRefused):
+	// the message names them with the server's words. They are not tried
+	// again; once nothing else can start the ops ends Failed (Progressing
+	// reason ClaimRefused). A Warning Event of the same name.
+	ConditionClaimRefused = "ClaimRefused"
+	// ClaimRefusedReasonAPIServer: ClaimRefused=True.
+	ClaimRefusedReasonAPIServer = "RefusedByAPIServer"
+	// ProgressingReasonClaimRefused: Progressing=False, phase Failed: nothing
+	// is upgrading and every sandbox not started is one whose claim was
+	// refused, so nothing more can happen.
+	ProgressingReasonClaimRefused = "ClaimRefused"
+)
