@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"molt.dev/dev/testenv"
@@ -506,6 +507,24 @@ spec:
 	if list, _ := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
 		t.Errorf("plan of refused ops left %d ops behind", len(list.Items))
 	}
+
+	// A selector with a typo: the ops completes having upgraded nothing, and
+	// `status -w` says so and exits 3, so `status -w && echo upgraded` does
+	// not claim it; a Warning Event of the same reason is on the ops.
+	typo := strings.Replace(strings.Replace(planOps, "name: pl", "name: typo", 1), "sandbox-template: plan-pool", "sandbox-template: plan-pol", 1)
+	kubectl(t, typo, "apply", "-n", ns, "-f", "-")
+	out, errOut, code = molt(t, "", "status", "typo", "-n", ns, "-w", "--interval=200ms")
+	if code != 3 || !strings.Contains(errOut, "Completed without upgrading any sandbox (NothingSelected): nothing was upgraded") ||
+		!strings.Contains(errOut, "8 do not match spec.selector (agents.kruise.io/sandbox-template=plan-pol)") {
+		t.Errorf("status -w of an ops whose selector matches nothing: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	testenv.Eventually(t, 30*time.Second, "the NothingSelected Warning Event", func() (bool, error) {
+		list, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=typo,reason=NothingSelected"})
+		if err != nil || len(list.Items) != 1 {
+			return false, fmt.Errorf("events %v: %v", list, err)
+		}
+		return list.Items[0].Type == corev1.EventTypeWarning, fmt.Errorf("type %s", list.Items[0].Type)
+	})
 }
 
 // section is the text of out from the line starting with from up to the
