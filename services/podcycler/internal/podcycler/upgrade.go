@@ -3,6 +3,7 @@ package podcycler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,6 +30,12 @@ const (
 	// thousand waits polling every 100 ms cost podcycler 5% of its CPU.
 	nameFreePoll   = time.Second
 	nameTakenRetry = 2 * time.Second
+	// quotaRetry is how long a create that a full ResourceQuota refused
+	// waits before the next delivery tries again. The API server counts a
+	// deleted pod's share of the quota as free only once
+	// kube-controller-manager's quota controller has recounted the
+	// namespace, seconds after the delete this handler has just made.
+	quotaRetry = 5 * time.Second
 )
 
 // handlePreHookDone replaces a sandbox's pod with one built from its patched template (see
@@ -208,6 +215,15 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 
 	created, err := c.createPod(ctx, pod, reasonUpgrade)
+	if refused := upgrade.PodRefusal(err); refused != "" && quotaRefused(err) {
+		// The old pod is gone: the replacement's dry run passed because
+		// its delete makes room, and the quota has not counted that yet.
+		// Not the pod's fault: tried again, and if the room never comes
+		// the last delivery fails the stage with these words.
+		logger.Info("The namespace's ResourceQuota refuses the new pod for now; trying again", "cause", refused, "recheckIn", quotaRetry)
+		return events.Retry(fmt.Errorf("the API server refused the new pod of sandbox %s for the namespace's ResourceQuota (%s), and the old pod is already deleted: the quota still counts no room for it (kube-controller-manager's resourcequota controller frees a deleted pod's share; is it running?); raise the quota or free room in namespace %s (kubectl describe resourcequota -n %s): the sandbox then gets its new pod by itself, and a new SandboxUpdateOps resumes its upgrade",
+			key, refused, ns, ns), quotaRetry)
+	}
 	if refused := upgrade.PodRefusal(err); refused != "" {
 		message := fmt.Sprintf("the API server refused the new pod of sandbox %s: %s; fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume", key, refused)
 		if id := pod.Annotations[upgrade.AnnotationRestoreFrom]; id != "" {
@@ -488,4 +504,11 @@ func (c *cycler) stillToReplace(ctx context.Context, sb *agentsv1alpha1.Sandbox,
 func originalPodRuns(old *corev1.Pod, sb *agentsv1alpha1.Sandbox, d events.Data) bool {
 	return old != nil && old.DeletionTimestamp == nil && !upgrade.BuiltBy(old, d.Attempt) &&
 		!upgrade.BuiltByResumed(old, sb, d.Attempt, d.ResumedAttempt)
+}
+
+// quotaRefused reports whether err is the API server refusing a pod for a
+// ResourceQuota's "exceeded quota".
+func quotaRefused(err error) bool {
+	var status apierrors.APIStatus
+	return apierrors.IsForbidden(err) && errors.As(err, &status) && upgrade.QuotaExceeded(status.Status().Message)
 }
