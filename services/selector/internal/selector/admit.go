@@ -174,6 +174,10 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 		if last, ok := s.inflight.lastPublished(sb.UID, attempt); ok && time.Since(last) < s.republishAfter {
 			continue
 		}
+		if requestHandled(ctx, s.publisher, sb, attempt) {
+			s.inflight.published(sb.UID, attempt, time.Now()) // looked at again after republishAfter
+			continue
+		}
 		if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil { // the cache shows the claim
 			return err
 		}
@@ -183,6 +187,25 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 		s.enqueueAfter(ops.Namespace+"/"+ops.Name, s.republishAfter)
 	}
 	return nil
+}
+
+// requestHandled reports whether the stream shows that sb's attempt went on
+// past `requested` (events.Publisher.RequestHandled), so it must not be
+// requested again. When it cannot tell (NATS unreachable, a user without
+// the read permission), it says so in the log and reports false: the
+// request is sent again, as a lost one must be.
+func requestHandled(ctx context.Context, pub *events.Publisher, sb *agentsv1alpha1.Sandbox, attempt string) bool {
+	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", attempt)
+	handled, err := pub.RequestHandled(ctx, sb.Namespace, sb.Name, attempt)
+	if err != nil {
+		logger.Info("Cannot tell from the stream whether the attempt went on past requested; requesting it again", "err", err)
+		return false
+	}
+	if handled != "" {
+		logger.V(2).Info("Not requested again: the stream holds a later event of the attempt; statusagg records it once it reads it", "event", handled)
+		return true
+	}
+	return false
 }
 
 // publishRequested publishes `requested` for sb, claimed by ops at

@@ -189,6 +189,14 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	if requestHandled(ctx, d.publisher, sb, next) {
+		// Requested before, and a stage went on with it: its status is
+		// statusagg's to write. Looked at again, in case it never does.
+		if d.later != nil && d.republishAfter > 0 {
+			d.later(key, d.republishAfter)
+		}
+		return nil
+	}
 	failed, failedReason, resumes := upgrade.FailedAttempt(sb)
 	version := sb.ResourceVersion // the cache's copy holds the template the attempt is for
 	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" || resumes {

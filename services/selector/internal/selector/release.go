@@ -82,7 +82,9 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 				// Patched, not recorded yet: requested is sent again in case it
 				// was lost (once recorded, the watchdog bounds the attempt).
 				if last, ok := s.inflight.lastPublished(sb.UID, string(ops.UID)); !ok || time.Since(last) >= s.republishAfter {
-					if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil {
+					if requestHandled(ctx, s.publisher, sb, string(ops.UID)) {
+						s.inflight.published(sb.UID, string(ops.UID), time.Now())
+					} else if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil {
 						return err
 					}
 				}
