@@ -83,8 +83,8 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		return nil
 	}
 	e.adopt(sb.UID)
-	if e.written != nil && e.pending == nil && equality.Semantic.DeepEqual(sb.Status, *e.written) {
-		e.written = nil // the cache has caught up with our write
+	if e.caughtUp(sb) {
+		e.written = nil
 	}
 	known := e.status(&sb.Status)
 	// Shallow copies, only read: desiredSandboxStatus deep-copies the status
@@ -146,7 +146,7 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 	// the whole object (its spec and managedFields) alive while the entry waits
 	// for the informer.
 	st := written.Status
-	e.written = &st
+	e.written, e.writtenVersion = &st, written.ResourceVersion
 	if refused := refusalNews(known, &want, agentsv1alpha1.ConditionReady, agentsv1alpha1.ReadyReasonPodCreateFailed); refused != "" {
 		s.recorder.Event(written, corev1.EventTypeWarning, EventPodCreateFailed, refused)
 	}

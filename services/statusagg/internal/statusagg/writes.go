@@ -5,9 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
@@ -54,8 +56,10 @@ type sandboxEntry struct {
 	mu  sync.Mutex
 	uid types.UID
 	// written is the status our last write returned, kept until the
-	// informer's copy equals it.
-	written *agentsv1alpha1.SandboxStatus
+	// informer's copy equals it or is at least as new (caughtUp), and
+	// writtenVersion the resourceVersion that write returned.
+	written        *agentsv1alpha1.SandboxStatus
+	writtenVersion string
 	// pending is the condition list with transitions decided but not yet
 	// written (nil when none), and waiters the events waiting for it.
 	pending []metav1.Condition
@@ -194,6 +198,22 @@ func (e *sandboxEntry) adopt(uid types.UID) {
 	}
 	e.resolve("sandbox was replaced before its status was written", nil)
 	e.uid, e.written, e.pending = uid, nil, nil
+}
+
+// caughtUp reports whether the informer's copy sb has caught up with our
+// last write: it shows that very status with nothing pending, or it is at
+// least as new as the write, whatever it shows. A status written over ours
+// since (a statusagg replica that lost its lease and whose write landed
+// late) is then what this process decides from, not our write for ever.
+func (e *sandboxEntry) caughtUp(sb *agentsv1alpha1.Sandbox) bool {
+	if e.written == nil {
+		return false
+	}
+	if e.pending == nil && equality.Semantic.DeepEqual(sb.Status, *e.written) {
+		return true
+	}
+	cmp, err := resourceversion.CompareResourceVersion(sb.ResourceVersion, e.writtenVersion)
+	return err == nil && cmp >= 0
 }
 
 // status is the sandbox's status as this process knows it: the informer's,

@@ -137,3 +137,41 @@ func TestStatusPatchTestsTheClaimOfAStart(t *testing.T) {
 		})
 	}
 }
+
+// Our last write stands in for the cache until the cache shows it, or anything
+// at least as new: a status written over ours since (an old leader's write
+// landing late) is decided from, not our write for ever.
+func TestCaughtUp(t *testing.T) {
+	ours := agentsv1alpha1.SandboxStatus{Phase: agentsv1alpha1.SandboxRunning, Message: "ours"}
+	older := agentsv1alpha1.SandboxStatus{Phase: agentsv1alpha1.SandboxRunning, Message: "before ours"}
+	at := func(version string, st agentsv1alpha1.SandboxStatus) *agentsv1alpha1.Sandbox {
+		return &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{ResourceVersion: version}, Status: st}
+	}
+	for _, tc := range []struct {
+		name    string
+		cache   *agentsv1alpha1.Sandbox
+		pending bool
+		want    bool
+	}{
+		{"the cache is behind", at("9", older), false, false},
+		{"the cache shows our write", at("10", ours), false, true},
+		{"the cache shows our write, a transition pending", at("10", ours), true, true},
+		{"a later write over ours", at("11", older), false, true},
+		{"a later write over ours, a transition pending", at("11", older), true, true},
+		{"a version that is not etcd's, the status not ours", at("x", older), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := ours
+			e := &sandboxEntry{written: &st, writtenVersion: "10"}
+			if tc.pending {
+				e.pending = []metav1.Condition{{Type: "Upgrading"}}
+			}
+			if got := e.caughtUp(tc.cache); got != tc.want {
+				t.Errorf("caughtUp = %t, want %t", got, tc.want)
+			}
+		})
+	}
+	if (&sandboxEntry{}).caughtUp(at("11", ours)) {
+		t.Error("caughtUp with nothing written = true")
+	}
+}
