@@ -76,6 +76,13 @@ const (
 	ConditionDeleting = "Deleting"
 	// DeletingReasonWaitingForSandboxes: Deleting=True.
 	DeletingReasonWaitingForSandboxes = "WaitingForSandboxes"
+	// DeletingReasonReleasePending: Deleting=True, no sandbox is in an
+	// attempt of the ops any more, yet some still carry its label (or its
+	// finalizer is still on it) a while after the delete: the selector,
+	// which removes both, is not running, or the API server refuses its
+	// writes. The message names them and where to look. A Warning Event of
+	// the same name.
+	DeletingReasonReleasePending = "ReleasePending"
 
 	// ConditionPatchAddsContainers is True when the patch names a container
 	// that a selected sandbox's template does not have: the strategic merge

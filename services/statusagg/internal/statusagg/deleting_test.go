@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,5 +62,56 @@ func TestDeletionWaitsForTheSandboxesInAStage(t *testing.T) {
 	}
 	if msg := deletionWaitMessage(many); !strings.Contains(msg, "and 15 more") || len(msg) > agentsv1alpha1.MaxConditionMessageLength {
 		t.Errorf("message for 25 = %q (%d bytes), want 10 named and 15 more, within a condition's length", msg, len(msg))
+	}
+}
+
+// Once no sandbox is in an attempt of an ops being deleted, the selector takes
+// its label off the sandboxes and then its finalizer off the ops, in well under
+// a second. Still there releaseOverdue after the delete (no selector runs, or
+// the API server refuses its writes), Deleting says so, naming the sandboxes
+// and where to look; before that it says nothing and asks to look again when
+// it would be due.
+func TestDeletingSaysAReleaseIsPending(t *testing.T) {
+	deleted := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "ops-uid",
+		DeletionTimestamp: &metav1.Time{Time: deleted}, Finalizers: []string{agentsv1alpha1.FinalizerSandboxUpdateOpsProtection}}}
+	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"main","image":"v2"}]}}`)
+	labelled := func(name, ops string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: ops}}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "v1"}}}}
+		return sb
+	}
+	going := labelled("c-going", "up")
+	going.DeletionTimestamp = &metav1.Time{Time: deleted}
+	sandboxes := []*agentsv1alpha1.Sandbox{labelled("b-left", "up"), labelled("a-left", "up"), labelled("other", "other"), going}
+
+	if cond, recheck := deletingCondition(ops, sandboxes, deleted.Add(10*time.Second)); cond != nil || recheck != releaseOverdue-10*time.Second {
+		t.Errorf("10 s after the delete: %+v, recheck in %s; want nothing yet, recheck in %s", cond, recheck, releaseOverdue-10*time.Second)
+	}
+	cond, recheck := deletingCondition(ops, sandboxes, deleted.Add(releaseOverdue+time.Second))
+	if cond == nil || recheck != 0 || cond.Reason != agentsv1alpha1.DeletingReasonReleasePending ||
+		!strings.Contains(cond.Message, "2 sandboxes (a-left, b-left) still carry its label agents.kruise.io/update-ops=up") ||
+		!strings.Contains(cond.Message, "Is a selector running") {
+		t.Fatalf("after releaseOverdue: %+v, recheck %s; want ReleasePending naming a-left and b-left", cond, recheck)
+	}
+	// Every label off, the finalizer still on.
+	cond, _ = deletingCondition(ops, sandboxes[2:], deleted.Add(time.Minute))
+	if cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonReleasePending || !strings.Contains(cond.Message, "finalizer "+agentsv1alpha1.FinalizerSandboxUpdateOpsProtection+" is still on it") {
+		t.Errorf("finalizer left: %+v", cond)
+	}
+	// Nothing of molt's left: nothing to say (another finalizer is its owner's).
+	released := ops.DeepCopy()
+	released.Finalizers = []string{"example.com/other"}
+	if cond, recheck := deletingCondition(released, sandboxes[2:], deleted.Add(time.Minute)); cond != nil || recheck != 0 {
+		t.Errorf("released: %+v, recheck %s; want nothing", cond, recheck)
+	}
+	// A sandbox still in an attempt: the deletion waits for it, as before.
+	inStage := labelled("d-pre", "up")
+	inStage.Status.Conditions = []metav1.Condition{
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "ops-uid"},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade},
+	}
+	if cond, _ := deletingCondition(ops, append(sandboxes, inStage), deleted.Add(time.Hour)); cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonWaitingForSandboxes || !strings.Contains(cond.Message, "(d-pre)") {
+		t.Errorf("with d-pre in PreUpgrade: %+v, want WaitingForSandboxes naming it", cond)
 	}
 }

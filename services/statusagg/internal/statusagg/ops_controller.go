@@ -352,22 +352,30 @@ func (s *server) observeFinishedEdit(ctx context.Context, ops *agentsv1alpha1.Sa
 	return nil
 }
 
-// sayWhyDeletionWaits writes, on an ops being deleted, the Deleting condition naming
-// the sandboxes it claimed whose attempt is still in a stage (selector keeps the ops,
-// through its finalizer, until they end), with an Event when it first appears. Only a
-// change is written; none once nothing is left to wait for (the ops is about to go).
+// releaseOverdue is how long after an ops's delete, with no sandbox left in an
+// attempt of it, the selector's release (the label off every sandbox, then
+// its finalizer off the ops) may take before Deleting says it is pending: it
+// normally takes well under a second.
+const releaseOverdue = 30 * time.Second
+
+// sayWhyDeletionWaits writes, on an ops being deleted, why it is not gone yet
+// (deletingCondition), with an Event when the reason first appears. Only a
+// change is written; none once nothing is left to wait for (the ops is about
+// to go).
 func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) error {
-	finishing := deletionWaitsFor(ops, sandboxes)
-	if len(finishing) == 0 {
+	cond, recheck := deletingCondition(ops, sandboxes, time.Now())
+	if recheck > 0 {
+		s.opsCtl.EnqueueAfter(ops.Namespace+"/"+ops.Name, recheck)
+	}
+	if cond == nil {
 		return nil
 	}
 	want := ops.Status.DeepCopy()
-	setCondition(&want.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue,
-		Reason: agentsv1alpha1.DeletingReasonWaitingForSandboxes, Message: deletionWaitMessage(finishing), ObservedGeneration: ops.Generation})
+	setCondition(&want.Conditions, *cond)
 	if equality.Semantic.DeepEqual(&ops.Status, want) {
 		return nil
 	}
-	first := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionDeleting) == nil
+	was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionDeleting)
 	upd := ops.DeepCopy()
 	upd.Status = *want
 	written, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
@@ -377,10 +385,63 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 	case err != nil:
 		return fmt.Errorf("update status of ops %s/%s being deleted: %w", ops.Namespace, ops.Name, err)
 	}
-	if first {
-		s.recorder.Event(written, corev1.EventTypeNormal, agentsv1alpha1.DeletingReasonWaitingForSandboxes, deletionWaitMessage(finishing))
+	if was == nil || was.Reason != cond.Reason {
+		eventType := corev1.EventTypeNormal
+		if cond.Reason == agentsv1alpha1.DeletingReasonReleasePending {
+			eventType = corev1.EventTypeWarning
+		}
+		s.recorder.Event(written, eventType, cond.Reason, cond.Message)
 	}
 	return nil
+}
+
+// deletingCondition is the Deleting condition of ops, being deleted, at now:
+//   - WaitingForSandboxes naming the sandboxes it claimed whose attempt is
+//     still in a stage (the selector keeps the ops, through its finalizer,
+//     until they end);
+//   - else, from releaseOverdue after the delete, ReleasePending naming the
+//     sandboxes that still carry its label (or saying its finalizer is still
+//     on), which the selector should have removed by then;
+//   - else none, with how long until ReleasePending may be due (0: never).
+func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox, now time.Time) (*metav1.Condition, time.Duration) {
+	cond := &metav1.Condition{Type: agentsv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue, ObservedGeneration: ops.Generation}
+	if finishing := deletionWaitsFor(ops, sandboxes); len(finishing) > 0 {
+		cond.Reason, cond.Message = agentsv1alpha1.DeletingReasonWaitingForSandboxes, deletionWaitMessage(finishing)
+		return cond, 0
+	}
+	var labelled []string
+	for _, sb := range sandboxes {
+		if sb.Labels[agentsv1alpha1.LabelUpdateOps] == ops.Name && sb.DeletionTimestamp == nil {
+			labelled = append(labelled, sb.Name)
+		}
+	}
+	if len(labelled) == 0 && !slices.Contains(ops.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection) {
+		return nil, 0
+	}
+	since := time.Duration(0)
+	if ops.DeletionTimestamp != nil {
+		since = now.Sub(ops.DeletionTimestamp.Time)
+	}
+	if since < releaseOverdue {
+		return nil, releaseOverdue - since
+	}
+	slices.Sort(labelled)
+	what := fmt.Sprintf("molt's finalizer %s is still on it", agentsv1alpha1.FinalizerSandboxUpdateOpsProtection)
+	if len(labelled) > 0 {
+		what = fmt.Sprintf("%s still carry its label %s=%s", namedCount(labelled), agentsv1alpha1.LabelUpdateOps, ops.Name)
+	}
+	cond.Reason = agentsv1alpha1.DeletingReasonReleasePending
+	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted for %s, and no sandbox is in an attempt of it, but %s: the selector removes the label from each sandbox, then the finalizer. Is a selector running (its Lease %s names the leader)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
+		since.Round(time.Second), what, "molt-selector"))
+	return cond, 0
+}
+
+// namedCount is "1 sandbox (a)" or "N sandboxes (a, b, … and M more)".
+func namedCount(names []string) string {
+	if len(names) == 1 {
+		return "1 sandbox (" + names[0] + ")"
+	}
+	return fmt.Sprintf("%d sandboxes (%s)", len(names), namedList(names))
 }
 
 // deletionWaitsFor returns, in name order, the sandboxes claimed by ops whose attempt
