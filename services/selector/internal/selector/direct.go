@@ -62,14 +62,17 @@ type startedAttempt struct {
 	at      time.Time
 }
 
-// directRecordWait bounds how long a requested direct attempt that statusagg
-// has not recorded holds back the next one: statusagg down or behind for
-// longer, the next edit goes ahead.
+// directRecordWait is how long a requested direct attempt that statusagg
+// has not recorded holds back the next one on the memory alone; after it,
+// the stream decides: the next edit goes ahead only if the attempt never
+// went on (its request lost), else it waits for statusagg, down or behind,
+// in steps of this.
 const directRecordWait = 2 * time.Minute
 
 // unrecorded returns the direct attempt this process requested for sb that
 // its status does not show yet, and how long it still holds back next ("",
-// 0 when none does).
+// 0 when none does; the attempt and 0 once directRecordWait has passed: the
+// caller asks the stream whether it went on).
 func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string, now time.Time) (string, time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -77,11 +80,13 @@ func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string,
 	switch {
 	case !ok:
 		return "", 0
-	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt || now.Sub(s.at) >= directRecordWait:
+	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt:
 		delete(d.started, key)
 		return "", 0
 	case s.attempt == next:
 		return "", 0
+	case now.Sub(s.at) >= directRecordWait:
+		return s.attempt, 0
 	}
 	return s.attempt, directRecordWait - now.Sub(s.at)
 }
@@ -182,7 +187,19 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return nil // this revision already ran (and failed, or is finishing)
 	}
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
-	if prev, wait := d.unrecorded(key, sb, next, time.Now()); wait > 0 {
+	prev, wait := d.unrecorded(key, sb, next, time.Now())
+	if prev != "" && wait == 0 {
+		if requestHandled(ctx, d.publisher, sb, prev) {
+			// It went on, and statusagg has not recorded it for
+			// directRecordWait: a second attempt beside it would back up
+			// and replace the same pod. Wait for statusagg.
+			logger.Info("Wait: the direct attempt requested before went on and statusagg has not recorded it yet (is statusagg running?)", "previous", prev)
+			wait = directRecordWait
+		} else {
+			d.forget(key) // its request was lost: nothing runs beside this one
+		}
+	}
+	if wait > 0 {
 		logger.V(2).Info("Wait: the direct attempt requested before is not recorded yet", "previous", prev, "recheckIn", wait)
 		if d.later != nil {
 			d.later(key, wait)

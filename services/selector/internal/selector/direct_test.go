@@ -20,8 +20,9 @@ import (
 // A template edited again before statusagg recorded the direct attempt the
 // first edit started waits: the status alone does not show that attempt in
 // progress, and a second one beside it would back up and replace the same
-// pod at once. Once the status shows it, or after directRecordWait, the
-// memory no longer holds anything back.
+// pod at once. Once the status shows it the memory no longer holds anything
+// back; after directRecordWait it names the attempt for the stream to judge
+// (requestHandled: held back further only if that attempt went on).
 func TestDirectWaitsForTheAttemptItRequestedToBeRecorded(t *testing.T) {
 	d := &direct{}
 	now := time.Now()
@@ -46,8 +47,8 @@ func TestDirectWaitsForTheAttemptItRequestedToBeRecorded(t *testing.T) {
 	}
 
 	d.requested(key, sb, first, now)
-	if _, wait := d.unrecorded(key, sb, second, now.Add(directRecordWait)); wait != 0 {
-		t.Errorf("after directRecordWait the next edit still waits %s", wait)
+	if prev, wait := d.unrecorded(key, sb, second, now.Add(directRecordWait)); wait != 0 || prev != first {
+		t.Errorf("after directRecordWait: %q, %s; want %q with no wait left on the memory (the stream decides)", prev, wait, first)
 	}
 	d.requested(key, sb, first, now)
 	other := sb.DeepCopy()
