@@ -201,8 +201,13 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
 		}
 	}
-	if sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0 {
+	switch {
+	case sel.SelectsNothing():
+		fmt.Fprintf(w, "  it selects no sandbox: it would complete at once having upgraded none (NothingSelected); Excluded below says why for each\n")
+	case sel.Total() == 0 && len(ops.Spec.Patch.Raw) == 0:
 		fmt.Fprintf(w, "  no patch and nothing to resume: it would complete at once (NothingToUpdate)\n")
+	case sel.Total() == 0:
+		fmt.Fprintf(w, "  every sandbox it selects already has the patched template: it would complete at once (NothingToUpdate)\n")
 	}
 
 	fmt.Fprintf(w, "\nSelected (%d), in the order they start, at most %d upgrading (or failed) at a time:\n", sel.Total(), sel.MaxUnavailable)

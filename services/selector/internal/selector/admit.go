@@ -174,10 +174,10 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 		if last, ok := s.inflight.lastPublished(sb.UID, attempt); ok && time.Since(last) < s.republishAfter {
 			continue
 		}
-		if requestHandled(ctx, s.publisher, sb, attempt) {
+		if handled, err := requestHandled(ctx, s.publisher, sb, attempt); err == nil && handled {
 			s.inflight.published(sb.UID, attempt, time.Now()) // looked at again after republishAfter
 			continue
-		}
+		} // unknown: requested again, as a lost request must be
 		if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil { // the cache shows the claim
 			return err
 		}
@@ -190,22 +190,22 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 }
 
 // requestHandled reports whether the stream shows that sb's attempt went on
-// past `requested` (events.Publisher.RequestHandled), so it must not be
-// requested again. When it cannot tell (NATS unreachable, a user without
-// the read permission), it says so in the log and reports false: the
-// request is sent again, as a lost one must be.
-func requestHandled(ctx context.Context, pub *events.Publisher, sb *agentsv1alpha1.Sandbox, attempt string) bool {
+// past `requested` and statusagg has not read how yet
+// (events.Publisher.RequestHandled), so it must not be requested again. An
+// error (NATS unreachable, a user without the read permission) is said in
+// the log and returned: the caller decides which way is safe.
+func requestHandled(ctx context.Context, pub *events.Publisher, sb *agentsv1alpha1.Sandbox, attempt string) (bool, error) {
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", attempt)
-	handled, err := pub.RequestHandled(ctx, sb.Namespace, sb.Name, attempt)
+	handled, err := pub.RequestHandled(ctx, sb.Namespace, sb.Name, sb.UID, attempt)
 	if err != nil {
-		logger.Info("Cannot tell from the stream whether the attempt went on past requested; requesting it again", "err", err)
-		return false
+		logger.Info("Cannot tell from the stream whether the attempt went on past requested", "err", err)
+		return false, err
 	}
 	if handled != "" {
-		logger.V(2).Info("Not requested again: the stream holds a later event of the attempt; statusagg records it once it reads it", "event", handled)
-		return true
+		logger.V(2).Info("Not requested again: the stream holds a later event of the attempt that statusagg has not read yet", "event", handled)
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // publishRequested publishes `requested` for sb, claimed by ops at

@@ -189,13 +189,16 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
 	prev, wait := d.unrecorded(key, sb, next, time.Now())
 	if prev != "" && wait == 0 {
-		if requestHandled(ctx, d.publisher, sb, prev) {
+		switch handled, err := requestHandled(ctx, d.publisher, sb, prev); {
+		case err != nil:
+			wait = directRecordWait // cannot tell: hold back, and ask again
+		case handled:
 			// It went on, and statusagg has not recorded it for
 			// directRecordWait: a second attempt beside it would back up
 			// and replace the same pod. Wait for statusagg.
 			logger.Info("Wait: the direct attempt requested before went on and statusagg has not recorded it yet (is statusagg running?)", "previous", prev)
 			wait = directRecordWait
-		} else {
+		default:
 			d.forget(key) // its request was lost: nothing runs beside this one
 		}
 	}
@@ -206,7 +209,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		}
 		return nil
 	}
-	if requestHandled(ctx, d.publisher, sb, next) {
+	if handled, err := requestHandled(ctx, d.publisher, sb, next); err == nil && handled {
 		// Requested before, and a stage went on with it: its status is
 		// statusagg's to write. Looked at again, in case it never does.
 		if d.later != nil && d.republishAfter > 0 {

@@ -66,15 +66,16 @@ func TestDeletionWaitsForTheSandboxesInAStage(t *testing.T) {
 }
 
 // Once no sandbox is in an attempt of an ops being deleted, the selector takes
-// its label off the sandboxes and then its finalizer off the ops, in well under
-// a second. Still there releaseOverdue after the delete (no selector runs, or
-// the API server refuses its writes), Deleting says so, naming the sandboxes
-// and where to look; before that it says nothing and asks to look again when
-// it would be due.
+// its label off the sandboxes and then its finalizer off the ops, each step in
+// well under a second. When what is left to release has not changed for
+// releaseOverdue (no selector runs, or the API server refuses its writes),
+// Deleting says so, naming the sandboxes and where to look; a release that
+// makes progress, however long, is not pending. Before that it says nothing
+// and asks to look again when it would be due.
 func TestDeletingSaysAReleaseIsPending(t *testing.T) {
-	deleted := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "ops-uid",
-		DeletionTimestamp: &metav1.Time{Time: deleted}, Finalizers: []string{agentsv1alpha1.FinalizerSandboxUpdateOpsProtection}}}
+		DeletionTimestamp: &metav1.Time{Time: t0.Add(-time.Hour)}, Finalizers: []string{agentsv1alpha1.FinalizerSandboxUpdateOpsProtection}}}
 	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"main","image":"v2"}]}}`)
 	labelled := func(name, ops string) *agentsv1alpha1.Sandbox {
 		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: ops}}}
@@ -82,36 +83,48 @@ func TestDeletingSaysAReleaseIsPending(t *testing.T) {
 		return sb
 	}
 	going := labelled("c-going", "up")
-	going.DeletionTimestamp = &metav1.Time{Time: deleted}
+	going.DeletionTimestamp = &metav1.Time{Time: t0}
 	sandboxes := []*agentsv1alpha1.Sandbox{labelled("b-left", "up"), labelled("a-left", "up"), labelled("other", "other"), going}
+	var w releaseWatch
+	quiet := func(at time.Duration, sandboxes []*agentsv1alpha1.Sandbox, wantRecheck time.Duration) {
+		t.Helper()
+		if cond, recheck := deletingCondition(ops, sandboxes, t0.Add(at), &w); cond != nil || recheck != wantRecheck {
+			t.Errorf("at +%s: %+v, recheck in %s; want nothing yet, recheck in %s", at, cond, recheck, wantRecheck)
+		}
+	}
 
-	if cond, recheck := deletingCondition(ops, sandboxes, deleted.Add(10*time.Second)); cond != nil || recheck != releaseOverdue-10*time.Second {
-		t.Errorf("10 s after the delete: %+v, recheck in %s; want nothing yet, recheck in %s", cond, recheck, releaseOverdue-10*time.Second)
-	}
-	cond, recheck := deletingCondition(ops, sandboxes, deleted.Add(releaseOverdue+time.Second))
+	quiet(0, sandboxes, releaseOverdue) // first seen now: the hour since the delete went to attempts
+	quiet(10*time.Second, sandboxes, releaseOverdue-10*time.Second)
+	cond, recheck := deletingCondition(ops, sandboxes, t0.Add(releaseOverdue+time.Second), &w)
 	if cond == nil || recheck != 0 || cond.Reason != agentsv1alpha1.DeletingReasonReleasePending ||
-		!strings.Contains(cond.Message, "2 sandboxes (a-left, b-left) still carry its label agents.kruise.io/update-ops=up") ||
+		!strings.Contains(cond.Message, "2 sandboxes (a-left, b-left) still carry its label agents.kruise.io/update-ops=up, unchanged for 31s") ||
 		!strings.Contains(cond.Message, "Is a selector running") {
-		t.Fatalf("after releaseOverdue: %+v, recheck %s; want ReleasePending naming a-left and b-left", cond, recheck)
+		t.Fatalf("after releaseOverdue without progress: %+v, recheck %s; want ReleasePending naming a-left and b-left", cond, recheck)
 	}
-	// Every label off, the finalizer still on.
-	cond, _ = deletingCondition(ops, sandboxes[2:], deleted.Add(time.Minute))
+	// The selector releases one: progress, the count starts again.
+	quiet(40*time.Second, sandboxes[1:], releaseOverdue)
+	quiet(40*time.Second+releaseOverdue-time.Second, sandboxes[1:], time.Second)
+	// Every label off, then the finalizer stays on.
+	quiet(time.Hour, sandboxes[2:], releaseOverdue)
+	cond, _ = deletingCondition(ops, sandboxes[2:], t0.Add(time.Hour+releaseOverdue), &w)
 	if cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonReleasePending || !strings.Contains(cond.Message, "finalizer "+agentsv1alpha1.FinalizerSandboxUpdateOpsProtection+" is still on it") {
 		t.Errorf("finalizer left: %+v", cond)
 	}
 	// Nothing of molt's left: nothing to say (another finalizer is its owner's).
 	released := ops.DeepCopy()
 	released.Finalizers = []string{"example.com/other"}
-	if cond, recheck := deletingCondition(released, sandboxes[2:], deleted.Add(time.Minute)); cond != nil || recheck != 0 {
+	if cond, recheck := deletingCondition(released, sandboxes[2:], t0.Add(2*time.Hour), &w); cond != nil || recheck != 0 {
 		t.Errorf("released: %+v, recheck %s; want nothing", cond, recheck)
 	}
-	// A sandbox still in an attempt: the deletion waits for it, as before.
+	// A sandbox in an attempt: the deletion waits for it, and the count of
+	// the release starts only once it has ended.
 	inStage := labelled("d-pre", "up")
 	inStage.Status.Conditions = []metav1.Condition{
 		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "ops-uid"},
 		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade},
 	}
-	if cond, _ := deletingCondition(ops, append(sandboxes, inStage), deleted.Add(time.Hour)); cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonWaitingForSandboxes || !strings.Contains(cond.Message, "(d-pre)") {
+	if cond, _ := deletingCondition(ops, append(sandboxes, inStage), t0.Add(3*time.Hour), &w); cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonWaitingForSandboxes || !strings.Contains(cond.Message, "(d-pre)") {
 		t.Errorf("with d-pre in PreUpgrade: %+v, want WaitingForSandboxes naming it", cond)
 	}
+	quiet(3*time.Hour+time.Second, sandboxes, releaseOverdue)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -46,6 +47,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		s.opsWrites.forget(key)
 		s.opsTails.forget(key)
 		s.deleted.forget(key)
+		s.releases.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -352,10 +354,10 @@ func (s *server) observeFinishedEdit(ctx context.Context, ops *agentsv1alpha1.Sa
 	return nil
 }
 
-// releaseOverdue is how long after an ops's delete, with no sandbox left in an
-// attempt of it, the selector's release (the label off every sandbox, then
-// its finalizer off the ops) may take before Deleting says it is pending: it
-// normally takes well under a second.
+// releaseOverdue is how long the selector's release of an ops being deleted
+// (the label off every sandbox, then its finalizer off the ops) may make no
+// progress, once no sandbox is in an attempt of the ops, before Deleting says
+// it is pending: each step normally takes well under a second.
 const releaseOverdue = 30 * time.Second
 
 // sayWhyDeletionWaits writes, on an ops being deleted, why it is not gone yet
@@ -363,9 +365,10 @@ const releaseOverdue = 30 * time.Second
 // change is written; none once nothing is left to wait for (the ops is about
 // to go).
 func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) error {
-	cond, recheck := deletingCondition(ops, sandboxes, time.Now())
+	key := ops.Namespace + "/" + ops.Name
+	cond, recheck := deletingCondition(ops, sandboxes, time.Now(), &s.releases)
 	if recheck > 0 {
-		s.opsCtl.EnqueueAfter(ops.Namespace+"/"+ops.Name, recheck)
+		s.opsCtl.EnqueueAfter(key, recheck)
 	}
 	if cond == nil {
 		return nil
@@ -399,13 +402,15 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 //   - WaitingForSandboxes naming the sandboxes it claimed whose attempt is
 //     still in a stage (the selector keeps the ops, through its finalizer,
 //     until they end);
-//   - else, from releaseOverdue after the delete, ReleasePending naming the
-//     sandboxes that still carry its label (or saying its finalizer is still
-//     on), which the selector should have removed by then;
+//   - else, once what the selector has left to release (sandboxes that
+//     still carry the ops's label, then its finalizer) has not changed for
+//     releaseOverdue (releases tells since when), ReleasePending naming it;
 //   - else none, with how long until ReleasePending may be due (0: never).
-func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox, now time.Time) (*metav1.Condition, time.Duration) {
+func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox, now time.Time, releases *releaseWatch) (*metav1.Condition, time.Duration) {
+	key := ops.Namespace + "/" + ops.Name
 	cond := &metav1.Condition{Type: agentsv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue, ObservedGeneration: ops.Generation}
 	if finishing := deletionWaitsFor(ops, sandboxes); len(finishing) > 0 {
+		releases.forget(key)
 		cond.Reason, cond.Message = agentsv1alpha1.DeletingReasonWaitingForSandboxes, deletionWaitMessage(finishing)
 		return cond, 0
 	}
@@ -415,15 +420,13 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 			labelled = append(labelled, sb.Name)
 		}
 	}
-	if len(labelled) == 0 && !slices.Contains(ops.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection) {
+	finalizer := slices.Contains(ops.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection)
+	if len(labelled) == 0 && !finalizer {
 		return nil, 0
 	}
-	since := time.Duration(0)
-	if ops.DeletionTimestamp != nil {
-		since = now.Sub(ops.DeletionTimestamp.Time)
-	}
-	if since < releaseOverdue {
-		return nil, releaseOverdue - since
+	stalled := now.Sub(releases.since(key, ops.UID, len(labelled), now))
+	if stalled < releaseOverdue {
+		return nil, releaseOverdue - stalled
 	}
 	slices.Sort(labelled)
 	what := fmt.Sprintf("molt's finalizer %s is still on it", agentsv1alpha1.FinalizerSandboxUpdateOpsProtection)
@@ -431,9 +434,44 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 		what = fmt.Sprintf("%s still carry its label %s=%s", namedCount(labelled), agentsv1alpha1.LabelUpdateOps, ops.Name)
 	}
 	cond.Reason = agentsv1alpha1.DeletingReasonReleasePending
-	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted for %s, and no sandbox is in an attempt of it, but %s: the selector removes the label from each sandbox, then the finalizer. Is a selector running (its Lease %s names the leader)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
-		since.Round(time.Second), what, "molt-selector"))
+	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted, and no sandbox is in an attempt of it, but %s, unchanged for %s: the selector removes the label from each sandbox, then the finalizer. Is a selector running (its Lease %s, in the namespace molt runs in, names the leader)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
+		what, stalled.Round(time.Second), "molt-selector"))
 	return cond, 0
+}
+
+// releaseWatch remembers, per ops being deleted, how many of its sandboxes
+// the selector had left to release when this process last looked, and since
+// when that number holds: a release that makes progress is not pending.
+type releaseWatch struct {
+	mu sync.Mutex
+	m  map[string]releaseLeft
+}
+
+type releaseLeft struct {
+	uid   types.UID
+	left  int
+	since time.Time
+}
+
+// since returns since when key's ops (of uid) has had left sandboxes to
+// release, as far as this process has seen: now, when the number changed.
+func (w *releaseWatch) since(key string, uid types.UID, left int, now time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur, ok := w.m[key]; ok && cur.uid == uid && cur.left == left {
+		return cur.since
+	}
+	if w.m == nil {
+		w.m = map[string]releaseLeft{}
+	}
+	w.m[key] = releaseLeft{uid: uid, left: left, since: now}
+	return now
+}
+
+func (w *releaseWatch) forget(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, key)
 }
 
 // namedCount is "1 sandbox (a)" or "N sandboxes (a, b, … and M more)".

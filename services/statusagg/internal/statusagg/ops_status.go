@@ -122,7 +122,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		if sel.SelectsNothing() {
 			progressing.Reason = agentsv1alpha1.ProgressingReasonNothingSelected
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage("nothing was upgraded: " + progressing.Message +
-				"; to upgrade them, delete this ops and apply it again with spec.selector, spec.stateFilter or its namespace fixed (spec.selector is immutable)")
+				"; if a rule above left sandboxes out by mistake, delete this ops and apply it again with spec.selector, spec.stateFilter or its namespace fixed (spec.selector is immutable)")
 		}
 		if p := bytes.TrimSpace(ops.Spec.Patch.Raw); len(p) == 0 || string(p) == "{}" || string(p) == "null" {
 			// "already have the patched template" is true of an empty patch,

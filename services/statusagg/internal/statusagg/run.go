@@ -54,6 +54,8 @@ type server struct {
 	// opsTails knows which ops had admitted every candidate at their last
 	// recount: only there can a sandbox's success end the ops.
 	opsTails opsTails
+	// releases follows the selector's release of each ops being deleted.
+	releases releaseWatch
 }
 
 // Run starts statusagg and blocks until ctx is cancelled.
