@@ -201,6 +201,14 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
 		}
 	}
+	if left := upgrade.CheckpointLeftBehind(ops, sel); len(left) > 0 {
+		named := strings.Join(left[:min(len(left), 5)], ", ") + more(len(left)-5)
+		fmt.Fprintf(w, "  warning: %d sandboxes (%s) failed a CheckpointRestore upgrade after their old pod was gone: their workspace is kept only in a checkpoint (kubectl get cp -n %s), and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
+			len(left), named, ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType())
+		if _, resumed := ops.Annotations[upgrade.AnnotationCheckpointKept]; !resumed {
+			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go\n")
+		}
+	}
 	switch {
 	case sel.SelectsNothing():
 		fmt.Fprintf(w, "  it selects no sandbox: it would complete at once having upgraded none (NothingSelected); Excluded below says why for each\n")

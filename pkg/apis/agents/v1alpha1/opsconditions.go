@@ -27,6 +27,13 @@ const (
 	// upgrade.AnnotationNoBackup); the message names them and the ways on. A
 	// Warning Event of the same name.
 	ProgressingReasonNoBackup = "NoBackup"
+	// ProgressingReasonCheckpointKept: Progressing=True, paused by the
+	// selector before the first sandbox, as a Recreate ops would resume
+	// sandboxes whose workspace is kept only in a checkpoint of a failed
+	// CheckpointRestore attempt, and start them empty
+	// (upgrade.CheckpointLeftBehind, upgrade.AnnotationCheckpointKept); the
+	// message names them and the ways on. A Warning Event of the same name.
+	ProgressingReasonCheckpointKept = "CheckpointKept"
 	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
 	ProgressingReasonCompleted = "Completed"
 	// ProgressingReasonNothingToUpdate: Progressing=False, phase Completed: no

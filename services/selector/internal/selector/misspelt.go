@@ -78,6 +78,27 @@ func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.San
 		"it would give sandboxes a new pod with no backup of their workspace", "sandboxes "+value+" have no backup")
 }
 
+// pauseForCheckpointKept pauses ops before its first sandbox when it would
+// start sandboxes whose workspace is kept only in the checkpoint of a failed
+// CheckpointRestore attempt from an empty filesystem
+// (upgrade.CheckpointLeftBehind), as pauseForNoBackup does, with
+// upgrade.AnnotationCheckpointKept naming them.
+func (s *Selector) pauseForCheckpointKept(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (bool, error) {
+	if _, done := ops.Annotations[upgrade.AnnotationCheckpointKept]; done || sel.NotStarted != sel.Total() {
+		return false, nil
+	}
+	names := upgrade.CheckpointLeftBehind(ops, sel)
+	if len(names) == 0 {
+		return false, nil
+	}
+	value := strings.Join(names[:min(len(names), noBackupNamed)], ", ")
+	if extra := len(names) - noBackupNamed; extra > 0 {
+		value += fmt.Sprintf(" and %d more", extra)
+	}
+	return s.pauseOnce(ctx, ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt, value,
+		"it would start sandboxes whose workspace is kept in a checkpoint from an empty filesystem", "sandboxes "+value+" have their workspace only in a checkpoint")
+}
+
 // noBackupNamed is how many sandboxes AnnotationNoBackup names.
 const noBackupNamed = 10
 

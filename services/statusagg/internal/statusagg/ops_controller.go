@@ -132,7 +132,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			s.recorder.Event(written, eventType, reason, opsMessage(want))
 		}
 	}
-	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == agentsv1alpha1.ProgressingReasonMisspeltContainer || c.Reason == agentsv1alpha1.ProgressingReasonNoBackup) {
+	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == agentsv1alpha1.ProgressingReasonMisspeltContainer || c.Reason == agentsv1alpha1.ProgressingReasonNoBackup || c.Reason == agentsv1alpha1.ProgressingReasonCheckpointKept) {
 		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); was == nil || was.Reason != c.Reason {
 			s.recorder.Event(written, corev1.EventTypeWarning, c.Reason, c.Message)
 		}

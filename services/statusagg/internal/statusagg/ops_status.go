@@ -170,6 +170,9 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		} else if v, ok := upgrade.PausedForNoBackup(ops); ok {
 			progressing.Reason = agentsv1alpha1.ProgressingReasonNoBackup
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.NoBackupNote(ops.Namespace, ops.Name, v))
+		} else if v, ok := upgrade.PausedForCheckpointKept(ops); ok {
+			progressing.Reason = agentsv1alpha1.ProgressingReasonCheckpointKept
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.CheckpointKeptPauseNote(ops.Namespace, ops.Name, v))
 		} else if ops.Spec.Paused {
 			progressing.Message += fmt.Sprintf("; paused: no sandbox is started until spec.paused is false (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')", ops.Name, ops.Namespace)
 		}
@@ -236,6 +239,10 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 	}
 	if v, ok := upgrade.PausedForNoBackup(active); ok {
 		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as sandboxes %s would get a new pod with no backup of their workspace: it finishes only once deleted, or resumed if those workspaces may go (kubectl describe suo %s -n %s)",
+			active.Name, v, active.Name, active.Namespace)
+	}
+	if v, ok := upgrade.PausedForCheckpointKept(active); ok {
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as it would start sandboxes %s, whose workspace is kept only in a checkpoint, from an empty filesystem: it finishes only once deleted, or resumed if those workspaces may go (kubectl describe suo %s -n %s)",
 			active.Name, v, active.Name, active.Namespace)
 	}
 	if active.Spec.Paused {

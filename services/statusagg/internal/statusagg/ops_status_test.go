@@ -226,6 +226,11 @@ func TestMoltsPausesAreExplained(t *testing.T) {
 		annotations: map[string]string{upgrade.AnnotationNoBackup: "sb-1, sb-2", upgrade.AnnotationNoBackupPausedAt: "2"},
 		message:     []string{"molt paused this ops before its first sandbox", "The sandboxes: sb-1, sb-2", "agents.kruise.io/upgrade-failed", "resume it (kubectl patch suo restore -n team"},
 		waiting:     "which molt paused before its first sandbox as sandboxes sb-1, sb-2 would get a new pod with no backup of their workspace",
+	}, {
+		name: "continue", reason: agentsv1alpha1.ProgressingReasonCheckpointKept,
+		annotations: map[string]string{upgrade.AnnotationCheckpointKept: "sb-1", upgrade.AnnotationCheckpointKeptPausedAt: "2"},
+		message:     []string{"molt paused this ops before its first sandbox", "sandboxes sb-1 failed a CheckpointRestore upgrade", "kubectl get cp -n team", "updateStrategy.type CheckpointRestore", "resume it (kubectl patch suo continue -n team"},
+		waiting:     "which molt paused before its first sandbox as it would start sandboxes sb-1, whose workspace is kept only in a checkpoint",
 	}} {
 		t.Run(tc.reason, func(t *testing.T) {
 			ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "team", Generation: 2, Annotations: tc.annotations}}

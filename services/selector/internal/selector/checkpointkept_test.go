@@ -1,0 +1,78 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// A sandbox whose CheckpointRestore upgrade failed after its old pod was gone
+// has its workspace only in the kept checkpoint. An ops of the default type
+// (Recreate), as a guide's "continue" ops is written, would start its new pod
+// empty: it is paused before its first sandbox, naming it; resumed by the
+// user it goes on, and is not paused for it again. Under CheckpointRestore it
+// is not paused.
+func TestRecreateOpsResumingAKeptCheckpointPauses(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.sandbox("sbx-1", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.startSelector()
+	nodeSelector := func(zone string, strategy agentsv1alpha1.UpgradeType) func(*agentsv1alpha1.SandboxUpdateOps) {
+		return func(o *agentsv1alpha1.SandboxUpdateOps) {
+			o.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"nodeSelector":{"zone":"` + zone + `"}}}`)}
+			o.Spec.UpdateStrategy.Type = strategy
+		}
+	}
+	first := f.ops("cr", 2, oldImage, nodeSelector("nowhere", agentsv1alpha1.UpgradeTypeCheckpointRestore))
+	f.waitClaimed("cr", "sbx-0", "sbx-1")
+	// Both failed in UpgradePod; sbx-0's old pod was gone by then (statusagg's
+	// note), sbx-1's was not.
+	f.finish("sbx-0", first, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	f.finish("sbx-1", first, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	client := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sb, err := client.Get(ctx, "sbx-0", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+		c.Message = upgrade.WithNote("pod sbx-0 not Ready after 40s: not scheduled", upgrade.CheckpointKeptNote(f.ns, "sbx-0", "ckpt-0"))
+		_, err = client.UpdateStatus(ctx, sb, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.updateOps("cr", true, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsFailed })
+	f.deleteAllOps()
+
+	f.ops("recreate", 2, oldImage, nodeSelector("z1", ""))
+	testenv.Eventually(t, 30*time.Second, "the Recreate ops paused for sbx-0's kept checkpoint", func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(ctx, "recreate", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, at := o.Annotations[upgrade.AnnotationCheckpointKept], o.Annotations[upgrade.AnnotationCheckpointKeptPausedAt]
+		return o.Spec.Paused && v == "sbx-0" && at == strconv.FormatInt(o.Generation, 10),
+			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
+	})
+	if got, err := f.claimed("recreate"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
+	}
+	f.updateOps("recreate", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
+	f.waitClaimed("recreate", "sbx-0", "sbx-1")
+	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(ctx, "recreate", metav1.GetOptions{}); err != nil || o.Spec.Paused {
+		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
+	}
+}
