@@ -18,11 +18,29 @@ import (
 // repository's root: one active SandboxUpdateOps per namespace.
 const AdmissionPolicyFile = "deploy/admission/one-active-ops.yaml"
 
+// SandboxLabelsPolicyFile is deploy/admission's policy on the values of the
+// sandbox-claimed label, relative to the repository's root.
+const SandboxLabelsPolicyFile = "deploy/admission/sandbox-labels.yaml"
+
+// AdmissionPolicyFiles are the policies of deploy/admission a local control
+// plane installs (not service-pod-writes.yaml: its matches name the
+// ServiceAccounts of deploy/base).
+var AdmissionPolicyFiles = []string{AdmissionPolicyFile, SandboxLabelsPolicyFile}
+
 // InstallAdmissionPolicy creates or updates the ValidatingAdmissionPolicies
-// and their bindings in file (YAML documents separated by ---), as
+// and their bindings in each of files (YAML documents separated by ---), as
 // `kubectl apply` of deploy/admission would. Install the CRDs their
 // paramKind names first.
-func InstallAdmissionPolicy(ctx context.Context, cfg *rest.Config, file string) error {
+func InstallAdmissionPolicy(ctx context.Context, cfg *rest.Config, files ...string) error {
+	for _, file := range files {
+		if err := installAdmissionPolicy(ctx, cfg, file); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func installAdmissionPolicy(ctx context.Context, cfg *rest.Config, file string) error {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("build kubernetes client: %w", err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -36,9 +37,9 @@ type Config struct {
 	PodCIDR string
 	// CRDDir, when set, holds CRD manifests to install and wait for.
 	CRDDir string
-	// AdmissionPolicy, when set, is a file of ValidatingAdmissionPolicies
-	// and bindings to install after the CRDs (AdmissionPolicyFile).
-	AdmissionPolicy string
+	// AdmissionPolicies are files of ValidatingAdmissionPolicies and
+	// bindings to install after the CRDs (AdmissionPolicyFiles).
+	AdmissionPolicies []string
 	// Detach starts the processes in their own sessions with pid files, so
 	// they outlive the caller (make up).
 	Detach bool
@@ -224,11 +225,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		cfg.Logf("CRDs from %s established", cfg.CRDDir)
 	}
-	if cfg.AdmissionPolicy != "" {
-		if err := InstallAdmissionPolicy(ctx, c.RestConfig, cfg.AdmissionPolicy); err != nil {
+	if len(cfg.AdmissionPolicies) > 0 {
+		if err := InstallAdmissionPolicy(ctx, c.RestConfig, cfg.AdmissionPolicies...); err != nil {
 			return nil, err
 		}
-		cfg.Logf("admission policy %s installed", cfg.AdmissionPolicy)
+		cfg.Logf("admission policies %s installed", strings.Join(cfg.AdmissionPolicies, ", "))
 	}
 	if err := EnsureNodes(ctx, kube, cfg.Nodes); err != nil {
 		return nil, c.withLogs(err, "kwok", "kube-controller-manager")

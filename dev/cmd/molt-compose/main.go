@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,7 +71,7 @@ func install(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("install", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (env KUBECONFIG)")
 	crds := fs.String("crds", "", "directory of the CRD manifests (deploy/crds)")
-	policy := fs.String("admission-policy", "", "file of the admission policy to install after the CRDs (deploy/admission/one-active-ops.yaml); empty installs none")
+	policy := fs.String("admission-policy", "", "comma-separated files of the admission policies to install after the CRDs (deploy/admission/one-active-ops.yaml,deploy/admission/sandbox-labels.yaml); empty installs none")
 	nodes := fs.Int("nodes", 3, "how many kwok nodes to create")
 	timeout := fs.Duration("timeout", 3*time.Minute, "deadline of the whole install")
 	if err := fs.Parse(args); err != nil {
@@ -93,7 +94,7 @@ func install(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("CRDs of %s established\n", *crds)
 	if *policy != "" {
-		if err := devcluster.InstallAdmissionPolicy(ctx, cfg, *policy); err != nil {
+		if err := devcluster.InstallAdmissionPolicy(ctx, cfg, strings.Split(*policy, ",")...); err != nil {
 			return err
 		}
 		fmt.Printf("admission policy %s installed\n", *policy)

@@ -74,7 +74,9 @@ func loadConfig() (stackConfig, error) {
 	c.cluster.Nodes = 3
 	c.cluster.KwokConfig = filepath.Join(root, "deploy", "kwok", "stages.yaml")
 	c.cluster.CRDDir = filepath.Join(root, "deploy", "crds")
-	c.cluster.AdmissionPolicy = filepath.Join(root, devcluster.AdmissionPolicyFile)
+	for _, f := range devcluster.AdmissionPolicyFiles {
+		c.cluster.AdmissionPolicies = append(c.cluster.AdmissionPolicies, filepath.Join(root, f))
+	}
 	c.cluster.Detach = true
 	c.cluster.Logf = func(format string, args ...any) { fmt.Printf("  "+format+"\n", args...) }
 	return c, nil
