@@ -1,6 +1,7 @@
 package molt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -126,6 +127,17 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		ns = head.Metadata.Namespace
 	}
 	ops, err := dryRunCreate(ctx, agents, ns, manifest)
+	refusedNow := ""
+	if (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), oneActiveOpsPolicy) {
+		// The policy refuses every create while another ops of the
+		// namespace is active, dry runs too: nothing is wrong with the
+		// file. It is read here instead, strictly, and the plan goes on.
+		refusedNow = err.Error()
+		ops, err = decodeOps(manifest, ns)
+		if err != nil {
+			return &exitError{code: ExitFailed, msg: fmt.Sprintf("%s: %v\nfix %s and run plan again", manifestName(o.file), err, manifestName(o.file))}
+		}
+	}
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("%v: the ops exists already, and its selector, patch and lifecycle cannot change; watch it with `kubectl molt status %s -n %s`, or give the new one another name", err, head.Metadata.Name, ns)}
@@ -157,7 +169,11 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	w := a.out
 	fmt.Fprintf(w, "Plan for SandboxUpdateOps %s/%s (dry run: nothing was changed)\n", ns, ops.Name)
-	fmt.Fprintf(w, "  the API server accepts it (server-side dry run)\n")
+	if refusedNow == "" {
+		fmt.Fprintf(w, "  the API server accepts it (server-side dry run)\n")
+	} else {
+		fmt.Fprintf(w, "  the API server refuses to create it while another ops of the namespace is active (%s), so its fields were read here, not checked by the server\n", oneActiveOpsPolicy)
+	}
 	strategy := ops.Spec.UpdateStrategy.Type
 	if strategy == "" {
 		strategy = agentsv1alpha1.UpgradeTypeRecreate
@@ -277,7 +293,27 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		}
 		fmt.Fprintf(w, "\nPod template of sandbox %s, current → patched:\n%s", sb.Name, d)
 	}
+	if refusedNow != "" {
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be created yet: %s\nthe plan above is what it would do now; apply it once that ops is Completed or Failed", ns, ops.Name, refusedNow)}
+	}
 	return nil
+}
+
+// oneActiveOpsPolicy is the ValidatingAdmissionPolicy of deploy/admission
+// that refuses a second active ops in a namespace.
+const oneActiveOpsPolicy = "molt-one-active-ops-per-namespace"
+
+// decodeOps reads manifest (JSON) as a SandboxUpdateOps of namespace ns,
+// refusing unknown fields as the API server's strict validation does.
+func decodeOps(manifest []byte, ns string) (*agentsv1alpha1.SandboxUpdateOps, error) {
+	dec := json.NewDecoder(bytes.NewReader(manifest))
+	dec.DisallowUnknownFields()
+	ops := &agentsv1alpha1.SandboxUpdateOps{}
+	if err := dec.Decode(ops); err != nil {
+		return nil, fmt.Errorf("read the SandboxUpdateOps: %w", err)
+	}
+	ops.Namespace = ns
+	return ops, nil
 }
 
 // why explains an exclusion in words, with what would change it.
