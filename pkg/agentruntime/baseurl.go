@@ -20,6 +20,15 @@ func BaseURL(annotations map[string]string, podIP string) string {
 	return "http://" + net.JoinHostPort(podIP, strconv.Itoa(Port))
 }
 
+// BaseURLSource says where BaseURL took its address from, for messages:
+// the sandbox's runtime-url annotation, or the pod's IP.
+func BaseURLSource(annotations map[string]string) string {
+	if annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" {
+		return "the sandbox's annotation " + agentsv1alpha1.AnnotationRuntimeURL
+	}
+	return "the pod's IP"
+}
+
 // AccessToken returns the token a sandbox's agent-runtime expects in
 // X-Access-Token (its agents.kruise.io/runtime-access-token annotation), or
 // "" when it expects none.

@@ -120,7 +120,8 @@ func serve(ctx context.Context, args []string) error {
 func execCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("exec", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "path to the local cluster's kubeconfig (env KUBECONFIG)")
-	namespace := fs.String("namespace", "default", "namespace of the sandbox")
+	namespace := fs.String("namespace", "default", "namespace of the sandbox (also -n)")
+	fs.StringVar(namespace, "n", "default", "namespace of the sandbox (short for --namespace)")
 	sandbox := fs.String("sandbox", "", "name of the sandbox (required)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "deadline of the whole call")
 	if err := fs.Parse(args); err != nil {

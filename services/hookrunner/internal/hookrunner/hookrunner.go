@@ -385,7 +385,9 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 				return res, fmt.Errorf("%w (after %d connection resets; the hook had started and may still be running in the sandbox, as killing it failed too: %v; check it before a new SandboxUpdateOps runs it again)", err, resets, kerr)
 			}
 			return res, fmt.Errorf("%w (after %d connection resets; the hook's run was killed)", err, resets)
-		case !errors.Is(err, agentruntime.ErrUnreachable) || time.Now().After(deadline):
+		case errors.Is(err, agentruntime.ErrUnreachable) && time.Now().After(deadline):
+			return res, fmt.Errorf("%w (for %s; the address is from %s: check that the sandbox's agent-runtime runs and that the address is right)", err, h.reachWait, agentruntime.BaseURLSource(sb.Annotations))
+		case !errors.Is(err, agentruntime.ErrUnreachable):
 			return res, err
 		}
 		select {

@@ -139,3 +139,30 @@ func TestRunStopsFollowingAHookWhosePodWasDeleted(t *testing.T) {
 		t.Fatalf("run = %v after %d calls; want the deletion named after the first", err, calls)
 	}
 }
+
+// An agent-runtime still unreachable when the wait ends is said with where its
+// address came from (a runtime-url annotation someone wrote, or the pod's IP)
+// and what to check, the cause kept for errors.Is.
+func TestUnreachableSaysWhereTheAddressCameFrom(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/backup"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}, Status: corev1.PodStatus{PodIP: "10.0.0.7"}}
+	withURL := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{agentsv1alpha1.AnnotationRuntimeURL: "http://127.0.0.1:1"}}}
+	for _, tc := range []struct {
+		name string
+		sb   *agentsv1alpha1.Sandbox
+		want string
+	}{
+		{"runtime-url", withURL, "the address is from the sandbox's annotation " + agentsv1alpha1.AnnotationRuntimeURL},
+		{"pod IP", &agentsv1alpha1.Sandbox{}, "the address is from the pod's IP"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &HookRunner{kube: fake.NewClientset(pod), reachWait: time.Millisecond, exec: func(context.Context, agentruntime.ExecRequest) (agentruntime.Result, error) {
+				return agentruntime.Result{}, fmt.Errorf("agent-runtime at x is not reachable: refused: %w", agentruntime.ErrUnreachable)
+			}}
+			_, err := h.run(context.Background(), tc.sb, pod, hook, "molt/a/PreUpgrade")
+			if !errors.Is(err, agentruntime.ErrUnreachable) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "check that the sandbox's agent-runtime runs") {
+				t.Errorf("run error = %v, want ErrUnreachable saying %q and what to check", err, tc.want)
+			}
+		})
+	}
+}
