@@ -70,10 +70,7 @@ func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.San
 	if len(names) == 0 {
 		return false, nil
 	}
-	value := strings.Join(names[:min(len(names), noBackupNamed)], ", ")
-	if extra := len(names) - noBackupNamed; extra > 0 {
-		value += fmt.Sprintf(" and %d more", extra)
-	}
+	value := namedValue(names)
 	return s.pauseOnce(ctx, ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt, value,
 		"it would give sandboxes a new pod with no backup of their workspace", "sandboxes "+value+" have no backup")
 }
@@ -91,16 +88,24 @@ func (s *Selector) pauseForCheckpointKept(ctx context.Context, ops *agentsv1alph
 	if len(names) == 0 {
 		return false, nil
 	}
-	value := strings.Join(names[:min(len(names), noBackupNamed)], ", ")
-	if extra := len(names) - noBackupNamed; extra > 0 {
-		value += fmt.Sprintf(" and %d more", extra)
-	}
+	value := namedValue(names)
 	return s.pauseOnce(ctx, ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt, value,
 		"it would start sandboxes whose workspace is kept in a checkpoint from an empty filesystem", "sandboxes "+value+" have their workspace only in a checkpoint")
 }
 
-// noBackupNamed is how many sandboxes AnnotationNoBackup names.
+// noBackupNamed is how many sandboxes AnnotationNoBackup (and
+// AnnotationCheckpointKept) names.
 const noBackupNamed = 10
+
+// namedValue is the first noBackupNamed of names joined by commas, and
+// " and N more".
+func namedValue(names []string) string {
+	value := strings.Join(names[:min(len(names), noBackupNamed)], ", ")
+	if extra := len(names) - noBackupNamed; extra > 0 {
+		value += fmt.Sprintf(" and %d more", extra)
+	}
+	return value
+}
 
 // pauseOnce writes spec.paused, the annotation (value) and the paused-at
 // annotation (the generation the write makes) in one merge patch against
