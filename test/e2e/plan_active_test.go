@@ -62,7 +62,7 @@ func TestPluginPlanWhileAnotherOpsIsActive(t *testing.T) {
 	}
 	out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns)
 	t.Logf("plan:\n%s\n%s", out, errOut)
-	for _, want := range []string{"refuses to create it while another ops of the namespace is active", "Selected (2)", "pa-00", "pa-01", "+  - image: my-registry/sandbox-image:v2"} {
+	for _, want := range []string{"refuses to create it while another ops of the namespace is active", "it would wait in Pending until SandboxUpdateOps first ends", "Selected (2)", "pa-00", "pa-01", "+  - image: my-registry/sandbox-image:v2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan output lacks %q", want)
 		}

@@ -137,6 +137,12 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		if err != nil {
 			return &exitError{code: ExitFailed, msg: fmt.Sprintf("%s: %v\nfix %s and run plan again", manifestName(o.file), err, manifestName(o.file))}
 		}
+		if ops.Name != "" {
+			// The policy answers before the name is checked.
+			if _, gerr := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, ops.Name, metav1.GetOptions{}); gerr == nil {
+				err = apierrors.NewAlreadyExists(agentsv1alpha1.Resource("sandboxupdateops"), ops.Name)
+			}
+		}
 	}
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -312,7 +318,13 @@ func decodeOps(manifest []byte, ns string) (*agentsv1alpha1.SandboxUpdateOps, er
 	if err := dec.Decode(ops); err != nil {
 		return nil, fmt.Errorf("read the SandboxUpdateOps: %w", err)
 	}
-	ops.Namespace = ns
+	// What the API server would set: the ops is the newest of its
+	// namespace, and a generated name no sandbox's label can carry yet
+	// ("<" is not allowed in a label value).
+	ops.Namespace, ops.UID, ops.CreationTimestamp = ns, "plan", metav1.Now()
+	if ops.Name == "" {
+		ops.Name = ops.GenerateName + "<generated>"
+	}
 	return ops, nil
 }
 

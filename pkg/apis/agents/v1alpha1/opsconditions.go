@@ -90,6 +90,9 @@ const (
 	// writes. The message names them and where to look. A Warning Event of
 	// the same name.
 	DeletingReasonReleasePending = "ReleasePending"
+	// DeletingReasonReleasing: Deleting=True, after ReleasePending, once the
+	// selector's release makes progress again.
+	DeletingReasonReleasing = "Releasing"
 
 	// ConditionPatchAddsContainers is True when the patch names a container
 	// that a selected sandbox's template does not have: the strategic merge

@@ -97,13 +97,24 @@ func TestDeletingSaysAReleaseIsPending(t *testing.T) {
 	quiet(10*time.Second, sandboxes, releaseOverdue-10*time.Second)
 	cond, recheck := deletingCondition(ops, sandboxes, t0.Add(releaseOverdue+time.Second), &w)
 	if cond == nil || recheck != 0 || cond.Reason != agentsv1alpha1.DeletingReasonReleasePending ||
-		!strings.Contains(cond.Message, "2 sandboxes (a-left, b-left) still carry its label agents.kruise.io/update-ops=up, unchanged for 31s") ||
+		!strings.Contains(cond.Message, "2 sandboxes (a-left, b-left) still carry its label agents.kruise.io/update-ops=up, unchanged for 30s or more") ||
 		!strings.Contains(cond.Message, "Is a selector running") {
 		t.Fatalf("after releaseOverdue without progress: %+v, recheck %s; want ReleasePending naming a-left and b-left", cond, recheck)
 	}
-	// The selector releases one: progress, the count starts again.
+	// The same again later: the same words, so no new status write.
+	if again, _ := deletingCondition(ops, sandboxes, t0.Add(releaseOverdue+10*time.Second), &w); again == nil || again.Message != cond.Message {
+		t.Errorf("10 s later: %+v, want the same condition as before", again)
+	}
+	// The selector releases one: progress, the count starts again; once
+	// ReleasePending was written, it turns to Releasing.
 	quiet(40*time.Second, sandboxes[1:], releaseOverdue)
 	quiet(40*time.Second+releaseOverdue-time.Second, sandboxes[1:], time.Second)
+	pending := ops.DeepCopy()
+	pending.Status.Conditions = []metav1.Condition{*cond}
+	if moving, recheck := deletingCondition(pending, sandboxes[2:], t0.Add(time.Minute+10*time.Second), &w); moving == nil || moving.Reason != agentsv1alpha1.DeletingReasonReleasing || recheck != releaseOverdue {
+		t.Errorf("released one more after ReleasePending: %+v, recheck %s; want Releasing, recheck in %s", moving, recheck, releaseOverdue)
+	}
+	w.forget("ns/up")
 	// Every label off, then the finalizer stays on.
 	quiet(time.Hour, sandboxes[2:], releaseOverdue)
 	cond, _ = deletingCondition(ops, sandboxes[2:], t0.Add(time.Hour+releaseOverdue), &w)

@@ -426,6 +426,11 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 	}
 	stalled := now.Sub(releases.since(key, ops.UID, len(labelled), now))
 	if stalled < releaseOverdue {
+		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionDeleting); was != nil && was.Reason == agentsv1alpha1.DeletingReasonReleasePending {
+			// Said pending, and it moves again: no longer pending.
+			cond.Reason, cond.Message = agentsv1alpha1.DeletingReasonReleasing, "being deleted: the selector releases its sandboxes again; the ops goes once none carries its label"
+			return cond, releaseOverdue - stalled
+		}
 		return nil, releaseOverdue - stalled
 	}
 	slices.Sort(labelled)
@@ -434,8 +439,8 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 		what = fmt.Sprintf("%s still carry its label %s=%s", namedCount(labelled), agentsv1alpha1.LabelUpdateOps, ops.Name)
 	}
 	cond.Reason = agentsv1alpha1.DeletingReasonReleasePending
-	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted, and no sandbox is in an attempt of it, but %s, unchanged for %s: the selector removes the label from each sandbox, then the finalizer. Is a selector running (its Lease %s, in the namespace molt runs in, names the leader)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
-		what, stalled.Round(time.Second), "molt-selector"))
+	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted, and no sandbox is in an attempt of it, but %s, unchanged for %s or more: the selector removes the label from each sandbox, then the finalizer. Is a selector running (its Lease %s, in the namespace molt runs in, names the leader)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
+		what, releaseOverdue, "molt-selector"))
 	return cond, 0
 }
 
