@@ -171,22 +171,33 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 			continue
 		}
 		waiting = true
-		if last, ok := s.inflight.lastPublished(sb.UID, attempt); ok && time.Since(last) < s.republishAfter {
-			continue
-		}
-		if handled, err := requestHandled(ctx, s.publisher, sb, attempt); err == nil && handled {
-			s.inflight.published(sb.UID, attempt, time.Now()) // looked at again after republishAfter
-			continue
-		} // unknown: requested again, as a lost request must be
-		if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil { // the cache shows the claim
+		if again, err := s.requestAgain(ctx, ops, sb); err != nil {
 			return err
+		} else if again {
+			klog.FromContext(ctx).Info("Republished requested: status does not show the attempt yet", "sandbox", klog.KObj(sb))
 		}
-		klog.FromContext(ctx).Info("Republished requested: status does not show the attempt yet", "sandbox", klog.KObj(sb))
 	}
 	if waiting {
 		s.enqueueAfter(ops.Namespace+"/"+ops.Name, s.republishAfter)
 	}
 	return nil
+}
+
+// requestAgain publishes `requested` for sb, claimed by ops (the cache shows
+// the claim), once more: when this process has not published it within
+// republishAfter, and the stream does not show that its attempt went on
+// (requestHandled; when the stream cannot tell, it is published, as a lost
+// request must be). It reports whether it published.
+func (s *Selector) requestAgain(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) (bool, error) {
+	attempt := string(ops.UID)
+	if last, ok := s.inflight.lastPublished(sb.UID, attempt); ok && time.Since(last) < s.republishAfter {
+		return false, nil
+	}
+	if handled, err := requestHandled(ctx, s.publisher, sb, attempt); err == nil && handled {
+		s.inflight.published(sb.UID, attempt, time.Now()) // looked at again after republishAfter
+		return false, nil
+	}
+	return true, s.publishRequested(ctx, ops, sb, sb.ResourceVersion)
 }
 
 // requestHandled reports whether the stream shows that sb's attempt went on

@@ -81,12 +81,8 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			if _, recorded := upgrade.ReasonFor(sb, string(ops.UID)); !recorded {
 				// Patched, not recorded yet: requested is sent again in case it
 				// was lost (once recorded, the watchdog bounds the attempt).
-				if last, ok := s.inflight.lastPublished(sb.UID, string(ops.UID)); !ok || time.Since(last) >= s.republishAfter {
-					if handled, err := requestHandled(ctx, s.publisher, sb, string(ops.UID)); err == nil && handled {
-						s.inflight.published(sb.UID, string(ops.UID), time.Now())
-					} else if err := s.publishRequested(ctx, ops, sb, sb.ResourceVersion); err != nil {
-						return err
-					}
+				if _, err := s.requestAgain(ctx, ops, sb); err != nil {
+					return err
 				}
 			}
 			continue
