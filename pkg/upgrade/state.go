@@ -35,6 +35,14 @@ const (
 	// built by the attempt and holds the workspace (NewPodOf).
 	AnnotationPodKept = "molt.dev/kept"
 
+	// AnnotationPodTakenAt is set by podcycler, next to AnnotationPodAttempt,
+	// on a pod an attempt did not create but took as its own (kept, or
+	// adopted from another writer): when it took it, RFC 3339. The readiness
+	// deadline counts from then, not from the pod's creation, so a kept pod
+	// that is briefly not Ready is not failed at once. Written and read by
+	// podcycler.
+	AnnotationPodTakenAt = "molt.dev/taken-at"
+
 	// AnnotationPodOps is set by podcycler, next to AnnotationPodAttempt, on
 	// every pod it creates for an upgrade driven by a SandboxUpdateOps: the
 	// ops' name. The attempt annotation holds the ops UID; with the name the

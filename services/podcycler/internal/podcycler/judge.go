@@ -46,12 +46,23 @@ func judge(pod *corev1.Pod, now time.Time, timeout time.Duration) verdict {
 		return verdict{outcome: podFailed, message: agentsv1alpha1.TruncateConditionMessage(
 			fmt.Sprintf("pod %s ended in phase %s: %s", pod.Name, pod.Status.Phase, joinNonEmpty(pod.Status.Reason, pod.Status.Message)))}
 	}
-	age := now.Sub(pod.CreationTimestamp.Time)
+	age := now.Sub(deadlineStart(pod))
 	if age >= timeout {
 		return verdict{outcome: podFailed, message: agentsv1alpha1.TruncateConditionMessage(
 			fmt.Sprintf("pod %s not Ready after %s: %s", pod.Name, timeout, notReadyWhy(pod, restored)))}
 	}
 	return verdict{outcome: podWaiting, recheck: timeout - age}
+}
+
+// deadlineStart is when pod's readiness deadline starts: its creation, or, for a pod
+// the attempt took as its own (kept or adopted: upgrade.AnnotationPodTakenAt), the
+// later time it took it. An unreadable annotation counts from the creation.
+func deadlineStart(pod *corev1.Pod) time.Time {
+	start := pod.CreationTimestamp.Time
+	if at, err := time.Parse(time.RFC3339, pod.Annotations[upgrade.AnnotationPodTakenAt]); err == nil && at.After(start) {
+		return at
+	}
+	return start
 }
 
 func podReadyCondition(pod *corev1.Pod) bool {

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/pkg/upgrade"
 )
 
 func TestJudge(t *testing.T) {
@@ -79,6 +81,33 @@ func TestJudge(t *testing.T) {
 				t.Errorf("recheck = %s, want %s", got.recheck, tt.recheck)
 			}
 		})
+	}
+}
+
+// A pod the attempt kept (or adopted) was created long before: its deadline counts from
+// when the attempt took it, so a moment not Ready right after is waited out.
+func TestJudgeCountsATakenPodsDeadlineFromTheTake(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	taken := created.Add(24 * time.Hour)
+	notReady := corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}
+	pod := func(takenAt string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sbx", CreationTimestamp: metav1.NewTime(created)},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: notReady}
+		if takenAt != "" {
+			p.Annotations = map[string]string{upgrade.AnnotationPodTakenAt: takenAt}
+		}
+		return p
+	}
+	if got := judge(pod(taken.Format(time.RFC3339)), taken.Add(time.Second), 5*time.Minute); got.outcome != podWaiting || got.recheck != 5*time.Minute-time.Second {
+		t.Errorf("kept pod a second after the take: %v %q (recheck %s), want waiting for 4m59s", got.outcome, got.message, got.recheck)
+	}
+	if got := judge(pod(taken.Format(time.RFC3339)), taken.Add(5*time.Minute), 5*time.Minute); got.outcome != podFailed {
+		t.Errorf("kept pod 5m after the take: %v, want failed", got.outcome)
+	}
+	for _, bad := range []string{"", "yesterday", created.Add(-time.Hour).Format(time.RFC3339)} {
+		if got := judge(pod(bad), taken.Add(time.Second), 5*time.Minute); got.outcome != podFailed {
+			t.Errorf("taken-at %q: %v, want failed (the deadline counts from the creation)", bad, got.outcome)
+		}
 	}
 }
 

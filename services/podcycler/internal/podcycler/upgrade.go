@@ -407,7 +407,8 @@ func (c *cycler) annotateForAttempt(ctx context.Context, pod *corev1.Pod, d even
 		(!kept || pod.Annotations[upgrade.AnnotationPodKept] == d.Attempt) {
 		return nil
 	}
-	annotations := map[string]any{upgrade.AnnotationPodAttempt: d.Attempt, upgrade.AnnotationPodOps: nil}
+	annotations := map[string]any{upgrade.AnnotationPodAttempt: d.Attempt, upgrade.AnnotationPodOps: nil,
+		upgrade.AnnotationPodTakenAt: c.now().UTC().Format(time.RFC3339)}
 	if d.Ops.Name != "" {
 		annotations[upgrade.AnnotationPodOps] = d.Ops.Name
 	}
