@@ -30,36 +30,85 @@ import (
 // $JS.API.STREAM.MSG.GET.MOLT_EVENTS, $JS.API.DIRECT.GET.MOLT_EVENTS.> and
 // $JS.API.CONSUMER.INFO.MOLT_EVENTS.statusagg.
 func (p *Publisher) RequestHandled(ctx context.Context, ns, name string, uid types.UID, attempt string) (string, error) {
-	stream, err := p.js.Stream(ctx, StreamName)
+	l, err := p.newLastReader(ctx)
 	if err != nil {
-		return "", fmt.Errorf("look up stream %s: %w", StreamName, withConnError(p.js, err))
+		return "", err
 	}
-	var ackFloor *uint64
 	for _, t := range []string{TypePatched, TypeFailed} {
-		tok, _ := TokenFor(t)
-		subject := SandboxSubject(ns, name, tok)
-		msg, err := stream.GetLastMsgForSubject(ctx, subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("get the last message on %s: %w", subject, withConnError(p.js, err))
-		}
-		if ev, err := Decode(msg.Data); err != nil || ev.Data.Attempt != attempt || ev.Data.Sandbox.UID != uid {
-			continue
-		}
-		if ackFloor == nil {
-			floor, err := consumedUpTo(ctx, stream)
-			if err != nil {
-				return "", err
-			}
-			ackFloor = &floor
-		}
-		if msg.Sequence > *ackFloor {
+		switch ev, err := l.unconsumed(ctx, ns, name, uid, t); {
+		case err != nil:
+			return "", err
+		case ev != nil && ev.Data.Attempt == attempt:
 			return t, nil
 		}
 	}
 	return "", nil
+}
+
+// UnconsumedRequest returns the attempt of the last `requested` for the
+// sandbox ns/name of uid that statusagg has not consumed yet ("" when there
+// is none): an attempt asked for that the sandbox's status cannot show yet.
+// The selector holds back a second direct attempt while one is (two
+// backups at once, a pod replaced under the other's hook), also after a
+// restart that lost its memory of what it requested. Same permissions as
+// RequestHandled.
+func (p *Publisher) UnconsumedRequest(ctx context.Context, ns, name string, uid types.UID) (string, error) {
+	l, err := p.newLastReader(ctx)
+	if err != nil {
+		return "", err
+	}
+	ev, err := l.unconsumed(ctx, ns, name, uid, TypeRequested)
+	if err != nil || ev == nil {
+		return "", err
+	}
+	return ev.Data.Attempt, nil
+}
+
+// lastReader reads the last message of a type on a sandbox's subject, and
+// whether statusagg's consumer has acknowledged it.
+type lastReader struct {
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	ackFloor *uint64 // read once, when first needed
+}
+
+func (p *Publisher) newLastReader(ctx context.Context) (*lastReader, error) {
+	stream, err := p.js.Stream(ctx, StreamName)
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", StreamName, withConnError(p.js, err))
+	}
+	return &lastReader{js: p.js, stream: stream}, nil
+}
+
+// unconsumed returns the last event of type t on the subject of the sandbox
+// ns/name, when it is of the sandbox of uid and beyond statusagg's ack
+// floor; nil otherwise (none, an earlier sandbox's of the name, unreadable,
+// or consumed).
+func (l *lastReader) unconsumed(ctx context.Context, ns, name string, uid types.UID, t string) (*Event, error) {
+	tok, _ := TokenFor(t)
+	subject := SandboxSubject(ns, name, tok)
+	msg, err := l.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get the last message on %s: %w", subject, withConnError(l.js, err))
+	}
+	ev, err := Decode(msg.Data)
+	if err != nil || ev.Data.Sandbox.UID != uid {
+		return nil, nil
+	}
+	if l.ackFloor == nil {
+		floor, err := consumedUpTo(ctx, l.stream)
+		if err != nil {
+			return nil, err
+		}
+		l.ackFloor = &floor
+	}
+	if msg.Sequence <= *l.ackFloor {
+		return nil, nil
+	}
+	return &ev, nil
 }
 
 // consumedUpTo is the stream sequence up to which statusagg's consumer has

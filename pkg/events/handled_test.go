@@ -42,6 +42,23 @@ func TestRequestHandled(t *testing.T) {
 	if got := handled("a", "", 2); got != "" {
 		t.Errorf("another attempt: %q, want none", got)
 	}
+	pending := func(name, uid string) string {
+		t.Helper()
+		got, err := f.pub.UnconsumedRequest(ctx, "ns", name, types.UID("uid-"+uidOf(name, uid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := pending("a", ""); got != "1" {
+		t.Errorf("requested attempt 1 not consumed: UnconsumedRequest %q, want 1", got)
+	}
+	if got := pending("a", "again"); got != "" {
+		t.Errorf("a sandbox a created again: UnconsumedRequest %q, want none", got)
+	}
+	if got := pending("b", ""); got != "" {
+		t.Errorf("nothing requested for b: UnconsumedRequest %q, want none", got)
+	}
 
 	// statusagg consumes all three.
 	var r recorder
@@ -50,6 +67,9 @@ func TestRequestHandled(t *testing.T) {
 	stop()
 	if got := handled("a", "", 1); got != "" {
 		t.Errorf("patched consumed by statusagg: %q, want none (a request again recovers what it dropped)", got)
+	}
+	if got := pending("a", ""); got != "" {
+		t.Errorf("requested consumed by statusagg: UnconsumedRequest %q, want none", got)
 	}
 	f.publish(t, ctx, testEvent(TypePatched, "ns", "a", 2))
 	if got := handled("a", "", 2); got != TypePatched {

@@ -49,8 +49,8 @@ type direct struct {
 	// sandbox: until statusagg records it, the status does not show it in
 	// progress, and a template edited again meanwhile must not start a
 	// second attempt beside it (two backups at once, a pod deleted under
-	// the other's hook). Memory only: a restarted selector relies on the
-	// status, as before.
+	// the other's hook). A restarted selector, or one that never requested
+	// it, finds such a request in the stream (UnconsumedRequest).
 	mu      sync.Mutex
 	started map[string]startedAttempt
 }
@@ -188,6 +188,18 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("sandbox", klog.KObj(sb), "attempt", next)
 	prev, wait := d.unrecorded(key, sb, next, time.Now())
+	if prev == "" {
+		// Nothing remembered (or this process restarted since): the stream
+		// holds a request statusagg has not recorded yet.
+		pending, err := d.publisher.UnconsumedRequest(ctx, ns, name, sb.UID)
+		if err != nil {
+			return fmt.Errorf("direct upgrade of sandbox %s: read the event stream for an attempt requested before: %w", key, err)
+		}
+		if pending != "" && pending != next && pending != attempt {
+			logger.Info("Wait: an attempt requested before is not recorded by statusagg yet (is statusagg running?)", "previous", pending)
+			prev, wait = pending, directRecordWait
+		}
+	}
 	if prev != "" && wait == 0 {
 		switch handled, err := requestHandled(ctx, d.publisher, sb, prev); {
 		case err != nil:

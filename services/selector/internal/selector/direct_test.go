@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,13 +67,103 @@ func TestDirectWaitsForTheAttemptItRequestedToBeRecorded(t *testing.T) {
 // template edit would never roll out.
 func TestDirectRequestedIsPublishedAgain(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	env := testenv.Get(t)
 	cfg := f.selectorConfig()
 	cfg.RepublishAfter = time.Second
 	testenv.Background(t, "selector.Run", 20*time.Second, func(ctx context.Context) error { return Run(ctx, cfg) }, nil)
 
-	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx-direct", Namespace: f.ns}}
+	sb := f.directSandbox("sbx-direct")
+
+	nc := env.NATSConnect(t, "", "admin")
+	sub, err := nc.SubscribeSync(events.SandboxSubject(f.ns, sb.Name, events.TokenRequested))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.editImage(sb.Name, newImage)
+	var attempts []string
+	deadline := time.Now().Add(15 * time.Second)
+	for len(attempts) < 3 && time.Now().Before(deadline) {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			break
+		}
+		ev, err := events.Decode(msg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attempts = append(attempts, ev.Data.Attempt)
+	}
+	if len(attempts) < 3 {
+		t.Fatalf("requested published %d times in 15s with RepublishAfter 1s (%v), want it again while the status does not show the attempt", len(attempts), attempts)
+	}
+	if attempts[0] != attempts[1] || attempts[1] != attempts[2] || !strings.HasPrefix(attempts[0], DirectAttemptPrefix) {
+		t.Errorf("republished attempts %v, want the same direct attempt each time", attempts)
+	}
+}
+
+// A selector that restarted remembers no direct attempt it requested: one
+// the stream holds that statusagg (down) has not recorded holds back the
+// next template edit's attempt all the same, until the status shows it
+// ended. Without the stream's word, the second attempt would run beside the
+// first (two backups, a pod replaced under the other's hook).
+func TestDirectWaitsAfterARestartForAnAttemptNotRecordedYet(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sb := f.directSandbox("sbx-direct")
+	// The selector before the restart requested an attempt for an earlier
+	// edit; its stages went on, statusagg has not read it.
+	const earlier = DirectAttemptPrefix + "rev-earlier-2"
+	js, err := jetstream.New(testenv.Get(t).NATSConnect(t, "", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := events.NewPublisher(js, "selector", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := before.Publish(ctx, events.Event{Type: events.TypeRequested, Data: events.Data{
+		Sandbox: events.SandboxRef{Namespace: f.ns, Name: sb.Name, UID: sb.UID}, Attempt: earlier}}); err != nil {
+		t.Fatal(err)
+	}
+	f.editImage(sb.Name, newImage)
+	f.startSelector()
+	requestedOther := func() []string {
+		var out []string
+		for _, ev := range f.events.all() {
+			if ev.Data.Attempt != earlier {
+				out = append(out, ev.Data.Attempt)
+			}
+		}
+		return out
+	}
+	testenv.Consistently(t, quiet, "no second direct attempt while the first is not recorded", func() (bool, error) {
+		got := requestedOther()
+		return len(got) == 0, fmt.Errorf("requested %v beside %s", got, earlier)
+	})
+
+	// statusagg records the earlier attempt, ended: the edit's attempt goes.
+	cur := f.getSandbox(sb.Name)
+	cur.Status.Conditions = []metav1.Condition{
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonSucceeded, Message: earlier, LastTransitionTime: metav1.Now()},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonSucceeded, LastTransitionTime: metav1.Now()},
+	}
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the edit's direct attempt requested once the earlier one is recorded", func() (bool, error) {
+		got := requestedOther()
+		return len(got) == 1 && strings.HasPrefix(got[0], DirectAttemptPrefix), fmt.Errorf("requested %v", got)
+	})
+}
+
+// directSandbox creates a sandbox with spec.upgradePolicy running oldImage,
+// and the Ready pod podcycler would have built from its template.
+func (f *fixture) directSandbox(name string) *agentsv1alpha1.Sandbox {
+	t := f.t
+	t.Helper()
+	ctx := context.Background()
+	env := testenv.Get(t)
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}}
 	sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
 	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: oldImage}}}}
 	sb, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Create(ctx, sb, metav1.CreateOptions{})
@@ -93,8 +184,7 @@ func TestDirectRequestedIsPublishedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// kwok's last write makes it Ready: a pod event the selector's cache
-	// shows late after the edit adds at most one publish, fewer than the
-	// three looked for below.
+	// shows late after the edit adds at most one sync.
 	testenv.Eventually(t, 30*time.Second, "the pod runs and is Ready", func() (bool, error) {
 		p, err := env.Kube.CoreV1().Pods(f.ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -102,33 +192,14 @@ func TestDirectRequestedIsPublishedAgain(t *testing.T) {
 		}
 		return p.Status.Phase == corev1.PodRunning && upgrade.PodReady(p), fmt.Errorf("phase %s, conditions %v", p.Status.Phase, p.Status.Conditions)
 	})
+	return sb
+}
 
-	nc := env.NATSConnect(t, "", "admin")
-	sub, err := nc.SubscribeSync(events.SandboxSubject(f.ns, sb.Name, events.TokenRequested))
-	if err != nil {
-		t.Fatal(err)
-	}
-	edit := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"main","image":"` + newImage + `"}]}}}}`)
-	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, sb.Name, types.MergePatchType, edit, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var attempts []string
-	deadline := time.Now().Add(15 * time.Second)
-	for len(attempts) < 3 && time.Now().Before(deadline) {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			break
-		}
-		ev, err := events.Decode(msg.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		attempts = append(attempts, ev.Data.Attempt)
-	}
-	if len(attempts) < 3 {
-		t.Fatalf("requested published %d times in 15s with RepublishAfter 1s (%v), want it again while the status does not show the attempt", len(attempts), attempts)
-	}
-	if attempts[0] != attempts[1] || attempts[1] != attempts[2] || !strings.HasPrefix(attempts[0], DirectAttemptPrefix) {
-		t.Errorf("republished attempts %v, want the same direct attempt each time", attempts)
+// editImage sets the image of the sandbox's main container in its template.
+func (f *fixture) editImage(name, image string) {
+	f.t.Helper()
+	edit := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"main","image":"` + image + `"}]}}}}`)
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(context.Background(), name, types.MergePatchType, edit, metav1.PatchOptions{}); err != nil {
+		f.t.Fatal(err)
 	}
 }
