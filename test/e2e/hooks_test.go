@@ -449,7 +449,11 @@ func TestRollbackWithoutHooksHoldsTheUpgradedSandboxes(t *testing.T) {
 // (the old image, a postUpgrade that restores if a backup is there) after a
 // PreUpgradeFailed keeps the failed sandbox's pod, since the patched template
 // is the one it was built from: nothing would be lost, so molt does not
-// pause it for want of a backup; it completes with the pod untouched.
+// pause it for want of a backup; it completes with the pod untouched. The
+// failed preUpgrade left an archive behind (cut short, or, here, of other
+// files): the kept pod's live workspace is not overwritten by a restore of
+// it, as postUpgrade is not run on a pod that was not rebuilt, and the
+// sandbox's Upgrading condition says so.
 func TestRollbackWithRestoreAfterPreUpgradeFailedIsNotHeld(t *testing.T) {
 	s := Stack(t)
 	ctx := context.Background()
@@ -459,7 +463,8 @@ func TestRollbackWithRestoreAfterPreUpgradeFailedIsNotHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl(t, hookOps("up", "rr-pool", "my-registry/sandbox-image:v2", `echo no space >&2; exit 1`, "", 30), "apply", "-n", ns, "-f", "-")
+	failingBackup := `stale=/mnt/shared/stale-$(hostname); mkdir -p $stale/sub && echo stale > $stale/sub/file.txt && tar czf /mnt/shared/ws-$(hostname).tgz -C $stale .; echo no space >&2; exit 1`
+	kubectl(t, hookOps("up", "rr-pool", "my-registry/sandbox-image:v2", failingBackup, "", 30), "apply", "-n", ns, "-f", "-")
 	waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
 	kubectl(t, "", "delete", "suo", "up", "-n", ns, "--wait=true", "--timeout=60s")
 	restore := `if [ -f /mnt/shared/ws-$(hostname).tgz ]; then ` + restoreHook + `; fi`
@@ -476,6 +481,9 @@ func TestRollbackWithRestoreAfterPreUpgradeFailedIsNotHeld(t *testing.T) {
 		t.Fatalf("rr-00's pod replaced by the rollback: uid %s, was %s", after.UID, before.UID)
 	}
 	if got := workspaceFile(t, s, ns, "rr-00"); got != "data-rr-00" {
-		t.Fatalf("rr-00's workspace = %q, want data-rr-00", got)
+		t.Fatalf("rr-00's workspace = %q, want data-rr-00 (the failed preUpgrade's archive restored over it?)", got)
+	}
+	if c := upgradingCondition(t, s, ns, "rr-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonSucceeded || !strings.Contains(c.Message, "postUpgrade was not run") {
+		t.Errorf("rr-00's Upgrading condition = %+v, want Succeeded saying postUpgrade was not run on the kept pod", c)
 	}
 }

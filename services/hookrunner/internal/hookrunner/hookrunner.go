@@ -57,7 +57,9 @@ var (
 //     existed when the upgrade began (by UID), never on one this attempt or
 //     the attempt it resumes built (a redelivered `patched` after the pod
 //     was replaced is skipped); postUpgrade only on the pod this attempt (or
-//     the one it resumes) built;
+//     the one it resumes) built; a pod the attempt kept (it already ran the
+//     target template, upgrade.AnnotationPodKept) is passed on without
+//     postUpgrade: its workspace is live, a restore would overwrite it;
 //  5. the pod already carries this step's done mark for the attempt → the
 //     hook ran to success before a crash or a lost message: do not run it
 //     again, pass the sandbox on;
@@ -120,6 +122,14 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 			return nil
 		}
 		return h.fail(ctx, next, st, "hook execution error: "+reason, nil)
+	}
+	if st == postStep && pod.Annotations[upgrade.AnnotationPodKept] == d.Attempt {
+		// Not rebuilt: the pod holds the live workspace, and a restore would
+		// write a backup (maybe older, maybe cut short by a failed
+		// preUpgrade) over it.
+		logger.Info("skip postUpgrade: the pod was kept, not rebuilt, and holds its workspace as it was", "pod", klog.KObj(pod), "uid", pod.UID)
+		next.Data.Message = keptMessage(pod)
+		return h.publish(ctx, next)
 	}
 	if pod.Annotations[upgrade.HookDoneAnnotation(st.stage)] == d.Attempt {
 		logger.Info("skip running the hook: the pod carries its done mark for this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
@@ -198,6 +208,12 @@ func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st s
 // resumeStep is the next step of a hook not run because its pod is not the
 // one the attempt names.
 const resumeStep = "create a new SandboxUpdateOps to resume; it continues from the failed step"
+
+// keptMessage is the Succeeded message of an attempt that kept pod: its
+// postUpgrade was not run.
+func keptMessage(pod *corev1.Pod) string {
+	return fmt.Sprintf("pod %s (uid %s) already ran the target template and was kept with its files, not rebuilt; postUpgrade was not run on it, so no backup was restored over its live workspace", pod.Name, pod.UID)
+}
 
 // skipReplaced is hookPod's reason for a preUpgrade whose pod this attempt
 // already replaced: the attempt is past the step, nothing is reported.

@@ -80,7 +80,9 @@ type transition struct {
 //     earlier event changes nothing).
 func decide(curAttempt, curReason string, ev events.Event, target string) (transition, string) {
 	tr := transition{Attempt: ev.Data.Attempt, To: target}
-	if agentsv1alpha1.IsUpgradingFailedReason(target) {
+	if agentsv1alpha1.IsUpgradingFailedReason(target) || target == agentsv1alpha1.UpgradingReasonSucceeded {
+		// A failure's cause, or a note on a success (a kept pod's postUpgrade
+		// not run).
 		tr.Message = agentsv1alpha1.TruncateConditionMessage(ev.Data.Message)
 	}
 	if ev.Data.Attempt != curAttempt {
