@@ -113,7 +113,9 @@ func (g *podGone) wake(key string) {
 }
 
 // handler tells g about the pod informer's deletes and replacements, and
-// forgets a name's delete when a pod of that name appears again.
+// forgets a name's delete when a pod of that name appears again. Only a
+// sandbox's pod's delete is remembered (the sandbox's sync forgets it once
+// the sandbox is gone).
 func (g *podGone) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -132,9 +134,22 @@ func (g *podGone) handler() cache.ResourceEventHandler {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if pod, ok := obj.(*corev1.Pod); ok {
-				g.deleted(pod.Namespace + "/" + pod.Name)
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
 			}
+			key := pod.Namespace + "/" + pod.Name
+			if _, ok := ownerSandbox(pod); !ok {
+				// Not a sandbox's pod (the informer also shows other
+				// pods with a pod-template-hash label, a Deployment's):
+				// a wait for the name still ends, nothing is recorded,
+				// as no sandbox's sync would ever forget it.
+				g.mu.Lock()
+				g.wake(key)
+				g.mu.Unlock()
+				return
+			}
+			g.deleted(key)
 		},
 	}
 }

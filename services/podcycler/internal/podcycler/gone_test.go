@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -37,7 +38,9 @@ func TestPodGoneRemembersWhenThePodWent(t *testing.T) {
 	deletedAt := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	later := deletedAt.Add(5 * time.Second)
 	g := podGone{now: func() time.Time { return deletedAt }}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	sb := &metav1.ObjectMeta{Name: "a", UID: "sb-a"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, sandboxKind)}}}
 	g.handler().OnDelete(pod)
 	if got := g.missingSince("ns/a", later); !got.Equal(deletedAt) {
 		t.Fatalf("missingSince after the delete = %s, want the delete's time %s", got, deletedAt)
@@ -85,5 +88,26 @@ func TestPodGoneWakesWhenThePodIsReplaced(t *testing.T) {
 	}
 	if _, ok := g.seen["ns/a"]; ok {
 		t.Error("the name is remembered as missing although a pod holds it again")
+	}
+}
+
+// The informer also shows pods that are no sandbox's (a Deployment's carry
+// pod-template-hash too): their deletes wake a wait for the name but are not
+// remembered, since no sandbox's sync would ever forget them.
+func TestPodGoneRemembersOnlySandboxPods(t *testing.T) {
+	var g podGone
+	ch, stop := g.wait("ns/web-7d4b9-x2x1z")
+	defer stop()
+	rs := &metav1.ObjectMeta{Name: "web-7d4b9", UID: "rs"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-7d4b9-x2x1z",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}}}
+	g.handler().OnDelete(pod)
+	select {
+	case <-ch:
+	case <-time.After(time.Second):
+		t.Fatal("the wait for the name was not woken by its delete")
+	}
+	if len(g.seen) != 0 {
+		t.Errorf("a ReplicaSet's pod delete is remembered: %v", g.seen)
 	}
 }

@@ -92,6 +92,7 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 	sb, err := c.sandboxes.Sandboxes(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.reported.Delete(key)
+		c.redrives.Delete(key)
 		c.gone.forget(key)
 		c.created.forget(key)
 		return nil
