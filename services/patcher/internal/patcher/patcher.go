@@ -84,6 +84,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		return nil
 	}
 	if upgrade.WokenForUpgrade(sb) {
+		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
+			// No pod can be built to wake it: said now, not after the
+			// wake-up's deadline as a pod that never came.
+			return p.fail(ctx, ev, why)
+		}
 		woken, problem, err := p.waitAwake(ctx, sb, d.ResumedAttempt)
 		if err != nil {
 			return err
@@ -125,11 +130,8 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 				return p.failCheckpoint(ctx, ev, ops)
 			}
 		}
-		if sb.Spec.Template == nil && sb.Spec.TemplateProblem() == "" {
-			return p.fail(ctx, ev, fmt.Sprintf("sandbox %s: %s, then create a new SandboxUpdateOps; SandboxUpdateOps %s was not applied to it, and nothing was changed", sb.Name, agentsv1alpha1.NoTemplateProblem, ops.Name))
-		}
-		if why := sb.Spec.TemplateProblem(); why != "" {
-			return p.fail(ctx, ev, fmt.Sprintf("sandbox %s: %s; SandboxUpdateOps %s was not applied to it, and its pod was not touched: fix the sandbox's spec.template, then create a new SandboxUpdateOps", sb.Name, why, ops.Name))
+		if why := unusableTemplate(sb, ops.Name); why != "" {
+			return p.fail(ctx, ev, why)
 		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
@@ -368,6 +370,19 @@ func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*
 		return nil, fmt.Errorf("get pod %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	return pod, nil
+}
+
+// unusableTemplate says why sb's spec.template cannot be patched, naming the
+// ops (opsName), or "" when it can: there is none (spec.templateRef alone), or
+// it cannot be read.
+func unusableTemplate(sb *agentsv1alpha1.Sandbox, opsName string) string {
+	if sb.Spec.Template == nil && sb.Spec.TemplateProblem() == "" {
+		return fmt.Sprintf("sandbox %s: %s, then create a new SandboxUpdateOps; SandboxUpdateOps %s was not applied to it, and nothing was changed", sb.Name, agentsv1alpha1.NoTemplateProblem, opsName)
+	}
+	if why := sb.Spec.TemplateProblem(); why != "" {
+		return fmt.Sprintf("sandbox %s: %s; SandboxUpdateOps %s was not applied to it, and its pod was not touched: fix the sandbox's spec.template, then create a new SandboxUpdateOps", sb.Name, why, opsName)
+	}
+	return ""
 }
 
 // fail files a failure of the patch under PreUpgrade, the stage the patch is

@@ -218,6 +218,35 @@ func TestRefusedSpecWriteFailsPreUpgradeAtOnce(t *testing.T) {
 	}
 }
 
+// A paused sandbox woken for its upgrade that has no spec.template (only a
+// templateRef, which molt cannot build a pod from) fails PreUpgrade at once,
+// saying so: no pod can be built to wake it, and before, the wake-up waited
+// out its whole deadline and blamed the pod ("no pod was created for it
+// yet").
+func TestWokenSandboxWithoutTemplateFailsAtOnce(t *testing.T) {
+	startPatcher(t)
+	ctx := context.Background()
+	ns := testenv.Get(t).Namespace(t)
+	ops, sb := claimed(t, ns, "sbx-ref")
+	sb.Spec.Template = nil
+	sb.Spec.TemplateRef = &agentsv1alpha1.SandboxTemplateRef{Name: "agent"}
+	sb.Spec.Paused = true
+	sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = "true"
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Update(ctx, sb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := request(t, ops, sb)
+	select {
+	case ev := <-failed:
+		if ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(ev.Data.Message, agentsv1alpha1.NoTemplateProblem) {
+			t.Errorf("failed %s: %q, want PreUpgradeFailed saying the sandbox has no spec.template", ev.Data.Reason, ev.Data.Message)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no failed event within 20s of requested (the wake-up's deadline is a minute here)")
+	}
+}
+
 // A failed test of the spec write's JSON patch is Invalid too, but it means
 // the sandbox moved on since read: it is retried (the retry reads the
 // sandbox again), never filed as the API server refusing the template, even
