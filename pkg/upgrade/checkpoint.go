@@ -106,6 +106,26 @@ func CheckpointKeptNote(namespace, sandbox, checkpointID string) string {
 // checkpointKeptStep is the next step CheckpointKeptNote gives.
 const checkpointKeptStep = "resume with a new SandboxUpdateOps of updateStrategy.type CheckpointRestore"
 
+// CheckpointGoneNote is what a failed UpgradePod of a CheckpointRestore
+// attempt adds to its message instead of CheckpointKeptNote when the
+// checkpoint its new pod was to restore is gone (deleted before the restore)
+// and so is the old pod: the note must not send the user to a checkpoint
+// that is not there.
+func CheckpointGoneNote(namespace, sandbox, checkpointID string) string {
+	return "checkpoint " + checkpointID + ", which the new pod was to restore, is gone (deleted before the restore), and so is the old pod: " +
+		checkpointGoneStep + " (kubectl get cp -n " + namespace + " -l " + LabelCheckpointSandbox + "=" + CheckpointSandboxLabel(sandbox) +
+		"); if none is, the workspace is lost, and an ops of type Recreate gives the sandbox a new pod"
+}
+
+// checkpointGoneStep is the next step CheckpointGoneNote gives.
+const checkpointGoneStep = "a new SandboxUpdateOps of updateStrategy.type CheckpointRestore restores another checkpoint of the sandbox if one is kept"
+
+// HasCheckpointNote reports whether message carries CheckpointKeptNote or
+// CheckpointGoneNote: it says where the workspace is, or that it is gone.
+func HasCheckpointNote(message string) bool {
+	return HasCheckpointKeptNote(message) || strings.Contains(message, checkpointGoneStep)
+}
+
 // HasCheckpointKeptNote reports whether message carries CheckpointKeptNote.
 func HasCheckpointKeptNote(message string) bool {
 	return strings.Contains(message, checkpointKeptStep)

@@ -1,6 +1,7 @@
 package podcycler
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -8,11 +9,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	agentsfake "molt.dev/pkg/generated/clientset/versioned/fake"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -328,6 +331,34 @@ func TestIsAttemptPodUnderCheckpointRestore(t *testing.T) {
 			d := events.Data{Attempt: attemptB, OldPodUID: "uid-of-the-pod-it-replaces"}
 			if got := isAttemptPod(pod, s, "rev", d); got != tt.want {
 				t.Errorf("isAttemptPod = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A restore that failed names the checkpoint that keeps the workspace, unless
+// that checkpoint is gone (deleted before the restore): then the note says so
+// instead of sending the user to resume from it.
+func TestCheckpointNoteSaysWhenTheCheckpointIsGone(t *testing.T) {
+	sb := restoreSandbox()
+	kept := testCheckpoint(sb, attemptA, 0, agentsv1alpha1.CheckpointSucceeded, "ck-1")
+	kept.Labels[upgrade.LabelCheckpointSandbox] = upgrade.CheckpointSandboxLabel(sb.Name)
+	for _, tc := range []struct {
+		name    string
+		objects []runtime.Object
+		want    string
+	}{
+		{"the checkpoint is there", []runtime.Object{&kept}, upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, "ck-1")},
+		{"the checkpoint is gone", nil, upgrade.CheckpointGoneNote(sb.Namespace, sb.Name, "ck-1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &cycler{agents: agentsfake.NewSimpleClientset(tc.objects...)}
+			got := c.checkpointNote(context.Background(), sb, "ck-1")
+			if got != tc.want {
+				t.Errorf("note = %q, want %q", got, tc.want)
+			}
+			if !upgrade.HasCheckpointNote(got) {
+				t.Errorf("upgrade.HasCheckpointNote(%q) = false: statusagg would add the kept note to it", got)
 			}
 		})
 	}

@@ -69,7 +69,7 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 		data.Reason = agentsv1alpha1.UpgradingReasonUpgradePodFailed
 		data.Message = v.message
 		if id := pod.Annotations[upgrade.AnnotationRestoreFrom]; id != "" {
-			data.Message = upgrade.WithNote(v.message, upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, id))
+			data.Message = upgrade.WithNote(v.message, c.checkpointNote(ctx, sb, id))
 		}
 		ev = events.Event{Type: events.TypeFailed, Data: data}
 	}
@@ -122,4 +122,15 @@ func reportSkip(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) string {
 		return "the pod of a CheckpointRestore attempt restores no checkpoint; the UpgradePod handler replaces it"
 	}
 	return ""
+}
+
+// checkpointNote is the note a failed restore into a new pod adds: where the
+// workspace is kept (the checkpoint id), or, when that checkpoint is gone
+// (deleted before the restore), that it is, so the next step does not name a
+// checkpoint that is not there. A list that fails counts as kept.
+func (c *cycler) checkpointNote(ctx context.Context, sb *agentsv1alpha1.Sandbox, id string) string {
+	if all, err := c.listCheckpoints(ctx, sb); err == nil && checkpointWithID(all, sb, id) == nil {
+		return upgrade.CheckpointGoneNote(sb.Namespace, sb.Name, id)
+	}
+	return upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, id)
 }

@@ -154,7 +154,7 @@ func directAhead(ev events.Event, cur string) bool {
 // ops resuming the sandbox would start its new pod from an empty filesystem
 // while the workspace sits in the checkpoint.
 func checkpointKeptMessage(tr transition, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) string {
-	if tr.To != agentsv1alpha1.UpgradingReasonUpgradePodFailed || !upgrade.ChecksPoint(sb, tr.Attempt) || upgrade.HasCheckpointKeptNote(tr.Message) {
+	if tr.To != agentsv1alpha1.UpgradingReasonUpgradePodFailed || !upgrade.ChecksPoint(sb, tr.Attempt) || upgrade.HasCheckpointNote(tr.Message) {
 		return tr.Message
 	}
 	if pod != nil && pod.DeletionTimestamp == nil && !upgrade.NewPodOf(pod, tr.Attempt) && !upgrade.BuiltByResumed(pod, sb, tr.Attempt, "") {
