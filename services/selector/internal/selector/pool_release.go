@@ -175,6 +175,14 @@ func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+		if apierrors.IsInvalid(err) && p.releaseTestsHold(ctx, sb, i) {
+			// Every test holds on the sandbox as it is now: the API server
+			// refuses the write itself (a validation rule, an admission
+			// policy), and looking again every 200 ms changes nothing.
+			// Retried with the queue's backoff, said at every try.
+			return false, fmt.Errorf("the API server refuses to remove SandboxSet %s's owner reference from claimed sandbox %s/%s: %w; the set keeps its finalizer %s until it can (deleting the set now would delete the claimed sandbox): fix what refuses the write (an admission policy or validation rule on sandboxes)",
+				set.Name, sb.Namespace, sb.Name, err, agentsv1alpha1.FinalizerSandboxSetProtection)
+		}
 		// A test failed: the cache lags behind the sandbox.
 		klog.FromContext(ctx).V(2).Info("A claimed sandbox changed since it was read; looking again", "sandbox", klog.KObj(sb), "cause", err.Error())
 		p.enqueueAfter(set.Namespace+"/"+set.Name, 200*time.Millisecond)
@@ -184,6 +192,18 @@ func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *
 	}
 	klog.FromContext(ctx).Info("Released a claimed sandbox: removed its SandboxSet's owner reference, so deleting the set does not delete it", "sandbox", klog.KObj(sb), "uid", sb.UID)
 	return false, nil
+}
+
+// releaseTestsHold reports whether release's tests of sb (same UID, still
+// labelled claimed, the reference at i still the set's) hold on the sandbox
+// as the API server has it now; false when it cannot be read.
+func (p *pool) releaseTestsHold(ctx context.Context, sb *agentsv1alpha1.Sandbox, i int) bool {
+	now, err := p.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	return now.UID == sb.UID && now.Labels[agentsv1alpha1.LabelSandboxClaimed] == "true" &&
+		i < len(now.OwnerReferences) && now.OwnerReferences[i].UID == sb.OwnerReferences[i].UID
 }
 
 // releasePatch is release's JSON patch of sb: tests of its UID, its claimed
