@@ -137,6 +137,56 @@ func TestTaggedExecKilledAtItsTimeout(t *testing.T) {
 	}
 }
 
+// A caller that follows a run an earlier caller started (a hookrunner that
+// died mid-hook, its message redelivered) ends it at the run's own deadline
+// (FollowDeadline), not a fresh Timeout from its call; an ended run's result
+// is still read past it, and a run it starts itself gets the whole Timeout.
+func TestTaggedExecFollowsAnEarlierRunToItsOwnDeadline(t *testing.T) {
+	url := devServer(t, devruntime.Target{})
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	req := agentruntime.ExecRequest{BaseURL: url, Command: bash("echo $$ > " + pidFile + "; exec sleep 60"), Tag: "molt/a/PreUpgrade", Timeout: 30 * time.Second}
+
+	// The first caller starts the run and dies.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := agentruntime.Exec(ctx, req); done <- err }()
+	waitFor(t, func() bool { _, err := os.Stat(pidFile); return err == nil }, "the command's first run")
+	cancel()
+	<-done
+
+	// The run started "long ago": its Timeout is used up.
+	late := req
+	late.FollowDeadline = time.Now().Add(-time.Second)
+	start := time.Now()
+	_, err := agentruntime.Exec(context.Background(), late)
+	if !errors.Is(err, agentruntime.ErrTimeout) {
+		t.Fatalf("Exec following a run past its deadline = %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %s to time out a run past its deadline, want about the grace (a fresh Timeout is 30s)", took)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	waitFor(t, func() bool { return syscall.Kill(pid, 0) != nil }, "the run past its deadline to be killed")
+
+	// An ended run's result is read whatever the deadline says.
+	res, err := agentruntime.Exec(context.Background(), late)
+	if err != nil || res.ExitCode != -9 || !res.Reattached {
+		t.Errorf("Exec of the ended run = %+v, %v; want its end (exit code -9, reattached)", res, err)
+	}
+
+	// No run of the tag yet: this call starts it and gives it the whole Timeout.
+	fresh := agentruntime.ExecRequest{BaseURL: url, Command: bash("sleep 3; echo done"), Tag: "molt/b/PreUpgrade", Timeout: 30 * time.Second,
+		FollowDeadline: time.Now().Add(-time.Hour)}
+	if res, err := agentruntime.Exec(context.Background(), fresh); err != nil || !res.Succeeded() || res.Reattached {
+		t.Errorf("Exec starting the run = %+v, %v; want it run to success with its whole Timeout", res, err)
+	}
+}
+
 func TestDevRuntimeTags(t *testing.T) {
 	stopped := make(chan struct{})
 	url := devServer(t, devruntime.Target{Stopped: stopped})

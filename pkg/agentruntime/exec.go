@@ -46,6 +46,14 @@ type ExecRequest struct {
 	// the run's own deadline, so the run gets its Timeout once in all, not
 	// once per call. The error still names Timeout, the hook's limit.
 	Deadline time.Time
+	// FollowDeadline, when set with a Tag, is when a run of the Tag that is
+	// already on the agent-runtime (started by an earlier caller, say a
+	// hookrunner that died) times out: its Timeout counts from its own
+	// start, not from this call. It is followed until then, or for
+	// followGrace when that is later (an ended run's result is still
+	// read), then killed as a timeout. A run this call starts gets the
+	// whole Timeout.
+	FollowDeadline time.Time
 	// Stdout and Stderr, when set, get all of the command's output as it
 	// arrives (the Result keeps only the tails).
 	Stdout, Stderr io.Writer
@@ -195,7 +203,16 @@ const killWait = 5 * time.Second
 // run is one Exec call within ctx: Connect to req.Tag's process, else Start.
 func run(ctx context.Context, client processconnect.ProcessClient, req ExecRequest) (Result, error) {
 	if req.Tag != "" {
-		res, err := connectTo(ctx, client, req)
+		followCtx, cancel := ctx, context.CancelFunc(func() {})
+		if !req.FollowDeadline.IsZero() {
+			end := req.FollowDeadline
+			if least := time.Now().Add(followGrace); end.Before(least) {
+				end = least
+			}
+			followCtx, cancel = context.WithDeadline(ctx, end)
+		}
+		res, err := connectTo(followCtx, client, req)
+		cancel()
 		switch connect.CodeOf(err) {
 		case connect.CodeNotFound, connect.CodeUnimplemented:
 			// Nothing to attach to (or a runtime without Connect): start it.
@@ -221,6 +238,10 @@ func run(ctx context.Context, client processconnect.ProcessClient, req ExecReque
 	}
 	return res, err
 }
+
+// followGrace is how long a run already there is followed at least, past its
+// FollowDeadline: enough to read the end of one that ended meanwhile.
+const followGrace = 2 * time.Second
 
 // connectTo follows the process tagged req.Tag to its end.
 func connectTo(ctx context.Context, client processconnect.ProcessClient, req ExecRequest) (Result, error) {

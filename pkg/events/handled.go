@@ -80,23 +80,48 @@ func (p *Publisher) newLastReader(ctx context.Context) (*lastReader, error) {
 	return &lastReader{js: p.js, stream: stream}, nil
 }
 
+// LastEvent returns the last event of type t on the subject of the sandbox
+// ns/name, when it is of the sandbox of uid; nil when there is none (never
+// published, an earlier sandbox's of the name, lost with the stream). The
+// user needs $JS.API.STREAM.MSG.GET.MOLT_EVENTS and
+// $JS.API.DIRECT.GET.MOLT_EVENTS.>.
+func (p *Publisher) LastEvent(ctx context.Context, ns, name string, uid types.UID, t string) (*Event, error) {
+	l, err := p.newLastReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ev, _, err := l.last(ctx, ns, name, uid, t)
+	return ev, err
+}
+
+// last returns the last event of type t on the subject of the sandbox
+// ns/name and its stream sequence, when it is of the sandbox of uid; nil
+// otherwise (none, an earlier sandbox's of the name, unreadable).
+func (l *lastReader) last(ctx context.Context, ns, name string, uid types.UID, t string) (*Event, uint64, error) {
+	tok, _ := TokenFor(t)
+	subject := SandboxSubject(ns, name, tok)
+	msg, err := l.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get the last message on %s: %w", subject, withConnError(l.js, err))
+	}
+	ev, err := Decode(msg.Data)
+	if err != nil || ev.Data.Sandbox.UID != uid {
+		return nil, 0, nil
+	}
+	return &ev, msg.Sequence, nil
+}
+
 // unconsumed returns the last event of type t on the subject of the sandbox
 // ns/name, when it is of the sandbox of uid and beyond statusagg's ack
 // floor; nil otherwise (none, an earlier sandbox's of the name, unreadable,
 // or consumed).
 func (l *lastReader) unconsumed(ctx context.Context, ns, name string, uid types.UID, t string) (*Event, error) {
-	tok, _ := TokenFor(t)
-	subject := SandboxSubject(ns, name, tok)
-	msg, err := l.stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get the last message on %s: %w", subject, withConnError(l.js, err))
-	}
-	ev, err := Decode(msg.Data)
-	if err != nil || ev.Data.Sandbox.UID != uid {
-		return nil, nil
+	ev, seq, err := l.last(ctx, ns, name, uid, t)
+	if err != nil || ev == nil {
+		return nil, err
 	}
 	if l.ackFloor == nil {
 		floor, err := consumedUpTo(ctx, l.stream)
@@ -105,10 +130,10 @@ func (l *lastReader) unconsumed(ctx context.Context, ns, name string, uid types.
 		}
 		l.ackFloor = &floor
 	}
-	if msg.Sequence <= *l.ackFloor {
+	if seq <= *l.ackFloor {
 		return nil, nil
 	}
-	return &ev, nil
+	return ev, nil
 }
 
 // consumedUpTo is the stream sequence up to which statusagg's consumer has

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +48,43 @@ func TestKill9EachServiceDuringUpgrade(t *testing.T) {
 		if len(adds[n]) != 1 {
 			t.Errorf("sandbox %s: %d pods created, want exactly 1 (%v)", n, len(adds[n]), adds[n])
 		}
+	}
+}
+
+// TestHookKeepsItsTimeoutAcrossAHookrunnerCrash: a hookrunner killed while
+// its preUpgrade runs leaves the run going in the sandbox; the message comes
+// back to the restarted one (after the consumer's ack wait), which follows
+// that run to the deadline it had from its start (timeoutSeconds after it,
+// read from the stage-started the stream keeps), not a fresh timeoutSeconds
+// from the redelivery: the stage fails by about timeoutSeconds after the
+// hook began. Before, it failed only timeoutSeconds after the redelivery
+// (here at least 65 s after the hook began).
+func TestHookKeepsItsTimeoutAcrossAHookrunnerCrash(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "ht", 1, "ht-pool", nil)
+	kubectl(t, hookOps("ht", "ht-pool", "my-registry/sandbox-image:v2", `sleep 300`, "", 40), "apply", "-n", ns, "-f", "-")
+	var began time.Time
+	testenv.Eventually(t, 2*time.Minute, "ht-00 in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "ht-00")
+		if c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade {
+			began = time.Now()
+			return true, nil
+		}
+		return false, fmt.Errorf("Upgrading %+v", c)
+	})
+	time.Sleep(5 * time.Second) // the hook runs
+	s.Kill9AndRestart(t, "hookrunner")
+	testenv.Eventually(t, 2*time.Minute, "ht-00 PreUpgradeFailed", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "ht-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgradeFailed, fmt.Errorf("Upgrading %+v", c)
+	})
+	took := time.Since(began)
+	t.Logf("preUpgrade (timeoutSeconds 40) failed %s after it began", took.Round(time.Second))
+	if took > 56*time.Second {
+		t.Errorf("preUpgrade failed %s after it began, want by its 40s timeout (and the 2s follow grace, and polling): the redelivery gave it a fresh timeout", took.Round(time.Second))
+	}
+	if c := upgradingCondition(t, s, ns, "ht-00"); !strings.Contains(c.Message, "timed out") && !strings.Contains(c.Message, "timeout") {
+		t.Errorf("PreUpgradeFailed message %q does not say the hook timed out", c.Message)
 	}
 }

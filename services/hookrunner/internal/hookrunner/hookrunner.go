@@ -141,10 +141,12 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		return h.fail(ctx, next, st, "hook execution error: "+why, nil)
 	}
-	if err := h.publish(ctx, events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage)}); err != nil {
+	started := h.startedBefore(ctx, d, st)
+	stageStarted := events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage), Time: started}
+	if err := h.publish(ctx, stageStarted); err != nil {
 		return err
 	}
-	res, err := h.run(ctx, sb, pod, hook, hookTag(d.Attempt, st.stage))
+	res, err := h.run(ctx, sb, pod, hook, hookTag(d.Attempt, st.stage), started)
 	switch {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return err // shutting down: redeliver to the next runner
@@ -361,13 +363,20 @@ const maxResets = 3
 // to maxResets times when it reset the connection mid-call: the call carries
 // the hook's tag, so a retry follows the run that may have started instead of
 // starting a second one.
-func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, hook *agentsv1alpha1.UpgradeAction, tag string) (agentruntime.Result, error) {
+//
+// started, when not zero, is when an earlier delivery started the hook
+// (startedBefore): a run of the tag still there is followed only until
+// started plus the hook's timeout.
+func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, hook *agentsv1alpha1.UpgradeAction, tag string, started time.Time) (agentruntime.Result, error) {
 	req := agentruntime.ExecRequest{
 		BaseURL:     agentruntime.BaseURL(sb.Annotations, pod.Status.PodIP),
 		AccessToken: agentruntime.AccessToken(sb.Annotations),
 		Command:     hook.Exec.Command,
 		Timeout:     hook.Timeout(),
 		Tag:         tag,
+	}
+	if !started.IsZero() && req.Timeout > 0 {
+		req.FollowDeadline = started.Add(req.Timeout)
 	}
 	deadline := time.Now().Add(h.reachWait)
 	resets := 0
@@ -412,6 +421,24 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// startedBefore returns when an earlier delivery of this message (before a
+// crash, or a watchdog's re-drive) started st's hook for the attempt: the
+// time of the stage-started it published, which the stream keeps; zero when
+// none did or the stream cannot tell. The hook's timeout counts from then, so
+// a run that outlived its hookrunner does not get its whole timeout again,
+// and the stage-started published again carries that time.
+func (h *HookRunner) startedBefore(ctx context.Context, d events.Data, st step) time.Time {
+	prev, err := h.publisher.LastEvent(ctx, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, events.TypeStageStarted)
+	if err != nil {
+		klog.FromContext(ctx).Info("Cannot read from the stream whether an earlier delivery started the hook; a run of it still there gets its whole timeout", "err", err)
+		return time.Time{}
+	}
+	if prev == nil || prev.Data.Attempt != d.Attempt || prev.Data.Stage != st.stage {
+		return time.Time{}
+	}
+	return prev.Time
 }
 
 // kill ends the run of req's tag (killRun); an error when it cannot.

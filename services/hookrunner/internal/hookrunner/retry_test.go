@@ -63,7 +63,7 @@ func TestRunRetriesAResetConnectionWithTheSameTag(t *testing.T) {
 				killed = req.Tag == tag
 				return tc.killErr
 			}}
-			res, err := h.run(context.Background(), sb, pod, hook, tag)
+			res, err := h.run(context.Background(), sb, pod, hook, tag, time.Time{})
 			if killed != tc.wantKill {
 				t.Errorf("killed %t, want %t", killed, tc.wantKill)
 			}
@@ -105,7 +105,7 @@ func TestRunKeepsTheHooksDeadlineAcrossResets(t *testing.T) {
 		}
 		return agentruntime.Result{Exited: true}, nil
 	}}
-	if _, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade"); err != nil {
+	if _, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade", time.Time{}); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	if len(deadlines) != 3 {
@@ -134,7 +134,7 @@ func TestRunStopsFollowingAHookWhosePodWasDeleted(t *testing.T) {
 		}
 		return agentruntime.Result{}, agentruntime.ErrUnauthenticated
 	}}
-	_, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade")
+	_, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade", time.Time{})
 	if err == nil || !strings.Contains(err.Error(), "was deleted while the hook ran") || calls != 1 {
 		t.Fatalf("run = %v after %d calls; want the deletion named after the first", err, calls)
 	}
@@ -159,7 +159,7 @@ func TestUnreachableSaysWhereTheAddressCameFrom(t *testing.T) {
 			h := &HookRunner{kube: fake.NewClientset(pod), reachWait: time.Millisecond, exec: func(context.Context, agentruntime.ExecRequest) (agentruntime.Result, error) {
 				return agentruntime.Result{}, fmt.Errorf("agent-runtime at x is not reachable: refused: %w", agentruntime.ErrUnreachable)
 			}}
-			_, err := h.run(context.Background(), tc.sb, pod, hook, "molt/a/PreUpgrade")
+			_, err := h.run(context.Background(), tc.sb, pod, hook, "molt/a/PreUpgrade", time.Time{})
 			if !errors.Is(err, agentruntime.ErrUnreachable) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "check that the sandbox's agent-runtime runs") {
 				t.Errorf("run error = %v, want ErrUnreachable saying %q and what to check", err, tc.want)
 			}
