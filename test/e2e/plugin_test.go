@@ -764,3 +764,44 @@ func TestREADMEPluginTable(t *testing.T) {
 		}
 	}
 }
+
+// TestPluginRetryLeavesSandboxesUpgradedSince: the README's way out of a bad
+// image is a new ops with the image fixed; a `kubectl molt retry` of the old,
+// failed ops afterwards must not put its broken patch over the sandboxes the
+// fix upgraded (the failed one among them: its pod would be replaced again,
+// its workspace left only in a backup). The retry refuses, names them and
+// who upgraded them, and creates nothing.
+func TestPluginRetryLeavesSandboxesUpgradedSince(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "rs", 3, "rs-pool", nil)
+	kubectl(t, opsYAML("bad", "rs-pool", "1", "my-registry/sandbox-image:non-existent"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "bad", agentsv1alpha1.SandboxUpdateOpsFailed, 3*time.Minute)
+	kubectl(t, opsYAML("fix", "rs-pool", "1", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "fix", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+
+	out, errOut, code := molt(t, "", "retry", "bad", "-n", ns)
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 2 || !strings.Contains(errOut, "were upgraded since bad began") || !strings.Contains(errOut, "rs-00: Succeeded by ops fix") || !strings.Contains(errOut, "nothing was changed") {
+		t.Errorf("retry of bad after fix upgraded its sandboxes: exit %d, want 2 naming them:\n%s%s", code, out, errOut)
+	}
+	list, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range list.Items {
+		if o.Name != "bad" && o.Name != "fix" {
+			t.Errorf("the refused retry created ops %s", o.Name)
+		}
+	}
+	for _, name := range []string{"rs-00", "rs-01", "rs-02"} {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img := sb.Spec.Template.Spec.Containers[0].Image; img != "my-registry/sandbox-image:v2" {
+			t.Errorf("%s runs %s after the refused retry, want the fix's image", name, img)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -133,11 +134,27 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		reasons[r] = append(reasons[r], sb.Name)
 		failedReasons = append(failedReasons, r)
 	}
-	s := summarize(ops, claimed, time.Now(), 0)
-	if len(failedReasons) == 0 && s.NotStarted == 0 {
-		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s has no failed or not-started sandbox left to retry: read `kubectl describe suo %s -n %s` for why it Failed", ns, name, name, ns)}
+	// What the retry would start is read from the sandboxes as they are now,
+	// not from the failed ops's last status: another ops may have upgraded
+	// them since.
+	list, err := agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the sandboxes of namespace %s to see what a retry of %s would start (nothing was changed): %w", ns, name, err)
 	}
-	spec, postOnly := retrySpec(ops, failedReasons, s.NotStarted)
+	opsList, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the SandboxUpdateOps of namespace %s (nothing was changed): %w", ns, err)
+	}
+	targets := retryTargets(ops, list.Items, opsList.Items)
+	if len(targets.since) > 0 {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("a retry of SandboxUpdateOps %s/%s would start again, with its patch, %d sandboxes that were upgraded since %s began (%s): their pod would be replaced by %s's template again; nothing was changed. "+
+			"To finish only the others, create a new SandboxUpdateOps whose selector leaves those out; if %s's patch should go to them too, apply it as a new SandboxUpdateOps (`kubectl molt plan -f FILE` shows what it would do)",
+			ns, name, len(targets.since), name, strings.Join(targets.since, ", "), name, name)}
+	}
+	if len(failedReasons) == 0 && targets.notStarted == 0 {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s has no failed or not-started sandbox left to retry (none is left failed by it, and the sandboxes it selects need nothing, or another ops took them): nothing was changed; read `kubectl describe suo %s -n %s` for why it Failed", ns, name, name, ns)}
+	}
+	spec, postOnly := retrySpec(ops, failedReasons, targets.notStarted)
 	newName := o.name
 	if newName == "" {
 		if newName, err = freeName(ctx, agents, ns, name, "-retry"); err != nil {
@@ -146,10 +163,6 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	}
 	next := retryOps(ops, newName, spec)
 	if postOnly {
-		list, err := agents.AgentsV1alpha1().Sandboxes(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return fmt.Errorf("list the sandboxes of namespace %s to check what the retry would resume (nothing was changed): %w", ns, err)
-		}
 		if others := alsoResumed(next, list.Items, reasons[agentsv1alpha1.UpgradingReasonPostUpgradeFailed]); len(others) > 0 {
 			// Without preUpgrade, a sandbox that failed before its backup
 			// would have its pod replaced with no backup taken.
@@ -192,11 +205,10 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	if postOnly {
 		how = "with only the postUpgrade hook: the new pods are kept and preUpgrade is not run again"
 	}
-	fmt.Fprintf(a.out, "created SandboxUpdateOps %s/%s %s: retries %s", ns, newName, how, strings.Join(parts, ", "))
-	if s.NotStarted > 0 {
-		fmt.Fprintf(a.out, "; and %d not started", s.NotStarted)
+	if targets.notStarted > 0 {
+		parts = append(parts, fmt.Sprintf("%d not started", targets.notStarted))
 	}
-	fmt.Fprintln(a.out)
+	fmt.Fprintf(a.out, "created SandboxUpdateOps %s/%s %s: retries %s\n", ns, newName, how, strings.Join(parts, "; and "))
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
 		// The retry runs all the same: the failed ops left behind is final
 		// and holds nothing.
@@ -236,6 +248,61 @@ func retryOps(ops *agentsv1alpha1.SandboxUpdateOps, newName string, spec agentsv
 		next.Annotations[upgrade.AnnotationMisspeltContainer] = v
 	}
 	return next
+}
+
+// retryPlan is what a retry of a failed ops would do, from the sandboxes as
+// they are: how many it would start that the failed ops left not started, and
+// the sandboxes it would start or resume although another upgrade went
+// through them since the failed ops began (since, in name order).
+type retryPlan struct {
+	notStarted int
+	since      []string
+}
+
+// retryTargets selects, as the selector would for a retry of ops with its
+// spec, the sandboxes the retry would start or resume, among all; allOps
+// names the attempts of other ops. A sandbox whose status shows an attempt
+// other than ops's that moved after ops was created was upgraded (or tried)
+// by someone else since: a retry would put ops's patch over that.
+func retryTargets(ops *agentsv1alpha1.SandboxUpdateOps, all []agentsv1alpha1.Sandbox, allOps []agentsv1alpha1.SandboxUpdateOps) retryPlan {
+	probe := retryOps(ops, ops.Name, *ops.Spec.DeepCopy())
+	probe.UID = ops.UID
+	sandboxes := make([]*agentsv1alpha1.Sandbox, len(all))
+	for i := range all {
+		sandboxes[i] = &all[i]
+	}
+	var plan retryPlan
+	sel, err := upgrade.Select(probe, sandboxes, nil)
+	if err != nil {
+		return plan // the selector is the failed ops's, which selected before
+	}
+	names := map[string]string{}
+	for _, o := range allOps {
+		names[string(o.UID)] = o.Name
+	}
+	for _, c := range sel.Candidates {
+		if c.State != upgrade.NotStarted && c.State != upgrade.Failed {
+			continue
+		}
+		sb := c.Sandbox
+		attempt := upgrade.CurrentAttempt(sb)
+		if cond := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt); attempt != "" && attempt != string(ops.UID) && cond != nil && cond.LastTransitionTime.After(ops.CreationTimestamp.Time) {
+			by := "an ops since deleted"
+			switch {
+			case names[attempt] != "":
+				by = "ops " + names[attempt]
+			case strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix):
+				by = "a direct upgrade"
+			}
+			reason, _ := upgrade.ReasonFor(sb, attempt)
+			plan.since = append(plan.since, fmt.Sprintf("%s: %s by %s", sb.Name, reason, by))
+			continue
+		}
+		if c.State == upgrade.NotStarted {
+			plan.notStarted++
+		}
+	}
+	return plan
 }
 
 // stillInFlight names the sandboxes ops claimed that have not ended their

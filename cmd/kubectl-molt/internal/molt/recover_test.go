@@ -2,14 +2,17 @@ package molt
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/generated/clientset/versioned/fake"
+	"molt.dev/pkg/upgrade"
 )
 
 // retry refuses, before it changes anything, while another ops of the
@@ -53,5 +56,53 @@ func TestRetryBlockedBy(t *testing.T) {
 				t.Errorf("retryBlockedBy = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A retry is planned from the sandboxes as they are: one a later ops upgraded
+// since the failed ops began (here after it failed under it) is named, so the
+// retry does not put the failed ops's broken patch over it again; one the
+// failed ops never touched and that still needs its patch counts as not
+// started; one still left failed by it is neither (it is retried as failed).
+func TestRetryTargetsNameSandboxesUpgradedSince(t *testing.T) {
+	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	bad := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "ns", UID: "bad-uid", CreationTimestamp: metav1.NewTime(created)}}
+	bad.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ws"}}
+	bad.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"reg/non-existent:v2"}]}}`)
+	fix := agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "fix", Namespace: "ns", UID: "fix-uid"}}
+	box := func(name, image, attempt, reason string, at time.Time) agentsv1alpha1.Sandbox {
+		sb := agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": "ws"}}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		if attempt != "" {
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: attempt, LastTransitionTime: metav1.NewTime(at)},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: agentsv1alpha1.UpgradingConditionStatus(reason), Reason: reason, LastTransitionTime: metav1.NewTime(at)},
+			}
+			if agentsv1alpha1.IsUpgradingFailedReason(reason) {
+				sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+				sb.Labels[agentsv1alpha1.LabelUpgradeFailed] = "true"
+			}
+		}
+		return sb
+	}
+	later := created.Add(10 * time.Minute)
+	all := []agentsv1alpha1.Sandbox{
+		box("s-0", "reg/img:v2", "fix-uid", agentsv1alpha1.UpgradingReasonSucceeded, later), // failed under bad, then fixed
+		box("s-1", "reg/img:v2", "fix-uid", agentsv1alpha1.UpgradingReasonSucceeded, later), // never started by bad, upgraded by fix
+		box("s-2", "reg/img:v1", "old-uid", agentsv1alpha1.UpgradingReasonSucceeded, created.Add(-time.Hour)),
+		box("s-3", "reg/img:v1", "bad-uid", agentsv1alpha1.UpgradingReasonPreUpgradeFailed, created.Add(time.Minute)),
+	}
+	all[3].Labels[agentsv1alpha1.LabelUpdateOps] = "bad"
+	got := retryTargets(bad, all, []agentsv1alpha1.SandboxUpdateOps{*bad, fix})
+	if want := []string{"s-0: Succeeded by ops fix", "s-1: Succeeded by ops fix"}; !slices.Equal(got.since, want) {
+		t.Errorf("since = %v, want %v", got.since, want)
+	}
+	if got.notStarted != 1 {
+		t.Errorf("notStarted = %d, want 1 (s-2)", got.notStarted)
+	}
+	got = retryTargets(bad, all[2:], []agentsv1alpha1.SandboxUpdateOps{*bad})
+	if len(got.since) != 0 || got.notStarted != 1 {
+		t.Errorf("without the fixed sandboxes: %+v, want 1 not started and none upgraded since", got)
 	}
 }
