@@ -81,6 +81,29 @@ func (s Selection) SelectsNothing() bool {
 	return true
 }
 
+// LeftOutByStateFilter says, for an ops that completes, how many sandboxes
+// match its spec.selector but are in a phase its spec.stateFilter leaves out
+// ("" when none): a Paused sandbox left on the old template, or the sandboxes
+// an edit of spec.stateFilter dropped while the ops ran, are not counted in
+// its total, and "all N updated" alone would not say they are there.
+func LeftOutByStateFilter(s Selection) string {
+	phases := map[string]int{}
+	n := 0
+	for _, e := range s.Excluded {
+		if e.Reason == ExcludedStateFilter {
+			phases[e.Detail]++
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return "1 sandbox that matches spec.selector is in a phase spec.stateFilter leaves out (" + phaseCounts(phases) + ") and was not upgraded"
+	}
+	return fmt.Sprintf("%d sandboxes that match spec.selector are in a phase spec.stateFilter leaves out (%s) and were not upgraded", n, phaseCounts(phases))
+}
+
 // phaseCounts renders phase counts as "Paused: 2, Pending: 1", by phase name.
 func phaseCounts(phases map[string]int) string {
 	var out []string

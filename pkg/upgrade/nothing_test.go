@@ -73,3 +73,45 @@ func TestNothingSelectedTellsATypoFromDone(t *testing.T) {
 		})
 	}
 }
+
+// An ops that completes says how many sandboxes its selector matches that its
+// stateFilter leaves out (a Paused one, or those an edit of the filter
+// dropped mid-run): "all N updated" alone hides them.
+func TestLeftOutByStateFilter(t *testing.T) {
+	box := func(name string, phase agentsv1alpha1.SandboxPhase, labels map[string]string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: labels}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+		sb.Status.Phase = phase
+		return sb
+	}
+	pool := map[string]string{"app": "ws"}
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: pool}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	ops.Spec.StateFilter = &agentsv1alpha1.UpgradeStateFilter{States: []agentsv1alpha1.SandboxPhase{agentsv1alpha1.SandboxPaused}}
+	sandboxes := []*agentsv1alpha1.Sandbox{
+		box("a", agentsv1alpha1.SandboxPaused, pool),
+		box("b", agentsv1alpha1.SandboxRunning, pool),
+		box("c", agentsv1alpha1.SandboxRunning, pool),
+		box("other", agentsv1alpha1.SandboxRunning, map[string]string{"app": "db"}),
+	}
+	for _, tc := range []struct {
+		name      string
+		sandboxes []*agentsv1alpha1.Sandbox
+		want      string
+	}{
+		{"two left out", sandboxes, "2 sandboxes that match spec.selector are in a phase spec.stateFilter leaves out (Running: 2) and were not upgraded"},
+		{"one left out", sandboxes[:2], "1 sandbox that matches spec.selector is in a phase spec.stateFilter leaves out (Running: 1) and was not upgraded"},
+		{"none left out (another selector's do not count)", []*agentsv1alpha1.Sandbox{sandboxes[0], sandboxes[3]}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := Select(ops, tc.sandboxes, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := LeftOutByStateFilter(sel); got != tc.want {
+				t.Errorf("LeftOutByStateFilter =\n  %q\nwant\n  %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -132,6 +132,9 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	case sel.Updated == sel.Total():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
 		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
+		if left := upgrade.LeftOutByStateFilter(sel); left != "" {
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(progressing.Message + "; " + left + ": `kubectl molt plan -f <ops file>` lists them")
+		}
 	case sel.Failed > 0 && sel.Updating == 0 && (sel.NotStarted == 0 || sel.BudgetExhausted()):
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		msg := failureMessage(ops, sel)
