@@ -5,6 +5,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // NothingSelected says why a selection of the ops's namespace has no
@@ -102,6 +105,56 @@ func LeftOutByStateFilter(s Selection) string {
 		return "1 sandbox that matches spec.selector is in a phase spec.stateFilter leaves out (" + phaseCounts(phases) + ") and was not upgraded"
 	}
 	return fmt.Sprintf("%d sandboxes that match spec.selector are in a phase spec.stateFilter leaves out (%s) and were not upgraded", n, phaseCounts(phases))
+}
+
+// SettleWait is how long after its creation a sandbox that the ops's
+// stateFilter leaves out only for having no phase yet, or for being Pending,
+// holds the ops's completion: it may be about to run (created with the ops,
+// in one `kubectl apply`), and then the ops upgrades it.
+const SettleWait = time.Minute
+
+// Starting returns, among the sandboxes s leaves out by stateFilter, those
+// that may still be starting at now, by phase ("" for none yet), and how long
+// until the last of them is no longer waited for: a Pending one created less
+// than SettleWait ago, and one with no phase yet (statusagg has not given it
+// one) created, or seen since statusagg started (seenSince), less than
+// SettleWait ago.
+func Starting(s Selection, now, seenSince time.Time) (phases map[string]int, n int, wait time.Duration) {
+	phases = map[string]int{}
+	for _, e := range s.Excluded {
+		if e.Reason != ExcludedStateFilter {
+			continue
+		}
+		from := e.Sandbox.CreationTimestamp.Time
+		switch e.Sandbox.Status.Phase {
+		case "":
+			if seenSince.After(from) {
+				from = seenSince
+			}
+		case agentsv1alpha1.SandboxPending:
+		default:
+			continue
+		}
+		left := SettleWait - now.Sub(from)
+		if left <= 0 {
+			continue
+		}
+		wait = max(wait, left)
+		phases[string(e.Sandbox.Status.Phase)]++
+		n++
+	}
+	return phases, n, wait
+}
+
+// StartingMessage is the Progressing message of an ops that waits for n
+// sandboxes still starting (Starting) before it completes.
+func StartingMessage(n int, phases map[string]int) string {
+	what := fmt.Sprintf("%d sandboxes that match spec.selector are", n)
+	if n == 1 {
+		what = "1 sandbox that matches spec.selector is"
+	}
+	return fmt.Sprintf("%s just created and not running yet (%s): waiting for them to start, at most %s after their creation, before deciding whether this ops upgrades them (spec.stateFilter picks by phase)",
+		what, phaseCounts(phases), SettleWait)
 }
 
 // phaseCounts renders phase counts as "Paused: 2, Pending: 1", by phase name.

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,6 +112,49 @@ func TestLeftOutByStateFilter(t *testing.T) {
 			}
 			if got := LeftOutByStateFilter(sel); got != tc.want {
 				t.Errorf("LeftOutByStateFilter =\n  %q\nwant\n  %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Sandboxes created with the ops (one apply) have no phase yet, or are
+// Pending: the ops waits for them, bounded by SettleWait, before it
+// completes; ones that are Paused, or Pending for longer, are left out.
+func TestStarting(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	box := func(name string, phase agentsv1alpha1.SandboxPhase, age time.Duration) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": "ws"}, CreationTimestamp: metav1.NewTime(now.Add(-age))}}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+		sb.Status.Phase = phase
+		return sb
+	}
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ws"}}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	longAgo := now.Add(-time.Hour) // statusagg has worked for an hour
+	for _, tc := range []struct {
+		name      string
+		sandboxes []*agentsv1alpha1.Sandbox
+		seenSince time.Time
+		n         int
+		wait      time.Duration
+	}{
+		{"no phase yet, just created", []*agentsv1alpha1.Sandbox{box("a", "", time.Second)}, longAgo, 1, SettleWait - time.Second},
+		{"pending, just created", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, 10 * time.Second)}, longAgo, 1, SettleWait - 10*time.Second},
+		{"pending for long", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, 2 * SettleWait)}, longAgo, 0, 0},
+		{"no phase, created long ago, statusagg just started", []*agentsv1alpha1.Sandbox{box("a", "", time.Hour)}, now.Add(-5 * time.Second), 1, SettleWait - 5*time.Second},
+		{"no phase, created long ago, statusagg long at work", []*agentsv1alpha1.Sandbox{box("a", "", time.Hour)}, longAgo, 0, 0},
+		{"paused", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPaused, time.Second)}, longAgo, 0, 0},
+		{"running is selected, not waited for", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxRunning, time.Second)}, longAgo, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := Select(ops, tc.sandboxes, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, n, wait := Starting(sel, now, tc.seenSince)
+			if n != tc.n || wait != tc.wait {
+				t.Errorf("Starting = %d, %s; want %d, %s", n, wait, tc.n, tc.wait)
 			}
 		})
 	}

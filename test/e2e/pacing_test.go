@@ -151,3 +151,41 @@ func TestPauseAndDelete(t *testing.T) {
 		t.Fatalf("%d sandboxes still carry the deleted ops's label", n)
 	}
 }
+
+// TestOpsAppliedWithItsSandboxes: a Sandbox and the ops that upgrades it in
+// one `kubectl apply` (a GitOps sync, a directory of manifests): the ops sees
+// the sandbox before it runs (no phase yet, then Pending), and waits for it
+// (SandboxesStarting) instead of completing at once with nothing selected;
+// once the sandbox runs, the ops upgrades it.
+func TestOpsAppliedWithItsSandboxes(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	manifest := fmt.Sprintf(`apiVersion: agents.kruise.io/v1alpha1
+kind: Sandbox
+metadata:
+  name: tg-00
+  labels:
+    %s: tg-pool
+spec:
+  template:
+    spec:
+      containers:
+      - name: sandbox
+        image: my-registry/sandbox-image:v1
+---
+`, poolLabel) + opsYAML("tg", "tg-pool", "1", "my-registry/sandbox-image:v2")
+	kubectl(t, manifest, "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "tg", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if ops.Status.Replicas != 1 || ops.Status.UpdatedReplicas != 1 {
+		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+		t.Fatalf("ops applied with its sandbox: %d of %d updated (%+v), want 1 of 1", ops.Status.UpdatedReplicas, ops.Status.Replicas, c)
+	}
+	sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "tg-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := sb.Spec.Template.Spec.Containers[0].Image; img != "my-registry/sandbox-image:v2" {
+		t.Errorf("tg-00 template image %s, want v2", img)
+	}
+}

@@ -34,6 +34,13 @@ const (
 	// (upgrade.CheckpointLeftBehind, upgrade.AnnotationCheckpointKept); the
 	// message names them and the ways on. A Warning Event of the same name.
 	ProgressingReasonCheckpointKept = "CheckpointKept"
+	// ProgressingReasonSandboxesStarting: Progressing=True, the ops would
+	// complete, but sandboxes its selector matches have just been created
+	// and have no phase yet, or are Pending: it waits for them to start (at
+	// most upgrade.SettleWait after their creation) before deciding whether
+	// it upgrades them, so an ops applied together with its sandboxes does
+	// not end with nothing done.
+	ProgressingReasonSandboxesStarting = "SandboxesStarting"
 	// ProgressingReasonCompleted: Progressing=False, every sandbox is updated.
 	ProgressingReasonCompleted = "Completed"
 	// ProgressingReasonNothingToUpdate: Progressing=False, phase Completed: no

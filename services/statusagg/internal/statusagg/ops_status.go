@@ -275,3 +275,18 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 	return head + fmt.Sprintf("read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 		ops.Namespace, ops.Name, ops.Namespace)
 }
+
+// waitForStarting is want, a Completed status, held back while n sandboxes
+// the selector matches are still starting (upgrade.Starting, by phase): phase
+// Updating (Pending when nothing is selected yet), Progressing True
+// SandboxesStarting saying what it waits for.
+func waitForStarting(ops *agentsv1alpha1.SandboxUpdateOps, want agentsv1alpha1.SandboxUpdateOpsStatus, sel upgrade.Selection, n int, phases map[string]int) agentsv1alpha1.SandboxUpdateOpsStatus {
+	held := *want.DeepCopy()
+	held.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
+	if sel.Total() == 0 {
+		held.Phase = agentsv1alpha1.SandboxUpdateOpsPending
+	}
+	setCondition(&held.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
+		Reason: agentsv1alpha1.ProgressingReasonSandboxesStarting, Message: upgrade.StartingMessage(n, phases), ObservedGeneration: ops.Generation})
+	return held
+}

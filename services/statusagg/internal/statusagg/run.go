@@ -56,6 +56,9 @@ type server struct {
 	opsTails opsTails
 	// releases follows the selector's release of each ops being deleted.
 	releases releaseWatch
+	// working is when this process began to work as leader: a sandbox with
+	// no phase yet may not have been seen before (upgrade.Starting).
+	working time.Time
 }
 
 // Run starts statusagg and blocks until ctx is cancelled.
@@ -100,6 +103,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		metrics: m, clock: newStageClock(), recorder: recorder, coalesce: cfg.Coalesce, opsInterval: cfg.OpsInterval,
 		startWindow:      cmp.Or(cfg.StartWindow, DefaultStartWindow),
 		progressDeadline: cmp.Or(cfg.SetProgressDeadline, DefaultSetProgressDeadline),
+		working:          time.Now(),
 	}
 	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox, controller.WithMetrics(rt.Queues))
 	s.opsCtl = controller.New("statusagg-ops", s.syncOps, controller.WithMetrics(rt.Queues))
