@@ -138,4 +138,11 @@ func TestDeletingSaysAReleaseIsPending(t *testing.T) {
 		t.Errorf("with d-pre in PreUpgrade: %+v, want WaitingForSandboxes naming it", cond)
 	}
 	quiet(3*time.Hour+time.Second, sandboxes, releaseOverdue)
+	// Once d-pre ended, a WaitingForSandboxes written before would be
+	// stale (it names d-pre): it turns to Releasing.
+	waited := ops.DeepCopy()
+	waited.Status.Conditions = []metav1.Condition{{Type: agentsv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.DeletingReasonWaitingForSandboxes, Message: "being deleted: waiting for 1 sandbox to end the attempt they are in (d-pre)"}}
+	if cond, recheck := deletingCondition(waited, sandboxes, t0.Add(3*time.Hour+2*time.Second), &w); cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonReleasing || strings.Contains(cond.Message, "d-pre") || recheck <= 0 {
+		t.Errorf("after d-pre ended, with WaitingForSandboxes written: %+v, recheck %s; want Releasing, and a recheck for ReleasePending", cond, recheck)
+	}
 }

@@ -93,9 +93,16 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 	}
 	stalled := now.Sub(releases.since(key, ops.UID, len(labelled), now))
 	if stalled < releaseOverdue {
-		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionDeleting); was != nil && was.Reason == agentsv1alpha1.DeletingReasonReleasePending {
+		was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionDeleting)
+		switch {
+		case was != nil && was.Reason == agentsv1alpha1.DeletingReasonReleasePending:
 			// Said pending, and it moves again: no longer pending.
 			cond.Reason, cond.Message = agentsv1alpha1.DeletingReasonReleasing, "being deleted: the selector releases its sandboxes again; the ops goes once none carries its label"
+			return cond, releaseOverdue - stalled
+		case was != nil && was.Reason == agentsv1alpha1.DeletingReasonWaitingForSandboxes:
+			// The sandboxes it waited for ended their attempt: saying it
+			// still waits for them would be stale.
+			cond.Reason, cond.Message = agentsv1alpha1.DeletingReasonReleasing, "being deleted: no sandbox is in an attempt of it any more; the selector releases its sandboxes, and the ops goes once none carries its label"
 			return cond, releaseOverdue - stalled
 		}
 		return nil, releaseOverdue - stalled
