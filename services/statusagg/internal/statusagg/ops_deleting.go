@@ -113,8 +113,8 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 		what = fmt.Sprintf("%s still carry its label %s=%s", namedCount(labelled), agentsv1alpha1.LabelUpdateOps, ops.Name)
 	}
 	cond.Reason = agentsv1alpha1.DeletingReasonReleasePending
-	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted, and no sandbox is in an attempt of it, but %s, unchanged for %s or more: the selector removes the label from each sandbox, then the finalizer. Is a selector running (its Lease %s, in the namespace molt runs in, names the leader)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
-		what, releaseOverdue, "molt-selector"))
+	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted, and no sandbox is in an attempt of it, but %s, unchanged for %s or more: the selector removes the label from each sandbox, then the finalizer. Is a selector running (%s)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",
+		what, releaseOverdue, releases.leaseHint()))
 	return cond, 0
 }
 
@@ -124,6 +124,18 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 type releaseWatch struct {
 	mu sync.Mutex
 	m  map[string]releaseLeft
+	// leaseNamespace is where molt's Leases are (statusagg's
+	// --leader-election-namespace, which the selector shares), "" when not
+	// known.
+	leaseNamespace string
+}
+
+// leaseHint says where to see whether a selector runs.
+func (w *releaseWatch) leaseHint() string {
+	if w.leaseNamespace == "" {
+		return "its Lease molt-selector, in the namespace molt runs in, names the leader"
+	}
+	return fmt.Sprintf("`kubectl get lease molt-selector -n %s` names the leader", w.leaseNamespace)
 }
 
 type releaseLeft struct {

@@ -105,6 +105,9 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		progressDeadline: cmp.Or(cfg.SetProgressDeadline, DefaultSetProgressDeadline),
 		working:          time.Now(),
 	}
+	if cfg.LeaderElection.Enabled {
+		s.releases.leaseNamespace = cfg.LeaderElection.Namespace
+	}
 	s.sandboxCtl = controller.New("statusagg-sandbox", s.syncSandbox, controller.WithMetrics(rt.Queues))
 	s.opsCtl = controller.New("statusagg-ops", s.syncOps, controller.WithMetrics(rt.Queues))
 	s.setCtl = controller.New("statusagg-sandboxset", s.syncSet, controller.WithMetrics(rt.Queues))
