@@ -373,12 +373,32 @@ func (h *historyPrinter) add(ev events.Event) {
 		h.header = true
 	}
 	since := "-"
-	if !h.prev.IsZero() {
+	var late []string
+	switch {
+	case h.prev.IsZero():
+	case ev.Time.Before(h.prev):
+		// Sent before the event above, stored after it: its publisher
+		// kept it while NATS could not take it.
+		since = "-"
+		late = append(late, "sent at "+ev.Time.In(h.loc).Format("15:04:05.000")+", before the event above, and stored after it (NATS did not take it at once)")
+	default:
 		since = ev.Time.Sub(h.prev).Round(time.Millisecond).String()
+		h.prev = ev.Time
 	}
-	h.prev = ev.Time
+	if h.prev.IsZero() {
+		h.prev = ev.Time
+	}
+	ended := h.ended != ""
+	if ended {
+		late = append(late, "after the attempt ended ("+h.ended+"): changes nothing")
+	}
 	tok, _ := events.TokenFor(ev.Type)
 	stage, note := eventStage(ev), detail(ev)
+	if len(late) > 0 {
+		note = strings.Join(append([]string{note}, late...), "; ")
+		note = strings.TrimPrefix(note, "; ")
+		stage = "" // counted in no stage
+	}
 	if h.resumed && !h.started {
 		// A resumed attempt's hand-over runs no stage: the request, and a
 		// pod-ready that skips UpgradePod (the pod already runs the target),
@@ -404,6 +424,9 @@ func (h *historyPrinter) add(ev events.Event) {
 		} else {
 			h.spans = append(h.spans, stageSpan{stage: stage, first: ev.Time, last: ev.Time})
 		}
+	}
+	if ended {
+		return
 	}
 	switch ev.Type {
 	case events.TypePostHookDone:

@@ -29,6 +29,7 @@ func TestHistoryGolden(t *testing.T) {
 	}
 	second := events.Data{Ops: events.OpsRef{Name: "up-retry", UID: "u2"}, Attempt: "u2", ResumedAttempt: "u1", ResumedReason: "PreUpgradeFailed"}
 	third := events.Data{Ops: events.OpsRef{Name: "up-retry-2", UID: "u3"}, Attempt: "u3", ResumedAttempt: "u2", ResumedReason: "PostUpgradeFailed"}
+	fourth := events.Data{Ops: events.OpsRef{Name: "up-2", UID: "u4"}, Attempt: "u4"}
 	with := func(d events.Data, f func(*events.Data)) events.Data { f(&d); return d }
 	list := []events.Event{
 		ev(events.TypeRequested, 0, events.Data{}),
@@ -53,6 +54,16 @@ func TestHistoryGolden(t *testing.T) {
 		ev(events.TypePodReady, 120.3, with(third, func(d *events.Data) { d.Stage, d.NewPodUID = "UpgradePod", "p2" })),
 		ev(events.TypeStageStarted, 120.31, with(third, func(d *events.Data) { d.Stage = "PostUpgrade" })),
 		ev(events.TypePostHookDone, 121, with(third, func(d *events.Data) { d.NewPodUID, d.HookExitCode = "p2", exit(0) })),
+		// NATS down mid-hook: the watchdog re-drives and fails the stage;
+		// the hook's prehook-done, sent before the failure, is stored after it.
+		ev(events.TypeRequested, 200, fourth),
+		ev(events.TypePatched, 200.5, with(fourth, func(d *events.Data) { d.TargetRevision, d.OldPodUID = "def", "p2" })),
+		ev(events.TypeStageStarted, 200.6, with(fourth, func(d *events.Data) { d.Stage = "PreUpgrade" })),
+		ev(events.TypeRequested, 226, with(fourth, func(d *events.Data) { d.Redrive = 1 })),
+		ev(events.TypeFailed, 306, with(fourth, func(d *events.Data) {
+			d.Stage, d.Reason, d.Message = "PreUpgrade", "PreUpgradeFailed", "no progress in PreUpgrade for 1m46s"
+		})),
+		ev(events.TypePreHookDone, 206, with(fourth, func(d *events.Data) { d.OldPodUID, d.HookExitCode = "p2", exit(0) })),
 	}
 	var out bytes.Buffer
 	h := &historyPrinter{out: &out, loc: time.UTC}

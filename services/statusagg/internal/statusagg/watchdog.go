@@ -244,7 +244,7 @@ func (w *watchdog) check(ctx context.Context) {
 					busStalled = addBusStall(busStalled, ops, sb)
 				}
 			case verdictFail:
-				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times): %s",
+				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times by this statusagg): %s",
 					stage, stalled.Round(time.Second), deadline, done.n, w.missing(sb, stage)))
 			case verdictGiveUp:
 				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s): %s; %s",
@@ -262,9 +262,9 @@ func (w *watchdog) givenUp(key string, n int) string {
 	w.mu.Lock()
 	where := w.lastWhere[key]
 	w.mu.Unlock()
-	drove := fmt.Sprintf("re-driven %d times", n)
+	drove := fmt.Sprintf("re-driven %d times by this statusagg", n)
 	if n < w.cfg.Redrives {
-		drove = fmt.Sprintf("re-driven %d of %d times (the others could not be published, or whether its input was still queued could not be told)", n, w.cfg.Redrives)
+		drove = fmt.Sprintf("re-driven %d of %d times by this statusagg (the others could not be published, or whether its input was still queued could not be told; a statusagg before a restart may have re-driven it too)", n, w.cfg.Redrives)
 	}
 	if where != "" {
 		return drove + "; its input was last seen waiting: " + where + "; the service behind that consumer takes nothing: check that it runs and reaches NATS (`make status`, or `kubectl get pods -n molt-system`; its /readyz and log)"
@@ -491,6 +491,6 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
 		return "hookrunner did not report the postUpgrade hook; check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner-post`; create a SandboxUpdateOps with only postUpgrade to run it again"
 	default:
-		return "the patcher and hookrunner did not report the patch and the preUpgrade hook; check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); the old pod is untouched: create a new SandboxUpdateOps to resume"
+		return "statusagg received no report that the preUpgrade hook ended (the patcher or hookrunner did not send one, or NATS did not deliver it); check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); the old pod is untouched: create a new SandboxUpdateOps to resume"
 	}
 }
