@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"errors"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,7 +43,14 @@ func (p *pool) releaseClaimed(ctx context.Context, set *agentsv1alpha1.SandboxSe
 			continue
 		}
 		if _, err := p.release(ctx, set, sb, i); err != nil {
-			return err
+			var refused *releaseRefused
+			if !errors.As(err, &refused) {
+				return err
+			}
+			// One sandbox the API server will not release does not stop the
+			// pool's other work: said in the log, looked at again later.
+			klog.FromContext(ctx).Error(err, "Claimed sandbox not released", "sandbox", klog.KObj(sb))
+			p.enqueueAfter(set.Namespace+"/"+set.Name, releaseRefusedRetry)
 		}
 	}
 	return p.labelReleased(ctx, set)
@@ -180,8 +188,8 @@ func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *
 			// refuses the write itself (a validation rule, an admission
 			// policy), and looking again every 200 ms changes nothing.
 			// Retried with the queue's backoff, said at every try.
-			return false, fmt.Errorf("the API server refuses to remove SandboxSet %s's owner reference from claimed sandbox %s/%s: %w; the set keeps its finalizer %s until it can (deleting the set now would delete the claimed sandbox): fix what refuses the write (an admission policy or validation rule on sandboxes)",
-				set.Name, sb.Namespace, sb.Name, err, agentsv1alpha1.FinalizerSandboxSetProtection)
+			return false, &releaseRefused{fmt.Errorf("the API server refuses to remove SandboxSet %s's owner reference from claimed sandbox %s/%s: %w; the set keeps its finalizer %s until it can (deleting the set now would delete the claimed sandbox): fix what refuses the write (an admission policy or validation rule on sandboxes)",
+				set.Name, sb.Namespace, sb.Name, err, agentsv1alpha1.FinalizerSandboxSetProtection)}
 		}
 		// A test failed: the cache lags behind the sandbox.
 		klog.FromContext(ctx).V(2).Info("A claimed sandbox changed since it was read; looking again", "sandbox", klog.KObj(sb), "cause", err.Error())
@@ -193,6 +201,17 @@ func (p *pool) release(ctx context.Context, set *agentsv1alpha1.SandboxSet, sb *
 	klog.FromContext(ctx).Info("Released a claimed sandbox: removed its SandboxSet's owner reference, so deleting the set does not delete it", "sandbox", klog.KObj(sb), "uid", sb.UID)
 	return false, nil
 }
+
+// releaseRefused is release's error when the API server refuses the write
+// itself (not a stale cache).
+type releaseRefused struct{ err error }
+
+func (r *releaseRefused) Error() string { return r.err.Error() }
+func (r *releaseRefused) Unwrap() error { return r.err }
+
+// releaseRefusedRetry is how soon a live set looks again at a claimed
+// sandbox whose release the API server refused.
+const releaseRefusedRetry = 30 * time.Second
 
 // releaseTestsHold reports whether release's tests of sb (same UID, still
 // labelled claimed, the reference at i still the set's) hold on the sandbox
