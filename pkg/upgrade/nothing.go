@@ -113,16 +113,28 @@ func LeftOutByStateFilter(s Selection) string {
 // in one `kubectl apply`), and then the ops upgrades it.
 const SettleWait = time.Minute
 
-// Starting returns, among the sandboxes s leaves out by stateFilter, those
-// that may still be starting at now, by phase ("" for none yet), and how long
-// until the last of them is no longer waited for: a Pending one created less
-// than SettleWait ago, and one with no phase yet (statusagg has not given it
-// one) created, or seen since statusagg started (seenSince), less than
-// SettleWait ago.
-func Starting(s Selection, now, seenSince time.Time) (phases map[string]int, n int, wait time.Duration) {
+// settleSkew is how long after the ops a sandbox may be created and still
+// count as applied with it (one `kubectl apply` of a directory creates them
+// one by one).
+const settleSkew = 10 * time.Second
+
+// Starting returns, among the sandboxes s leaves out by the stateFilter of
+// ops, those that may still be starting at now, by phase ("" for none yet),
+// and how long until the last of them is no longer waited for: created no
+// later than settleSkew after the ops (applied with it: sandboxes created
+// later, as a platform creates them all day, never hold it), Pending and
+// created less than SettleWait ago, or with no phase yet (statusagg has not
+// given it one) and created, or seen since statusagg started (seenSince),
+// less than SettleWait ago. Only when the stateFilter takes Running: no
+// other filter would select them once they run.
+func Starting(ops *agentsv1alpha1.SandboxUpdateOps, s Selection, now, seenSince time.Time) (phases map[string]int, n int, wait time.Duration) {
 	phases = map[string]int{}
+	if !slices.Contains(ops.Spec.StateFilter.EligiblePhases(), agentsv1alpha1.SandboxRunning) {
+		return phases, 0, 0
+	}
+	latest := ops.CreationTimestamp.Add(settleSkew)
 	for _, e := range s.Excluded {
-		if e.Reason != ExcludedStateFilter {
+		if e.Reason != ExcludedStateFilter || e.Sandbox.CreationTimestamp.After(latest) {
 			continue
 		}
 		from := e.Sandbox.CreationTimestamp.Time

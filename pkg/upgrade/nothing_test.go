@@ -131,6 +131,7 @@ func TestStarting(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns"}}
 	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ws"}}
 	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	ops.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
 	longAgo := now.Add(-time.Hour) // statusagg has worked for an hour
 	for _, tc := range []struct {
 		name      string
@@ -146,16 +147,27 @@ func TestStarting(t *testing.T) {
 		{"no phase, created long ago, statusagg long at work", []*agentsv1alpha1.Sandbox{box("a", "", time.Hour)}, longAgo, 0, 0},
 		{"paused", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPaused, time.Second)}, longAgo, 0, 0},
 		{"running is selected, not waited for", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxRunning, time.Second)}, longAgo, 0, 0},
+		{"created after the ops was (a platform creates them all day)", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, -30 * time.Second)}, longAgo, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel, err := Select(ops, tc.sandboxes, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, n, wait := Starting(sel, now, tc.seenSince)
+			_, n, wait := Starting(ops, sel, now, tc.seenSince)
 			if n != tc.n || wait != tc.wait {
 				t.Errorf("Starting = %d, %s; want %d, %s", n, wait, tc.n, tc.wait)
 			}
 		})
+	}
+	// A stateFilter without Running would not select them once they run.
+	paused := ops.DeepCopy()
+	paused.Spec.StateFilter = &agentsv1alpha1.UpgradeStateFilter{States: []agentsv1alpha1.SandboxPhase{agentsv1alpha1.SandboxPaused}}
+	sel, err := Select(paused, []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, time.Second)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n, _ := Starting(paused, sel, now, longAgo); n != 0 {
+		t.Errorf("stateFilter [Paused]: %d waited for, want none", n)
 	}
 }

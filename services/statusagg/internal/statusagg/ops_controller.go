@@ -99,7 +99,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	if selErr == nil && want.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted && !upgrade.IsFinished(ops) {
 		// A Completed ops is final: not while sandboxes it may upgrade
 		// are still starting (created with it, in one apply).
-		if phases, n, wait := upgrade.Starting(sel, time.Now(), s.working); n > 0 {
+		if phases, n, wait := upgrade.Starting(ops, sel, time.Now(), s.working); n > 0 {
 			want = waitForStarting(ops, want, sel, n, phases)
 			s.opsCtl.EnqueueAfter(key, wait)
 		}

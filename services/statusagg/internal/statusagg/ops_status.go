@@ -283,8 +283,8 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 func waitForStarting(ops *agentsv1alpha1.SandboxUpdateOps, want agentsv1alpha1.SandboxUpdateOpsStatus, sel upgrade.Selection, n int, phases map[string]int) agentsv1alpha1.SandboxUpdateOpsStatus {
 	held := *want.DeepCopy()
 	held.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
-	if sel.Total() == 0 {
-		held.Phase = agentsv1alpha1.SandboxUpdateOpsPending
+	if sel.Total() == 0 && ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating {
+		held.Phase = agentsv1alpha1.SandboxUpdateOpsPending // never back from Updating
 	}
 	setCondition(&held.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
 		Reason: agentsv1alpha1.ProgressingReasonSandboxesStarting, Message: upgrade.StartingMessage(n, phases), ObservedGeneration: ops.Generation})
