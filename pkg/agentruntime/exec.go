@@ -241,7 +241,7 @@ func run(ctx context.Context, client processconnect.ProcessClient, req ExecReque
 
 // followGrace is how long a run already there is followed at least, past its
 // FollowDeadline: enough to read the end of one that ended meanwhile.
-const followGrace = 2 * time.Second
+const followGrace = 5 * time.Second
 
 // connectTo follows the process tagged req.Tag to its end.
 func connectTo(ctx context.Context, client processconnect.ProcessClient, req ExecRequest) (Result, error) {

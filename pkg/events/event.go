@@ -144,6 +144,11 @@ type Data struct {
 	// input; carried along by every stage. Part of the message id, so a re-driven chain is
 	// not dropped as a duplicate of the one that stalled.
 	Redrive int `json:"redrive,omitempty"`
+	// HookStartedAt is, on a stage-started of PreUpgrade or PostUpgrade that
+	// hookrunner publishes again (a redelivery, a re-drive), when the first
+	// delivery started that hook: its timeout counts from then. Absent on
+	// the first one, whose own time is the start.
+	HookStartedAt *time.Time `json:"hookStartedAt,omitempty"`
 }
 
 // Event is one molt CloudEvent.

@@ -142,7 +142,10 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		return h.fail(ctx, next, st, "hook execution error: "+why, nil)
 	}
 	started := h.startedBefore(ctx, d, st)
-	stageStarted := events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage), Time: started}
+	stageStarted := events.Event{Type: events.TypeStageStarted, Data: withStage(d, st.stage)}
+	if !started.IsZero() {
+		stageStarted.Data.HookStartedAt = &started
+	}
 	if err := h.publish(ctx, stageStarted); err != nil {
 		return err
 	}
@@ -376,7 +379,11 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 		Tag:         tag,
 	}
 	if !started.IsZero() && req.Timeout > 0 {
-		req.FollowDeadline = started.Add(req.Timeout)
+		// The first delivery may have waited up to reachWait for the
+		// runtime before the run began. (A run a later delivery started
+		// afresh, after one that died before its start, is still counted
+		// from the first: two crashes mid-hook, rare, can cut it short.)
+		req.FollowDeadline = started.Add(req.Timeout + h.reachWait)
 	}
 	deadline := time.Now().Add(h.reachWait)
 	resets := 0
@@ -425,10 +432,10 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 
 // startedBefore returns when an earlier delivery of this message (before a
 // crash, or a watchdog's re-drive) started st's hook for the attempt: the
-// time of the stage-started it published, which the stream keeps; zero when
-// none did or the stream cannot tell. The hook's timeout counts from then, so
-// a run that outlived its hookrunner does not get its whole timeout again,
-// and the stage-started published again carries that time.
+// time of the first stage-started published for it (the last one the stream
+// keeps carries it as HookStartedAt, or is the first); zero when none was or
+// the stream cannot tell. The hook's timeout counts from then, so a run that
+// outlived its hookrunner does not get its whole timeout again.
 func (h *HookRunner) startedBefore(ctx context.Context, d events.Data, st step) time.Time {
 	prev, err := h.publisher.LastEvent(ctx, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, events.TypeStageStarted)
 	if err != nil {
@@ -437,6 +444,9 @@ func (h *HookRunner) startedBefore(ctx context.Context, d events.Data, st step) 
 	}
 	if prev == nil || prev.Data.Attempt != d.Attempt || prev.Data.Stage != st.stage {
 		return time.Time{}
+	}
+	if prev.Data.HookStartedAt != nil {
+		return *prev.Data.HookStartedAt
 	}
 	return prev.Time
 }
