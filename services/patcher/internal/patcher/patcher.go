@@ -86,7 +86,14 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	if upgrade.WokenForUpgrade(sb) {
 		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
 			// No pod can be built to wake it: said now, not after the
-			// wake-up's deadline as a pod that never came.
+			// wake-up's deadline as a pod that never came (unless its ops
+			// is gone: then nothing is filed for it).
+			if _, gone, err := p.opsOf(ctx, d); err != nil || gone {
+				if gone {
+					logger.Info("skip: ops is gone")
+				}
+				return err
+			}
 			return p.fail(ctx, ev, why)
 		}
 		woken, problem, err := p.waitAwake(ctx, sb, d.ResumedAttempt)
@@ -108,18 +115,13 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	target := sb.Spec.Template
 	version := sb.ResourceVersion // what the next stage reads at least (events.Data.SandboxResourceVersion)
 	if d.Ops.Name != "" {
-		ops, err := p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
-		if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
-			// The cache may be behind: an ops just created, or created again
-			// under a deleted one's name (the way to resume), is read live.
-			ops, err = p.agents.AgentsV1alpha1().SandboxUpdateOps(d.Sandbox.Namespace).Get(ctx, d.Ops.Name, metav1.GetOptions{})
-		}
-		if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
+		ops, gone, err := p.opsOf(ctx, d)
+		if gone {
 			logger.Info("skip: ops is gone")
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
+			return err
 		}
 		if problem := upgrade.PatchProblem(ops); problem != "" {
 			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; the patcher did not apply it to this sandbox, and its pod was not touched", ops.Name, problem))
@@ -370,6 +372,23 @@ func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*
 		return nil, fmt.Errorf("get pod %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	return pod, nil
+}
+
+// opsOf returns the ops d names; gone when it is not there (or another ops
+// has its name now). The cache may be behind: an ops just created, or
+// created again under a deleted one's name (the way to resume), is read live.
+func (p *Patcher) opsOf(ctx context.Context, d events.Data) (ops *agentsv1alpha1.SandboxUpdateOps, gone bool, err error) {
+	ops, err = p.ops.SandboxUpdateOps(d.Sandbox.Namespace).Get(d.Ops.Name)
+	if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
+		ops, err = p.agents.AgentsV1alpha1().SandboxUpdateOps(d.Sandbox.Namespace).Get(ctx, d.Ops.Name, metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) || (err == nil && ops.UID != d.Ops.UID) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("get SandboxUpdateOps %s/%s: %w", d.Sandbox.Namespace, d.Ops.Name, err)
+	}
+	return ops, false, nil
 }
 
 // unusableTemplate says why sb's spec.template cannot be patched, naming the
