@@ -114,11 +114,11 @@ const checkpointKeptStep = "resume with a new SandboxUpdateOps of updateStrategy
 func CheckpointGoneNote(namespace, sandbox, checkpointID string) string {
 	return "checkpoint " + checkpointID + ", which the new pod was to restore, is gone (deleted before the restore), and so is the old pod: " +
 		checkpointGoneStep + " (kubectl get cp -n " + namespace + " -l " + LabelCheckpointSandbox + "=" + CheckpointSandboxLabel(sandbox) +
-		"); if none is, the workspace is lost, and an ops of type Recreate gives the sandbox a new pod"
+"); without one, the workspace is lost, and an ops of type Recreate gives the sandbox a new pod"
 }
 
 // checkpointGoneStep is the next step CheckpointGoneNote gives.
-const checkpointGoneStep = "a new SandboxUpdateOps of updateStrategy.type CheckpointRestore restores another checkpoint of the sandbox if one is kept"
+const checkpointGoneStep = "a new SandboxUpdateOps of updateStrategy.type CheckpointRestore restores the newest checkpoint kept by the failed attempts this one continued, if there is one, and says so if there is none"
 
 // HasCheckpointNote reports whether message carries CheckpointKeptNote or
 // CheckpointGoneNote: it says where the workspace is, or that it is gone.

@@ -783,7 +783,7 @@ func TestPluginRetryLeavesSandboxesUpgradedSince(t *testing.T) {
 
 	out, errOut, code := molt(t, "", "retry", "bad", "-n", ns)
 	t.Logf("retry:\n%s%s", out, errOut)
-	if code != 2 || !strings.Contains(errOut, "were upgraded since bad began") || !strings.Contains(errOut, "rs-00: Succeeded by ops fix") || !strings.Contains(errOut, "nothing was changed") {
+	if code != 2 || !strings.Contains(errOut, "that another upgrade went through since bad began") || !strings.Contains(errOut, "rs-00: Succeeded by ops fix") || !strings.Contains(errOut, "nothing was changed") {
 		t.Errorf("retry of bad after fix upgraded its sandboxes: exit %d, want 2 naming them:\n%s%s", code, out, errOut)
 	}
 	list, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
