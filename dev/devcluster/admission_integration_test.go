@@ -78,6 +78,14 @@ func TestOneActiveOpsPerNamespace(t *testing.T) {
 	refusedFor(fmt.Sprintf("SandboxUpdateOps first is still active in namespace %s (phase not set yet): one ops per namespace upgrades at a time. Wait until it is Completed or Failed (kubectl get suo first -n %s -w), or delete it, then create this one", ns, ns))
 	setPhase("first", "Updating")
 	refusedFor("SandboxUpdateOps first is still active in namespace " + ns + " (phase Updating)")
+	// A paused ops does not end by itself: the refusal says so, and how on.
+	if out, err := kubectl(t, env, "", "patch", "suo", "first", "-n", ns, "--type=merge", "-p", `{"spec":{"paused":true}}`); err != nil {
+		t.Fatalf("pause first: %v\n%s", err, out)
+	}
+	refusedFor("SandboxUpdateOps first is paused in namespace " + ns + " (phase Updating) and holds it: one ops per namespace upgrades at a time, and a paused ops does not end by itself. Resume it (set spec.paused to false: kubectl edit suo first -n " + ns)
+	if out, err := kubectl(t, env, "", "patch", "suo", "first", "-n", ns, "--type=merge", "-p", `{"spec":{"paused":false}}`); err != nil {
+		t.Fatalf("resume first: %v\n%s", err, out)
+	}
 
 	// The same ops applied again is an update the policy does not look at,
 	// and another namespace is free.

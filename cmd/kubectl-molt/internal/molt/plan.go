@@ -187,6 +187,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	fmt.Fprintf(w, "  strategy %s, maxUnavailable %d, %d sandboxes selected\n", strategy, sel.MaxUnavailable, sel.Total())
 	if active := upgrade.ActiveOps(append(all, ops)); active != nil && active.Name != ops.Name {
 		fmt.Fprintf(w, "  it would wait in Pending until SandboxUpdateOps %s ends: one ops is active per namespace\n", active.Name)
+		if active.Spec.Paused {
+			fmt.Fprintf(w, "  SandboxUpdateOps %s is paused, so it ends only once resumed (spec.paused: false) or deleted; `kubectl describe suo %s -n %s` says why it is paused\n", active.Name, active.Name, active.Namespace)
+		}
 	}
 	if nulls := patchNulls(ops.Spec.Patch.Raw); len(nulls) > 0 {
 		fmt.Fprintf(w, "  warning: spec.patch removes %s with null: client-side `kubectl apply` drops null values, so the ops it stores would not remove them (this plan shows the removal); create it with `kubectl create -f %s` or `kubectl apply --server-side -f %s`, which keep them\n",
