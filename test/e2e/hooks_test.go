@@ -136,6 +136,10 @@ func TestSeedUpgradeWithBackup(t *testing.T) {
 			t.Fatalf("%s: pod replaced or workspace lost while molt held the rollback", n)
 		}
 	}
+	// Without a terminal (a CI log), status says why it is paused too.
+	if out, errOut, code := molt(t, "", "status", "rollback-sandboxes", "-n", ns); code != 0 || !strings.Contains(out, "Progressing: molt paused this ops") {
+		t.Errorf("status of the paused rollback, no terminal: exit %d, want the Progressing message:\n%s%s", code, out, errOut)
+	}
 	kubectl(t, "", "delete", "suo", "rollback-sandboxes", "-n", ns, "--wait=true", "--timeout=60s")
 
 	// The same upgrade without hooks loses the workspace.

@@ -166,6 +166,7 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 	var (
 		last       string
 		seenFailed = map[string]bool{}
+		said       = map[string]string{}
 		warned     bool
 		s          Summary
 	)
@@ -212,6 +213,17 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 				if line := plainLine(s); line != last || !o.watch {
 					fmt.Fprintf(a.out, "%s %s%s\n", time.Now().Format("15:04:05"), line, plainExtra(s))
 					last = line
+				}
+				// What a terminal shows under the bar (why it is paused,
+				// waits, or warns), each time it changes.
+				for _, c := range s.Conditions {
+					if c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == agentsv1alpha1.ProgressingReasonUpdating {
+						continue // the counts, which the line above has
+					}
+					if said[c.Type] != c.Message {
+						said[c.Type] = c.Message
+						fmt.Fprintf(a.out, "%s %s: %s\n", time.Now().Format("15:04:05"), c.Type, c.Message)
+					}
 				}
 			}
 			if !o.watch || s.Finished() {
