@@ -121,8 +121,11 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonNothingToUpdate, upgrade.NothingSelected(ops.Namespace, sel)
 		if sel.SelectsNothing() {
 			progressing.Reason = agentsv1alpha1.ProgressingReasonNothingSelected
-			progressing.Message = agentsv1alpha1.TruncateConditionMessage("nothing was upgraded: " + progressing.Message +
-				"; if a rule above left sandboxes out by mistake, delete this ops and apply it again with spec.selector, spec.stateFilter or its namespace fixed (spec.selector is immutable)")
+			next := "; if a rule above left sandboxes out by mistake, delete this ops and apply it again with spec.selector, spec.stateFilter or its namespace fixed (spec.selector is immutable)"
+			if len(sel.Excluded) == 0 {
+				next = "; if the sandboxes are in another namespace, delete this ops and apply it in theirs"
+			}
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage("nothing was upgraded: " + progressing.Message + next)
 		}
 		if p := bytes.TrimSpace(ops.Spec.Patch.Raw); len(p) == 0 || string(p) == "{}" || string(p) == "null" {
 			// "already have the patched template" is true of an empty patch,
@@ -132,6 +135,9 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	case sel.Updated == sel.Total():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
 		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
+		if sel.Total() == 1 {
+			progressing.Message = "the 1 sandbox updated"
+		}
 		if left := upgrade.LeftOutByStateFilter(sel); left != "" {
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(progressing.Message + "; " + left + ": `kubectl molt plan -f <ops file>` lists them")
 		}

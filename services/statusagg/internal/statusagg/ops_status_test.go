@@ -359,7 +359,7 @@ func TestNothingSelectedIsToldApartFromNothingToUpdate(t *testing.T) {
 			if !strings.HasPrefix(c.Message, tc.start) {
 				t.Errorf("message %q, want it to start %q", c.Message, tc.start)
 			}
-			if fix := strings.Contains(c.Message, "apply it again with spec.selector"); fix != (tc.reason == agentsv1alpha1.ProgressingReasonNothingSelected) {
+			if fix := strings.Contains(c.Message, "apply it again with spec.selector") || strings.Contains(c.Message, "apply it in theirs"); fix != (tc.reason == agentsv1alpha1.ProgressingReasonNothingSelected) {
 				t.Errorf("message %q: says what to fix %t", c.Message, fix)
 			}
 			eventType, reason := opsPhaseEvent(st)
