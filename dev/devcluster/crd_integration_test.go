@@ -149,6 +149,10 @@ func TestPrinterColumns(t *testing.T) {
 			t.Fatalf("kubectl get %s columns = %v, want %v", tc.resource, header, tc.columns)
 		}
 	}
+	// -o wide adds whether the ops is paused and its Progressing reason.
+	if out, err := kubectl(t, env, "", "get", "suo", "-n", ns, "-o", "wide"); err != nil || strings.Join(strings.Fields(strings.SplitN(out, "\n", 2)[0]), " ") != "NAME PHASE TOTAL UPDATED UPDATING FAILED AGE PAUSED REASON" {
+		t.Fatalf("kubectl get suo -o wide: %v\n%s", err, out)
+	}
 	for _, r := range []string{"sbx", "sbs", "cp", "sandboxupdateops", "sandboxes", "sandboxsets", "checkpoints"} {
 		if out, err := kubectl(t, env, "", "get", r, "-n", ns); err != nil {
 			t.Fatalf("kubectl get %s: %v\n%s", r, err, out)

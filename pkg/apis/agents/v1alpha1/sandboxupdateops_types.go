@@ -22,6 +22,8 @@ import (
 // +kubebuilder:printcolumn:name="UPDATING",type=integer,JSONPath=".status.updatingReplicas",description="Sandboxes being upgraded"
 // +kubebuilder:printcolumn:name="FAILED",type=integer,JSONPath=".status.failedReplicas",description="Sandboxes whose upgrade failed"
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="PAUSED",type=boolean,JSONPath=".spec.paused",priority=1,description="spec.paused: no new sandbox is admitted"
+// +kubebuilder:printcolumn:name="REASON",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].reason`,priority=1,description="Why it is where it is: the Progressing condition's reason (Paused, NoBackup, SandboxesStarting, ...)"
 // +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.name) || self.metadata.name.size() <= 63",fieldPath=".metadata.name",message="metadata.name must be at most 63 characters: molt writes it as the value of the agents.kruise.io/update-ops label on each sandbox it claims, and a label value is at most 63 characters"
 type SandboxUpdateOps struct {
 	metav1.TypeMeta `json:",inline"`
