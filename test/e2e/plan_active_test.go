@@ -62,13 +62,14 @@ func TestPluginPlanWhileAnotherOpsIsActive(t *testing.T) {
 	}
 	out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns)
 	t.Logf("plan:\n%s\n%s", out, errOut)
-	for _, want := range []string{"refuses to create it while another ops of the namespace is active", "it would wait in Pending until SandboxUpdateOps first ends", "Selected (2)", "pa-00", "pa-01", "+  - image: my-registry/sandbox-image:v2"} {
+	for _, want := range []string{"refuses to create it while another ops of the namespace is active", "it would wait in Pending until SandboxUpdateOps first ends", "SandboxUpdateOps first is paused, so it ends only once resumed", "Selected (2)", "pa-00", "pa-01", "+  - image: my-registry/sandbox-image:v2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan output lacks %q", want)
 		}
 	}
-	if code != 1 || !strings.Contains(errOut, "cannot be created yet") || !strings.Contains(errOut, "SandboxUpdateOps first is still active") ||
-		!strings.Contains(errOut, "apply it once that ops is Completed or Failed") || strings.Contains(errOut, "fix "+file) {
+	if code != 1 || !strings.Contains(errOut, "cannot be created yet") || !strings.Contains(errOut, "SandboxUpdateOps first is paused") ||
+		!strings.Contains(errOut, "a paused ops does not end by itself") ||
+		!strings.Contains(errOut, "apply it once that ops has ended") || strings.Contains(errOut, "fix "+file) {
 		t.Errorf("plan exit %d, stderr %q; want 1, why it cannot be created yet and when to apply it, not to fix the file", code, errOut)
 	}
 }

@@ -303,7 +303,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		fmt.Fprintf(w, "\nPod template of sandbox %s, current → patched:\n%s", sb.Name, d)
 	}
 	if refusedNow != "" {
-		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be created yet: %s\nthe plan above is what it would do now; apply it once that ops is Completed or Failed", ns, ops.Name, refusedNow)}
+		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be created yet: %s\nthe plan above is what it would do now; apply it once that ops has ended (Completed or Failed) or is gone", ns, ops.Name, refusedNow)}
 	}
 	return nil
 }

@@ -210,20 +210,21 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 						fmt.Fprintf(a.out, "%s FAILED %s", time.Now().Format("15:04:05"), failedLine(f, false)[2:])
 					}
 				}
-				if line := plainLine(s); line != last || !o.watch {
-					fmt.Fprintf(a.out, "%s %s%s\n", time.Now().Format("15:04:05"), line, plainExtra(s))
-					last = line
-				}
 				// What a terminal shows under the bar (why it is paused,
-				// waits, or warns), each time it changes.
+				// waits, or warns), each time it changes; the counts line
+				// stays the last.
 				for _, c := range s.Conditions {
 					if c.Type == agentsv1alpha1.ConditionProgressing && c.Reason == agentsv1alpha1.ProgressingReasonUpdating {
-						continue // the counts, which the line above has
+						continue // the counts, which the line below has
 					}
 					if said[c.Type] != c.Message {
 						said[c.Type] = c.Message
 						fmt.Fprintf(a.out, "%s %s: %s\n", time.Now().Format("15:04:05"), c.Type, c.Message)
 					}
+				}
+				if line := plainLine(s); line != last || !o.watch {
+					fmt.Fprintf(a.out, "%s %s%s\n", time.Now().Format("15:04:05"), line, plainExtra(s))
+					last = line
 				}
 			}
 			if !o.watch || s.Finished() {
