@@ -381,7 +381,7 @@ func failureExhaustsTheBudget(t *testing.T, h *harness) {
 		return upgrading(sb, agentsv1alpha1.UpgradingReasonUpgradePodFailed)
 	})
 	up := meta.FindStatusCondition(got.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
-	if up.Status != metav1.ConditionFalse || up.Message != why || got.Status.Message != why || got.Status.Phase != agentsv1alpha1.SandboxUpgrading {
+	if up.Status != metav1.ConditionFalse || up.Message != why || !strings.HasPrefix(got.Status.Message, why+"; ") || !strings.Contains(got.Status.Message, "kubectl molt retry ops-c") || got.Status.Phase != agentsv1alpha1.SandboxUpgrading {
 		t.Errorf("failed sandbox: phase %s, message %q, Upgrading %+v", got.Status.Phase, got.Status.Message, up)
 	}
 

@@ -378,8 +378,7 @@ func (h *historyPrinter) add(ev events.Event) {
 	case h.prev.IsZero():
 	case ev.Time.Before(h.prev):
 		// Sent before the event above, stored after it: its publisher
-		// kept it while NATS could not take it.
-		since = "-"
+		// kept it while NATS could not take it; its +SINCE stays "-".
 		late = append(late, "sent at "+ev.Time.In(h.loc).Format("15:04:05.000")+", before the event above, and stored after it (NATS did not take it at once)")
 	default:
 		since = ev.Time.Sub(h.prev).Round(time.Millisecond).String()

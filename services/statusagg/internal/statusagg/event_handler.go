@@ -247,11 +247,7 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 }
 
 // failureEventMessage is a failed transition's message for its Warning
-// Event: a direct upgrade's (no ops claims the sandbox) with how a direct
-// upgrade is retried.
+// Event: the stage's words with what to do next (failureWithNextStep).
 func failureEventMessage(sb *agentsv1alpha1.Sandbox, tr transition) string {
-	if _, direct := upgrade.DirectAttemptGeneration(tr.Attempt); direct && sb.Labels[agentsv1alpha1.LabelUpdateOps] == "" {
-		return upgrade.WithNote(tr.Message, directNextStep)
-	}
-	return tr.Message
+	return failureWithNextStep(sb, tr.Attempt, tr.Message)
 }

@@ -135,13 +135,14 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 				up.Reason, what, pod.Name, why, check, pod.Name, pod.Namespace))
 		}
 		if agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
-			st.Message = up.Message
 			_, direct := upgrade.DirectAttemptGeneration(upgrade.CurrentAttempt(sb))
 			switch {
 			case podRefusedAfterFailure(sb, pod):
 				st.Message = podRefusedAfterFailureMessage(sb, up.Message)
 			case !direct && !claimedForCurrent(sb):
 				st.Message = unclaimedFailureMessage(up.Message)
+			default:
+				st.Message = failureWithNextStep(sb, upgrade.CurrentAttempt(sb), up.Message)
 			}
 		}
 		if up.Reason == agentsv1alpha1.UpgradingReasonResuming {
@@ -273,6 +274,34 @@ const unclaimedSuffix = "; no SandboxUpdateOps drives it now: to go on from the 
 func claimedForCurrent(sb *agentsv1alpha1.Sandbox) bool {
 	ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 	return ops != "" && upgrade.ClaimedBy(sb, ops, upgrade.CurrentAttempt(sb))
+}
+
+// failureWithNextStep is the MESSAGE of a failed sandbox its ops (or its
+// own direct upgrade) still claims: the stage's words, and, when they name
+// no next step (a hook's exit code and output, the new pod's image pull
+// error), what to do next, as the ops's condition would say it. The
+// Upgrading condition keeps the stage's words as written.
+func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) string {
+	if strings.Contains(failure, "SandboxUpdateOps") || strings.Contains(failure, "kubectl molt retry") {
+		return failure
+	}
+	_, direct := upgrade.DirectAttemptGeneration(attempt)
+	ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]
+	var next string
+	switch {
+	case ops != "":
+		next = opsNextStepFor(ops, sb.Namespace)
+	case direct:
+		next = directNextStep
+	default:
+		return failure
+	}
+	return upgrade.WithNote(failure, next)
+}
+
+// opsNextStepFor is what a sandbox that ops ops failed says to do next.
+func opsNextStepFor(ops, namespace string) string {
+	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox here: fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` resumes it from the failed step; the retry keeps the ops's patch and hooks, so if one of them is the cause, create a new SandboxUpdateOps with it fixed instead", ops, ops, namespace)
 }
 
 // unclaimedFailureMessage is the MESSAGE of a failed sandbox no ops claims:

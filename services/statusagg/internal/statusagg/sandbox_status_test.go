@@ -71,7 +71,7 @@ func TestDesiredSandboxStatus(t *testing.T) {
 		{"a stage in progress is Upgrading", withUpgrade(testSandbox(), "UpgradePod", ""), testPod(true),
 			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", ""},
 		{"a failure stays Upgrading with its message", withUpgrade(testSandbox(), "UpgradePodFailed", "container main: ErrImagePull - nope"), testPod(false),
-			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", "container main: ErrImagePull - nope"},
+			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", "container main: ErrImagePull - nope; " + opsNextStepFor("ops", "ns")},
 		{"success falls back to the pod", withUpgrade(testSandbox(), "Succeeded", ""), testPod(true),
 			agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
 	} {
@@ -184,7 +184,7 @@ func TestPodDeleteRefusedSaysWhyThePauseWaits(t *testing.T) {
 // template, says so first in status.message (the failure's own words still
 // say the old pod keeps running); with its pod, only the failure shows.
 func TestPodRefusedAfterAFailedUpgradeSaysThePodIsGone(t *testing.T) {
-	const failure = "the API server refuses the new pod: ...; the old pod (uid 1) was not deleted and keeps running"
+	const failure = "the API server refuses the new pod: ...; the old pod (uid 1) was not deleted and keeps running: fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume"
 	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePodFailed, failure)
 	sb.Annotations = map[string]string{upgrade.AnnotationPodCreateError: `Pod "sb" is invalid: spec.containers[0].image: Required value`}
 	withPod := desiredSandboxStatus(sb, testPod(true))
@@ -286,14 +286,15 @@ func TestPodNotReadyMessageIsStableWhileThePodCycles(t *testing.T) {
 	}
 }
 
-// A failed sandbox no ops claims any more (its ops was deleted) says, after
-// its failure, that nothing drives it and how to go on; claimed, or failed in
-// a direct upgrade, it shows the failure alone.
+// A failed sandbox says what to do next after its failure's words: claimed,
+// how its ops is retried; failed in a direct upgrade, how a direct upgrade
+// is; no ops claims it any more (its ops was deleted), that nothing drives
+// it and how to go on.
 func TestUnclaimedFailureSaysHowToGoOn(t *testing.T) {
 	const failure = "container main: ErrImagePull - nope"
 	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePodFailed, failure)
-	if st := desiredSandboxStatus(sb, testPod(true)); st.Message != failure {
-		t.Errorf("claimed: message %q, want the failure's", st.Message)
+	if st := desiredSandboxStatus(sb, testPod(true)); st.Message != failure+"; "+opsNextStepFor("ops", "ns") {
+		t.Errorf("claimed: message %q, want the failure's, then how its ops is retried", st.Message)
 	}
 	delete(sb.Labels, agentsv1alpha1.LabelUpdateOps)
 	st := desiredSandboxStatus(sb, testPod(true))
@@ -307,8 +308,8 @@ func TestUnclaimedFailureSaysHowToGoOn(t *testing.T) {
 	}
 	direct := testSandbox()
 	recordTransition(&direct.Status.Conditions, transition{Attempt: upgrade.DirectAttempt("rev", direct.Generation), To: agentsv1alpha1.UpgradingReasonUpgradePodFailed, Message: failure}, direct.Generation, metav1.Now())
-	if st := desiredSandboxStatus(direct, testPod(true)); st.Message != failure {
-		t.Errorf("direct upgrade: message %q, want the failure's", st.Message)
+	if st := desiredSandboxStatus(direct, testPod(true)); st.Message != failure+"; "+directNextStep {
+		t.Errorf("direct upgrade: message %q, want the failure's, then how a direct upgrade is retried", st.Message)
 	}
 }
 

@@ -64,18 +64,32 @@ func TestStageOf(t *testing.T) {
 	}
 }
 
-// A direct upgrade's failure Event says how a direct upgrade is retried;
-// an ops's is left as its stage wrote it.
-func TestFailureEventMessageOfADirectUpgrade(t *testing.T) {
+// A failure's Event says what to do next: a direct upgrade's how a direct
+// upgrade is retried, an ops's how that ops is retried; a stage's words
+// that already name a next step are left as written.
+func TestFailureEventMessageSaysWhatToDoNext(t *testing.T) {
 	msg := "hook failed with exit code 1, stderr: no space, stdout: "
 	direct := failureEventMessage(&agentsv1alpha1.Sandbox{}, transition{Attempt: "direct-r5-5", To: "PreUpgradeFailed", Message: msg})
 	if direct != msg+"; "+directNextStep {
 		t.Errorf("direct failure Event message = %q", direct)
 	}
 	claimed := &agentsv1alpha1.Sandbox{}
+	claimed.Namespace = "team-a"
 	claimed.Labels = map[string]string{agentsv1alpha1.LabelUpdateOps: "up"}
-	if got := failureEventMessage(claimed, transition{Attempt: "uid-1", To: "PreUpgradeFailed", Message: msg}); got != msg {
-		t.Errorf("ops failure Event message = %q", got)
+	got := failureEventMessage(claimed, transition{Attempt: "uid-1", To: "PreUpgradeFailed", Message: msg})
+	if !strings.HasPrefix(got, msg+"; ") || !strings.Contains(got, "`kubectl molt retry up -n team-a`") {
+		t.Errorf("ops failure Event message = %q, want the failure, then the ops's retry", got)
+	}
+	long := strings.Repeat("x", 2000)
+	if got := failureEventMessage(claimed, transition{Attempt: "uid-1", To: "PreUpgradeFailed", Message: long}); len(got) > agentsv1alpha1.MaxConditionMessageLength || !strings.Contains(got, "kubectl molt retry up") {
+		t.Errorf("a long failure's message (%d bytes) must keep its next step within the cap", len(got))
+	}
+	stated := "the new pod of sandbox s has an image the kubelet cannot pull: x; fix the patch, then create a new SandboxUpdateOps to resume"
+	if got := failureEventMessage(claimed, transition{Attempt: "uid-1", To: "UpgradePodFailed", Message: stated}); got != stated {
+		t.Errorf("a failure that names its next step got another: %q", got)
+	}
+	if got := failureEventMessage(&agentsv1alpha1.Sandbox{}, transition{Attempt: "uid-1", To: "PreUpgradeFailed", Message: msg}); got != msg {
+		t.Errorf("a failure no ops claims any more got an ops's next step: %q", got)
 	}
 }
 
