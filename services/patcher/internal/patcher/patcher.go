@@ -155,6 +155,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			version = written
 		}
 	} else {
+		if revision, err := upgrade.Revision(sb.Spec.Template); err == nil {
+			if why := rebuiltSinceRequest(sb, pod, d, revision); why != "" {
+				return p.fail(ctx, ev, why)
+			}
+		}
 		if changed := upgrade.ChangedImages(pod, sb.Spec.Template); upgrade.ChecksPoint(sb, d.Attempt) && len(changed) > 0 &&
 			!upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
 			return p.failDirectCheckpoint(ctx, ev, changed)

@@ -1,0 +1,33 @@
+package patcher
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
+)
+
+// rebuiltSinceRequest returns a direct attempt's PreUpgrade failure when the
+// sandbox's pod already runs the template the attempt is for and this attempt
+// did not build it: the selector requested the attempt because the pod ran
+// another revision, so the pod it was for went away since, and podcycler gave
+// the sandbox a new one from spec.template. preUpgrade would back that new
+// pod's empty workspace up, over the last good backup (DESIGN.md rule 5).
+//
+// "" otherwise: an ops's attempt (podcycler builds no pod for a sandbox an
+// ops has admitted, so its original pod is kept or missing), a resume (the pod
+// a failed attempt built runs the target too; upgrade.ResumeAt), a template
+// edited since the request (the generation moved: the attempt is for an older
+// template, and the pod may well run the newer one it was set back to).
+func rebuiltSinceRequest(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, d events.Data, revision string) string {
+	gen, direct := upgrade.DirectAttemptGeneration(d.Attempt)
+	if !direct || d.Ops.Name != "" || d.ResumedReason != "" || pod == nil || gen != sb.Generation ||
+		pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != revision || upgrade.BuiltBy(pod, d.Attempt) {
+		return ""
+	}
+	return fmt.Sprintf("pod %s/%s (uid %s, created %s) was built from the new template after this direct upgrade was requested: the pod the upgrade was for is gone, and what it held outside persistent volumes with it; preUpgrade was not run (it would back the new pod's empty workspace up over the last backup), and the sandbox already runs the new template: nothing more to do, unless that workspace must be restored from a backup by hand",
+		pod.Namespace, pod.Name, pod.UID, pod.CreationTimestamp.UTC().Format("15:04:05"))
+}

@@ -1,0 +1,130 @@
+package patcher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
+)
+
+// A direct upgrade whose sandbox lost its pod after the request, and got a
+// new one from the new template before the patcher read it, fails PreUpgrade
+// at once: preUpgrade never backs that empty pod up over the last backup. A
+// sandbox whose pod still runs the old template goes on to preUpgrade.
+func TestDirectUpgradeOfAPodRebuiltSinceItsRequestFails(t *testing.T) {
+	startPatcher(t)
+	ns := testenv.Get(t).Namespace(t)
+	rebuilt := directSandboxWithPod(t, ns, "rebuilt", true)
+	kept := directSandboxWithPod(t, ns, "kept", false)
+	out := subscribe(t, ns)
+	publishDirect(t, rebuilt)
+	publishDirect(t, kept)
+	got := map[string]events.Event{}
+	deadline := time.After(30 * time.Second)
+	for len(got) < 2 {
+		select {
+		case ev := <-out:
+			got[ev.Data.Sandbox.Name] = ev
+		case <-deadline:
+			t.Fatalf("events within 30s: %v, want one for each sandbox", got)
+		}
+	}
+	if ev := got["rebuilt"]; ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(ev.Data.Message, "preUpgrade was not run") {
+		t.Errorf("rebuilt: %s %s %q, want PreUpgradeFailed saying preUpgrade was not run", ev.Type, ev.Data.Reason, ev.Data.Message)
+	}
+	if ev := got["kept"]; ev.Type != events.TypePatched {
+		t.Errorf("kept: %s %q, want patched (on to preUpgrade)", ev.Type, ev.Data.Message)
+	}
+}
+
+// directSandboxWithPod creates a sandbox with spec.upgradePolicy and its pod,
+// built from its template when rebuilt, from an older one otherwise.
+func directSandboxWithPod(t *testing.T, ns, name string, rebuilt bool) *agentsv1alpha1.Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "registry.example/sandbox:v2"}}}}
+	sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Create(ctx, sb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := "older"
+	if rebuilt {
+		if hash, err = upgrade.Revision(sb.Spec.Template); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels:          map[string]string{agentsv1alpha1.LabelPodTemplateHash: hash},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))}}}
+	pod.Spec = sb.Spec.Template.Spec
+	if _, err := testenv.Get(t).Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// subscribe returns the failed and patched events of namespace ns.
+func subscribe(t *testing.T, ns string) <-chan events.Event {
+	t.Helper()
+	nc := testenv.Get(t).NATSConnect(t, "", "admin")
+	out := make(chan events.Event, 16)
+	for _, token := range []string{events.TokenFailed, events.TokenPatched} {
+		sub, err := nc.Subscribe(events.SubjectPrefix+"."+events.EncodeToken(ns)+".*."+token, func(m *nats.Msg) {
+			ev, err := events.Decode(m.Data)
+			if err != nil {
+				t.Errorf("decode event on %s: %v", m.Subject, err)
+				return
+			}
+			out <- ev
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// publishDirect publishes the selector's requested of sb's direct attempt.
+func publishDirect(t *testing.T, sb *agentsv1alpha1.Sandbox) {
+	t.Helper()
+	js, err := jetstream.New(testenv.Get(t).NATSConnect(t, "", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.EnsureStream(context.Background(), js, events.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(js, "selector", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := events.Event{Type: events.TypeRequested, Data: events.Data{
+		Sandbox: events.SandboxRef{Namespace: sb.Namespace, Name: sb.Name, UID: sb.UID},
+		Attempt: upgrade.DirectAttempt(rev, sb.Generation),
+
+		SandboxResourceVersion: sb.ResourceVersion,
+	}}
+	if err := pub.Publish(context.Background(), ev); err != nil {
+		t.Fatalf("publish requested: %v", err)
+	}
+}
