@@ -491,3 +491,43 @@ func TestRollbackWithRestoreAfterPreUpgradeFailedIsNotHeld(t *testing.T) {
 		t.Errorf("rr-00's Upgrading condition = %+v, want Succeeded saying postUpgrade was not run on the kept pod", c)
 	}
 }
+
+// A user's edit of a sandbox's image while its ops backs the sandbox up
+// undoes the ops's patch: the pod is not replaced from the edited template
+// and counted as updated. UpgradePod fails, naming the edit and both ways
+// on, and the old pod keeps running with its workspace.
+func TestImageEditedMidUpgradeIsNotCountedUpdated(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "ed", "ed-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 1)
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "ed-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, hookOps("up", "ed-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, "", 60), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, "ed-00 in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "ed-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("Upgrading %+v", c)
+	})
+	kubectl(t, "", "patch", "sbx", "ed-00", "-n", ns, "--type=json", "-p", `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"my-registry/sandbox-image:v3"}]`)
+	ops := waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	if ops.Status.UpdatedReplicas != 0 || ops.Status.FailedReplicas != 1 {
+		t.Errorf("ops counts %d updated, %d failed; want 0 and 1", ops.Status.UpdatedReplicas, ops.Status.FailedReplicas)
+	}
+	c := upgradingCondition(t, s, ns, "ed-00")
+	if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed || !strings.Contains(c.Message, "no longer carries the patch") ||
+		!strings.Contains(c.Message, "my-registry/sandbox-image:v3") || !strings.Contains(c.Message, "kubectl molt retry up") {
+		t.Errorf("ed-00's Upgrading condition = %+v, want UpgradePodFailed naming the edit and the ways on", c)
+	}
+	after, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "ed-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID {
+		t.Errorf("ed-00's pod replaced from the edited template: uid %s, was %s", after.UID, before.UID)
+	}
+	if got := workspaceFile(t, s, ns, "ed-00"); got != "data-ed-00" {
+		t.Errorf("ed-00's workspace = %q, want data-ed-00", got)
+	}
+}

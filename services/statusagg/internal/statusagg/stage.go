@@ -109,6 +109,14 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 		// duplicate (a redelivered patched that found the old pod already
 		// deleted), and would file a false failure over a live stage.
 		return transition{}, fmt.Sprintf("attempt already at %s, past PreUpgrade: a late %s is stale", curReason, target)
+	case target == agentsv1alpha1.UpgradingReasonUpgradePodFailed && upgrade.Past(curReason, agentsv1alpha1.UpgradingReasonUpgradePod):
+		// PostUpgrade starts only once the new pod was reported Ready: an
+		// UpgradePod failure filed after it started is podcycler's look at
+		// the pod through a cache that did not show PostUpgrade yet (the
+		// pod's container ended while the restore runs). PostUpgrade's own
+		// hook, or its deadline, says how that stage ends; filed under
+		// UpgradePod, a resume would rebuild the pod and restore again.
+		return transition{}, fmt.Sprintf("attempt already at %s, past UpgradePod: a late %s is stale", curReason, target)
 	case agentsv1alpha1.IsUpgradingFailedReason(target):
 		return tr, ""
 	case upgrade.Rank(target) <= upgrade.Rank(curReason):

@@ -114,6 +114,8 @@ func TestDecide(t *testing.T) {
 		{"redelivered requested of the same attempt", "a", "UpgradePod", event(events.TypeRequested, "a", "ops"), "PreUpgrade", true, false},
 		{"failure ends the attempt from any stage", "a", "PreUpgrade", event(events.TypeFailed, "a", "ops"), "UpgradePodFailed", false, false},
 		{"a PreUpgrade failure after a later stage started is a stale duplicate's", "a", "UpgradePod", event(events.TypeFailed, "a", "ops"), "PreUpgradeFailed", true, false},
+		{"an UpgradePod failure after PostUpgrade started is stale", "a", "PostUpgrade", event(events.TypeFailed, "a", "ops"), "UpgradePodFailed", true, false},
+		{"an UpgradePod failure during UpgradePod counts", "a", "UpgradePod", event(events.TypeFailed, "a", "ops"), "UpgradePodFailed", false, false},
 		{"a PreUpgrade failure during the wake-up counts", "a", "ResumeSucceed", event(events.TypeFailed, "a", "ops"), "PreUpgradeFailed", false, false},
 		{"a later stage's failure counts", "a", "PostUpgrade", event(events.TypeFailed, "a", "ops"), "PostUpgradeFailed", false, false},
 		{"failure is final", "a", "UpgradePodFailed", event(events.TypePodReady, "a", "ops"), "PostUpgrade", true, false},
