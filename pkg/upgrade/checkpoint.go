@@ -114,7 +114,7 @@ const checkpointKeptStep = "resume with a new SandboxUpdateOps of updateStrategy
 func CheckpointGoneNote(namespace, sandbox, checkpointID string) string {
 	return "checkpoint " + checkpointID + ", which the new pod was to restore, is gone (deleted before the restore), and so is the old pod: " +
 		checkpointGoneStep + " (kubectl get cp -n " + namespace + " -l " + LabelCheckpointSandbox + "=" + CheckpointSandboxLabel(sandbox) +
-"); without one, the workspace is lost, and an ops of type Recreate gives the sandbox a new pod"
+		"); without one, the workspace is lost, and an ops of type Recreate gives the sandbox a new pod"
 }
 
 // checkpointGoneStep is the next step CheckpointGoneNote gives.

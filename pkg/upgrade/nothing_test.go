@@ -141,13 +141,13 @@ func TestStarting(t *testing.T) {
 		wait      time.Duration
 	}{
 		{"no phase yet, just created", []*agentsv1alpha1.Sandbox{box("a", "", time.Second)}, longAgo, 1, SettleWait - time.Second},
-		{"pending, just created", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, 10 * time.Second)}, longAgo, 1, SettleWait - 10*time.Second},
-		{"pending for long", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, 2 * SettleWait)}, longAgo, 0, 0},
+		{"pending, just created", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, 10*time.Second)}, longAgo, 1, SettleWait - 10*time.Second},
+		{"pending for long", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, 2*SettleWait)}, longAgo, 0, 0},
 		{"no phase, created long ago, statusagg just started", []*agentsv1alpha1.Sandbox{box("a", "", time.Hour)}, now.Add(-5 * time.Second), 1, SettleWait - 5*time.Second},
 		{"no phase, created long ago, statusagg long at work", []*agentsv1alpha1.Sandbox{box("a", "", time.Hour)}, longAgo, 0, 0},
 		{"paused", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPaused, time.Second)}, longAgo, 0, 0},
 		{"running is selected, not waited for", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxRunning, time.Second)}, longAgo, 0, 0},
-		{"created after the ops was (a platform creates them all day)", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, -30 * time.Second)}, longAgo, 0, 0},
+		{"created after the ops was (a platform creates them all day)", []*agentsv1alpha1.Sandbox{box("a", agentsv1alpha1.SandboxPending, -30*time.Second)}, longAgo, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel, err := Select(ops, tc.sandboxes, nil)

@@ -544,7 +544,7 @@ var refusals = map[string][]access{
 	},
 	"podcycler": {
 		{verb: "delete", resource: "sandboxes"},
-		{verb: "patch", resource: "sandboxupdateops"}, {verb: "get", resource: "sandboxupdateops"}, {verb: "update", resource: "sandboxes"},
+		{verb: "patch", resource: "sandboxupdateops"}, {verb: "update", resource: "sandboxes"},
 		{verb: "update", resource: "sandboxes/status"}, {verb: "create", resource: "events"}, {verb: "create", resource: "pods/exec"},
 	},
 	"statusagg": {
