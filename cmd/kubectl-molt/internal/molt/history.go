@@ -458,6 +458,10 @@ func detail(ev events.Event) string {
 			parts = append(parts, d.Reason+": "+truncate(d.Message, 400))
 		}
 	}
+	if ev.Type != events.TypeFailed && d.Message != "" {
+		// A note on a stage that went on: a hook not run, and why.
+		parts = append(parts, truncate(d.Message, 400))
+	}
 	if d.TargetRevision != "" && ev.Type == events.TypePatched {
 		parts = append(parts, "target revision "+d.TargetRevision)
 	}

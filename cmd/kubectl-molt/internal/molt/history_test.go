@@ -30,6 +30,7 @@ func TestHistoryGolden(t *testing.T) {
 	second := events.Data{Ops: events.OpsRef{Name: "up-retry", UID: "u2"}, Attempt: "u2", ResumedAttempt: "u1", ResumedReason: "PreUpgradeFailed"}
 	third := events.Data{Ops: events.OpsRef{Name: "up-retry-2", UID: "u3"}, Attempt: "u3", ResumedAttempt: "u2", ResumedReason: "PostUpgradeFailed"}
 	fourth := events.Data{Ops: events.OpsRef{Name: "up-2", UID: "u4"}, Attempt: "u4"}
+	fifth := events.Data{Ops: events.OpsRef{Name: "up-3", UID: "u5"}, Attempt: "u5"}
 	with := func(d events.Data, f func(*events.Data)) events.Data { f(&d); return d }
 	list := []events.Event{
 		ev(events.TypeRequested, 0, events.Data{}),
@@ -64,6 +65,15 @@ func TestHistoryGolden(t *testing.T) {
 			d.Stage, d.Reason, d.Message = "PreUpgrade", "PreUpgradeFailed", "no progress in PreUpgrade for 1m46s"
 		})),
 		ev(events.TypePreHookDone, 206, with(fourth, func(d *events.Data) { d.OldPodUID, d.HookExitCode = "p2", exit(0) })),
+		// No pod when the upgrade began: preUpgrade skipped, with a note.
+		ev(events.TypeRequested, 400, fifth),
+		ev(events.TypePatched, 400.5, with(fifth, func(d *events.Data) { d.TargetRevision = "def" })),
+		ev(events.TypePreHookDone, 400.6, with(fifth, func(d *events.Data) {
+			d.Message = "preUpgrade was not run: the sandbox had no pod when this upgrade began (it was deleted, or never created), so nothing was backed up"
+		})),
+		ev(events.TypeStageStarted, 400.61, with(fifth, func(d *events.Data) { d.Stage = "UpgradePod" })),
+		ev(events.TypePodReady, 402, with(fifth, func(d *events.Data) { d.NewPodUID = "p3" })),
+		ev(events.TypePostHookDone, 403, with(fifth, func(d *events.Data) { d.NewPodUID, d.HookExitCode = "p3", exit(0) })),
 	}
 	var out bytes.Buffer
 	h := &historyPrinter{out: &out, loc: time.UTC}

@@ -116,6 +116,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		switch reason {
 		case "":
 			logger.Info("skip preUpgrade: there is no old pod to run it on")
+			next.Data.Message = noPodToBackUp
 			return h.publish(ctx, next)
 		case skipReplaced:
 			logger.Info("skip: the pod was already rebuilt by this attempt; preUpgrade is never run on it")
@@ -219,6 +220,10 @@ const resumeStep = "create a new SandboxUpdateOps to resume; it continues from t
 func keptMessage(pod *corev1.Pod) string {
 	return fmt.Sprintf("pod %s (uid %s) already ran the target template and was kept with its files, not rebuilt; postUpgrade was not run on it, so no backup was restored over its live workspace", pod.Name, pod.UID)
 }
+
+// noPodToBackUp is prehook-done's note when the sandbox had no pod to back
+// up: `kubectl molt history` shows it, so a preUpgrade not run leaves a trace.
+const noPodToBackUp = "preUpgrade was not run: the sandbox had no pod when this upgrade began (it was deleted, or never created), so nothing was backed up; a postUpgrade restore finds only an older backup, if any"
 
 // skipReplaced is hookPod's reason for a preUpgrade whose pod this attempt
 // already replaced: the attempt is past the step, nothing is reported.
