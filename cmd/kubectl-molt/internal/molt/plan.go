@@ -448,6 +448,12 @@ func resumeNote(reason string) string {
 		// patched template (and holds its checkpoint, under CheckpointRestore).
 		return fmt.Sprintf("resumes the failed attempt (%s) from PostUpgrade if its pod already runs the patched template, else from UpgradePod (the pod is rebuilt, the backup kept; from PreUpgrade if its original pod is still there)", reason)
 	}
+	if upgrade.Rank(at) < upgrade.Rank(agentsv1alpha1.UpgradingReasonUpgradePod) {
+		// upgrade.ResumeAt: a stage before UpgradePod (Resuming,
+		// Checkpointing) is never resumed on a pod the attempt did not keep;
+		// the original pod goes back to PreUpgrade, anything else is rebuilt.
+		at = agentsv1alpha1.UpgradingReasonUpgradePod
+	}
 	return fmt.Sprintf("resumes the failed attempt (%s) from %s (from PreUpgrade if its original pod is still there)", reason, at)
 }
 
