@@ -212,6 +212,10 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		}
 		break
 	}
+	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
+		fmt.Fprintf(w, "  warning: this ops has hooks, and %d sandboxes (%s) do not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where their pods run no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
+			len(bare), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5))
+	}
 	unbacked := upgrade.Unprotected(ops, sel)
 	if len(unbacked) > 0 {
 		named := strings.Join(unbacked[:min(len(unbacked), 5)], ", ") + more(len(unbacked)-5)
@@ -435,6 +439,23 @@ func more(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(" and %d more", n)
+}
+
+// withoutAgentRuntime names the sandboxes sel would upgrade whose
+// spec.runtimes lists no agent-runtime, when ops has a hook; nil otherwise.
+func withoutAgentRuntime(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
+	if lc := ops.Spec.Lifecycle; lc == nil || (lc.PreUpgrade == nil && lc.PostUpgrade == nil) {
+		return nil
+	}
+	var out []string
+	for _, c := range sel.Candidates {
+		if c.State == upgrade.Updated || c.Sandbox.Annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" ||
+			slices.ContainsFunc(c.Sandbox.Spec.Runtimes, func(r agentsv1alpha1.RuntimeConfig) bool { return r.Name == "agent-runtime" }) {
+			continue
+		}
+		out = append(out, c.Sandbox.Name)
+	}
+	return out
 }
 
 // resumeNote says where a sandbox left failed in reason is resumed from.

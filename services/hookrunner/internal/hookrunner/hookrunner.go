@@ -155,7 +155,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return err // shutting down: redeliver to the next runner
 	case err != nil:
-		return h.fail(ctx, next, st, agentruntime.ErrorMessageWithOutput(err, res), nil)
+		return h.fail(ctx, next, st, withRuntimesNote(sb, err, agentruntime.ErrorMessageWithOutput(err, res)), nil)
 	case !res.Succeeded():
 		code := res.ExitCode
 		return h.fail(ctx, next, st, res.FailureMessage(), &code)
