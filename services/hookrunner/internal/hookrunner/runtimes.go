@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/agentruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/agentruntime"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // An unreachable agent-runtime's failure names a spec.runtimes without
