@@ -74,7 +74,8 @@ verify: ## fail if generated code, CRDs or protobuf code are stale
 	hack/verify-codegen.sh
 	hack/update-proto.sh --verify
 
-vet: ## go vet every module
+vet: ## gofmt and go vet every module
+	@unformatted="$$(git ls-files '*.go' | xargs "$$($(GO) env GOROOT)/bin/gofmt" -l)"; if [ -n "$$unformatted" ]; then echo "gofmt would change (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(foreach s,$(SERVICES),./services/$(s)/...) ./pkg/... ./dev/... ./cmd/kubectl-molt/... ./test/e2e/...
 	@for m in tools/*/ test/deploy/; do (cd $$m && $(TOOLGO) vet ./... ) || exit 1; done
 
