@@ -107,7 +107,8 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		// claimed sandbox out of the budget), and a user may relabel a
 		// sandbox mid-upgrade.
 		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
-		if claimedBy != ops.Name && !sel.Matches(labels.Set(sb.Labels)) {
+		claimed := ClaimedByOps(sb, ops.Name, ops.UID)
+		if !claimed && !sel.Matches(labels.Set(sb.Labels)) {
 			exclude(sb, ExcludedSelector, sel.String())
 			continue
 		}
@@ -115,14 +116,14 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			// One this ops upgraded stays counted as updated while it is
 			// being deleted (a finalizer, a foreground delete): once it is
 			// gone, statusagg's SandboxesDeleted record counts it instead.
-			if st := StateFor(sb, ops.Name, ops.UID); claimedBy == ops.Name && st == Updated {
+			if st := StateFor(sb, ops.Name, ops.UID); claimed && st == Updated {
 				out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: st})
 				continue
 			}
 			exclude(sb, ExcludedDeleting, "")
 			continue
 		}
-		if claimedBy == ops.Name { // counted until it is deleted, whatever else changed
+		if claimed { // counted until it is deleted, whatever else changed
 			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: StateFor(sb, ops.Name, ops.UID)})
 			continue
 		}
@@ -134,7 +135,7 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 			exclude(sb, ExcludedPoolMember, pool.Name)
 			continue
 		}
-		if claimedBy != "" && otherActive != nil && otherActive(claimedBy) {
+		if claimedBy != "" && claimedBy != ops.Name && otherActive != nil && otherActive(claimedBy) {
 			exclude(sb, ExcludedOtherOps, claimedBy)
 			continue
 		}
@@ -283,7 +284,7 @@ type noNeedEntry struct {
 // the new template on its old pod with no record of an upgrade). The selector's
 // release and statusagg's Deleting condition both ask this.
 func DeletionWaitsFor(ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) bool {
-	if sb.DeletionTimestamp != nil || sb.Namespace != ops.Namespace || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+	if sb.DeletionTimestamp != nil || sb.Namespace != ops.Namespace || !ClaimedByOps(sb, ops.Name, ops.UID) {
 		return false
 	}
 	reason, recorded := ReasonFor(sb, string(ops.UID))

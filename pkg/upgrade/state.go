@@ -81,8 +81,10 @@ func (s State) String() string {
 }
 
 // StateFor says where sb stands for the ops named opsName with uid opsUID.
+// A sandbox whose label names the ops but whose claim is of another ops of
+// that name (ClaimedByOps) has not started for this one.
 func StateFor(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) State {
-	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != opsName {
+	if !ClaimedByOps(sb, opsName, opsUID) {
 		return NotStarted
 	}
 	reason, ok := ReasonFor(sb, string(opsUID))
@@ -237,6 +239,18 @@ func ClaimValue(opsName, attempt string) string { return opsName + " " + attempt
 // PointerToken escapes a label or annotation key as one token of a JSON
 // pointer (RFC 6901), for the path of a JSON patch operation.
 func PointerToken(key string) string { return strings.NewReplacer("~", "~0", "/", "~1").Replace(key) }
+
+// ClaimedByOps reports whether sb is claimed by the ops named opsName with
+// uid opsUID: its label names the ops, and its claim annotation, where it
+// names that ops, names this uid. A claim an earlier ops of the same name left
+// (deleted without its release: its finalizer removed by hand while no
+// selector ran) is not this ops's: counted as this ops's, its sandboxes would
+// be requested again at once, past maxUnavailable, and every stage would skip
+// them as claimed by another attempt. An ops without a uid (kubectl molt
+// plan's object, before it is created) goes by the name alone.
+func ClaimedByOps(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) bool {
+	return opsName != "" && ClaimedBy(sb, opsName, string(opsUID))
+}
 
 // ClaimedBy reports whether sb is claimed by the ops named opsName for
 // attempt ("" opsName: a direct attempt, which needs no ops label and is

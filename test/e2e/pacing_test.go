@@ -189,3 +189,43 @@ spec:
 		t.Errorf("tg-00 template image %s, want v2", img)
 	}
 }
+
+// An ops created under the name of an earlier one whose claims were never
+// released (it was deleted with its finalizer removed by hand while no
+// selector ran: the README's way out) does not take those claims for its
+// own: it admits the sandboxes maxUnavailable at a time and upgrades them,
+// instead of requesting them all at once for stages that skip them as
+// another attempt's.
+func TestOpsOfTheSameNameAsAnUnreleasedOne(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "same", 3, "same-pool", nil)
+	kubectl(t, opsYAML("same", "same-pool", "3", "my-registry/sandbox-image:v2"), "apply", "-n", ns, "-f", "-")
+	old := waitOps(t, s, ns, "same", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	kubectl(t, "", "delete", "suo", "same", "-n", ns, "--wait=true", "--timeout=60s")
+	// What the unreleased claims look like: the label and the claim of
+	// the deleted ops's uid.
+	for _, n := range names {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"same"},"annotations":{"molt.dev/claim":"same %s"}}}`, agentsv1alpha1.LabelUpdateOps, old.UID)
+		kubectl(t, "", "patch", "sbx", n, "-n", ns, "--type=merge", "-p", patch)
+	}
+	w := watch(t, s, ns)
+	kubectl(t, hookOps("same", "same-pool", "my-registry/sandbox-image:v3", "sleep 2", "", 30), "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "same", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if ops.UID == old.UID || ops.Status.UpdatedReplicas != 3 {
+		t.Errorf("ops same (uid %s, the deleted one's %s): %d updated, want 3", ops.UID, old.UID, ops.Status.UpdatedReplicas)
+	}
+	if maxUp, _, _ := w.snapshot(); maxUp > 1 {
+		t.Errorf("maxUnavailable is 1, but %d sandboxes were upgrading at once", maxUp)
+	}
+	for _, n := range names {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img := sb.Spec.Template.Spec.Containers[0].Image; img != "my-registry/sandbox-image:v3" {
+			t.Errorf("%s runs %s, want v3", n, img)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func TestSpecWriteNeedsTheClaimAsRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := &Patcher{agents: client}
-			_, _, err := p.writeSpec(context.Background(), read, ops, template("v2"), false, "uid-1", true)
+			_, _, _, err := p.writeSpec(context.Background(), read, ops, template("v2"), false, "uid-1", true)
 			got, gerr := client.AgentsV1alpha1().Sandboxes("ns").Get(context.Background(), "sbx", metav1.GetOptions{})
 			if gerr != nil {
 				t.Fatal(gerr)

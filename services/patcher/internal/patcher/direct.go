@@ -28,6 +28,6 @@ func rebuiltSinceRequest(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, d events.D
 		pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != revision || upgrade.BuiltBy(pod, d.Attempt) {
 		return ""
 	}
-	return fmt.Sprintf("pod %s/%s (uid %s, created %s) was built from the new template after this direct upgrade was requested: the pod the upgrade was for is gone, and what it held outside persistent volumes with it; preUpgrade was not run (it would back the new pod's empty workspace up over the last backup), and the sandbox already runs the new template: nothing more to do, unless that workspace must be restored from a backup by hand",
+	return fmt.Sprintf("pod %s/%s (uid %s, created %s) was built from the new template after this direct upgrade was requested: the pod the upgrade was for is gone, and what it held outside persistent volumes with it; preUpgrade was not run, as it would back the new pod's empty workspace up over the last backup, and the sandbox runs the new template: restore that workspace from the backup first if it must be, then change spec.template again to clear this failure (that upgrade backs the pod up as usual)",
 		pod.Namespace, pod.Name, pod.UID, pod.CreationTimestamp.UTC().Format("15:04:05"))
 }

@@ -143,7 +143,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		// back up: a sandbox with no pod yet gets its first one from the
 		// patched template, with nothing to lose (and UpgradePod keeps it).
 		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
-		written, refused, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes && pod != nil)
+		written, refused, stored, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes && pod != nil)
 		if err != nil {
 			return err
 		}
@@ -153,6 +153,12 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		if written != "" {
 			version = written
+		}
+		if stored != nil {
+			// The template as the API server stored it: a mutating
+			// admission webhook may have rewritten it (an image pinned to
+			// its digest), and the pod is built from what is stored.
+			target = stored
 		}
 	} else {
 		if revision, err := upgrade.Revision(sb.Spec.Template); err == nil {
@@ -224,12 +230,12 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 // redelivery, which reads the sandbox again: a failed test of the patch (the
 // sandbox changed, was released or recreated since read) is Invalid too, and
 // is told apart by reading the sandbox again.
-func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (written, refused string, err error) {
+func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (written, refused string, stored *corev1.PodTemplateSpec, err error) {
 	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
 	sameTemplate := equality.Semantic.DeepEqual(sb.Spec.Template, target)
 	if strategyOK && sameTemplate && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
-		return "", "", nil
+		return "", "", nil, nil
 	}
 	original := ""
 	if fresh && !sameTemplate && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] != attempt {
@@ -241,31 +247,31 @@ func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops
 	}
 	body, err := specPatch(sb, target, ops.Spec.Lifecycle, checkpoint, attempt, original)
 	if err != nil {
-		return "", "", events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
+		return "", "", nil, events.Permanent(fmt.Errorf("encode spec patch of sandbox %s/%s: %w", sb.Namespace, sb.Name, err))
 	}
 	out, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", "", fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
+		return "", "", nil, fmt.Errorf("patch sandbox %s/%s spec: the sandbox is gone, will look again: %w", sb.Namespace, sb.Name, err)
 	}
 	if words := upgrade.Refusal(err); words != "" {
 		same, changed, rerr := p.stillAsRead(ctx, sb, ops.Name, attempt)
 		if rerr != nil {
-			return "", "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w; then %w", sb.Namespace, sb.Name, sb.Generation, err, rerr)
+			return "", "", nil, fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w; then %w", sb.Namespace, sb.Name, sb.Generation, err, rerr)
 		}
 		if same {
 			klog.FromContext(ctx).Info("The API server refused the spec write", "err", err)
-			return "", words, nil
+			return "", words, nil, nil
 		}
 		// The patch's tests failed (or the refusal met a sandbox that has
 		// moved on): the retry reads the sandbox again and skips it, or
 		// patches it as it is now.
-		return "", "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): the sandbox changed since read (%s): %w", sb.Namespace, sb.Name, sb.Generation, changed, err)
+		return "", "", nil, fmt.Errorf("patch sandbox %s/%s spec (generation %d): the sandbox changed since read (%s): %w", sb.Namespace, sb.Name, sb.Generation, changed, err)
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
+		return "", "", nil, fmt.Errorf("patch sandbox %s/%s spec (generation %d): %w", sb.Namespace, sb.Name, sb.Generation, err)
 	}
 	klog.FromContext(ctx).V(1).Info("spec patched", "resourceVersion", out.ResourceVersion)
-	return out.ResourceVersion, "", nil
+	return out.ResourceVersion, "", out.Spec.Template, nil
 }
 
 // stillAsRead reads the sandbox again, from etcd, and reports whether it is

@@ -308,7 +308,7 @@ func TestSpecWriteRefusalOnlyOfTheSandboxAsRead(t *testing.T) {
 				writer = readOnly(t, ns)
 			}
 			p := &Patcher{agents: writer}
-			written, refused, err := p.writeSpec(ctx, sb, ops, template(deniedImage), false, string(ops.UID), true)
+			written, refused, _, err := p.writeSpec(ctx, sb, ops, template(deniedImage), false, string(ops.UID), true)
 			t.Logf("writeSpec = %q, %q, %v", written, refused, err)
 			switch {
 			case written != "":

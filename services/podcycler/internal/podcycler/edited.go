@@ -39,7 +39,7 @@ func (c *cycler) patchUndone(ctx context.Context, sb *agentsv1alpha1.Sandbox, ol
 		return "", nil
 	}
 	pod := "no new pod was built from it"
-	if old != nil {
+	if old != nil && old.DeletionTimestamp == nil && !upgrade.BuiltBy(old, d.Attempt) {
 		pod = fmt.Sprintf("the pod (uid %s) was not replaced by it", old.UID)
 	}
 	return fmt.Sprintf("spec.template of sandbox %s/%s was edited after SandboxUpdateOps %s patched it, and no longer carries the patch (%s); %s, and the upgrade is not counted: to keep the edit, create a new SandboxUpdateOps whose patch matches it (it resumes the sandbox from here, its backup kept); to put the patch back, `kubectl molt retry %s -n %s`",

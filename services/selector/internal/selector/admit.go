@@ -160,7 +160,7 @@ func (s *Selector) republish(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 	waiting := false
 	for _, c := range sel.Candidates {
 		sb := c.Sandbox
-		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+		if !upgrade.ClaimedByOps(sb, ops.Name, ops.UID) {
 			continue // not admitted, or admitted but not yet in the cache
 		}
 		if _, ok := upgrade.ReasonFor(sb, attempt); ok {
@@ -252,8 +252,8 @@ func (s *Selector) publishRequested(ctx context.Context, ops *agentsv1alpha1.San
 // the label differs.
 func (s *Selector) syncFailedLabels(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) error {
 	for _, sb := range sandboxes {
-		if sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
-			continue
+		if !upgrade.ClaimedByOps(sb, ops.Name, ops.UID) {
+			continue // another ops's, or a claim an earlier ops of this name left: its label is not this ops's to change
 		}
 		failed := upgrade.StateFor(sb, ops.Name, ops.UID) == upgrade.Failed
 		if failed == (sb.Labels[agentsv1alpha1.LabelUpgradeFailed] == "true") {

@@ -282,7 +282,7 @@ func claimedForCurrent(sb *agentsv1alpha1.Sandbox) bool {
 // error), what to do next, as the ops's condition would say it. The
 // Upgrading condition keeps the stage's words as written.
 func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) string {
-	if strings.Contains(failure, "SandboxUpdateOps") || strings.Contains(failure, "kubectl molt retry") {
+	if strings.Contains(failure, "SandboxUpdateOps") || strings.Contains(failure, "kubectl molt retry") || strings.Contains(failure, "change spec.template again") {
 		return failure
 	}
 	_, direct := upgrade.DirectAttemptGeneration(attempt)

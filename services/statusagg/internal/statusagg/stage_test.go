@@ -91,6 +91,10 @@ func TestFailureEventMessageSaysWhatToDoNext(t *testing.T) {
 	if got := failureEventMessage(claimed, transition{Attempt: "uid-1", To: "UpgradePodFailed", Message: stated}); got != stated {
 		t.Errorf("a failure that names its next step got another: %q", got)
 	}
+	rebuilt := "pod ns/box was built from the new template after this direct upgrade was requested: ...; then change spec.template again to clear this failure"
+	if got := failureEventMessage(&agentsv1alpha1.Sandbox{}, transition{Attempt: "direct-r5-5", To: "PreUpgradeFailed", Message: rebuilt}); got != rebuilt {
+		t.Errorf("a direct failure that names its next step got another: %q", got)
+	}
 	if got := failureEventMessage(&agentsv1alpha1.Sandbox{}, transition{Attempt: "uid-1", To: "PreUpgradeFailed", Message: msg}); got != msg {
 		t.Errorf("a failure no ops claims any more got an ops's next step: %q", got)
 	}
