@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"molt.dev/dev/testenv"
@@ -803,5 +804,30 @@ func TestPluginRetryLeavesSandboxesUpgradedSince(t *testing.T) {
 		if img := sb.Spec.Template.Spec.Containers[0].Image; img != "my-registry/sandbox-image:v2" {
 			t.Errorf("%s runs %s after the refused retry, want the fix's image", name, img)
 		}
+	}
+}
+
+// The Completed message of an ops whose stateFilter left sandboxes out sends
+// the user to `kubectl molt plan -f <ops file>`: with that ops there, ended,
+// the plan is made of the file as a new ops (not refused for its name) and
+// names the sandbox left out, with why.
+func TestPlanOfAnEndedOpsNamesWhatItLeftOut(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "lo", 3, "lo-pool", nil)
+	pause(t, s, ns, names[2:])
+	manifest := opsYAML("lo", "lo-pool", "3", "my-registry/sandbox-image:v2")
+	kubectl(t, manifest, "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "lo", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); c == nil || !strings.Contains(c.Message, "kubectl molt plan -f <ops file>") {
+		t.Fatalf("Progressing %+v, want it to send the user to kubectl molt plan", c)
+	}
+	file := filepath.Join(t.TempDir(), "lo.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns)
+	if code != 0 || !strings.Contains(out, "has ended (Completed)") || !regexp.MustCompile(names[2]+`\s+StateFilter`).MatchString(out) {
+		t.Errorf("plan exit %d, want 0 naming %s left out by the stateFilter:\n%s\n%s", code, names[2], out, errOut)
 	}
 }

@@ -90,6 +90,23 @@ func (a *app) readManifest(file string) ([]byte, error) {
 	return js, nil
 }
 
+// withGenerateName is manifest with its metadata.name turned into a
+// generateName, so that a dry-run create does not meet an ops of that name.
+func withGenerateName(manifest []byte) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(manifest, &doc); err != nil {
+		return nil, err
+	}
+	meta, ok := doc["metadata"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("no metadata")
+	}
+	name, _ := meta["name"].(string)
+	delete(meta, "name")
+	meta["generateName"] = name + "-"
+	return json.Marshal(doc)
+}
+
 // dryRunCreate sends the manifest as it is (unknown fields included) to
 // the API server as a server-side dry-run create with strict field
 // validation, as kubectl apply does, and returns the ops the server would
@@ -144,6 +161,22 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			}
 		}
 	}
+	ended := ""
+	if apierrors.IsAlreadyExists(err) && refusedNow == "" {
+		// An ops of that name that has ended: what its messages send the
+		// user here for (which sandboxes it leaves out, and why) is the
+		// plan of the file as a new ops, made under another name.
+		if existing, gerr := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, head.Metadata.Name, metav1.GetOptions{}); gerr == nil && upgrade.IsFinished(existing) {
+			if renamed, rerr := withGenerateName(manifest); rerr == nil {
+				// Refused (a name too long with the suffix), the plan says the
+				// ops exists, as before.
+				if planned, perr := dryRunCreate(ctx, agents, ns, renamed); perr == nil {
+					ops, err = planned, nil
+					ended, ops.Name = string(existing.Status.Phase), head.Metadata.Name
+				}
+			}
+		}
+	}
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("%v: the ops exists already, and its selector, patch and lifecycle cannot change; watch it with `kubectl molt status %s -n %s`, or give the new one another name", err, head.Metadata.Name, ns)}
@@ -175,6 +208,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	w := a.out
 	fmt.Fprintf(w, "Plan for SandboxUpdateOps %s/%s (dry run: nothing was changed)\n", ns, ops.Name)
+	if ended != "" {
+		fmt.Fprintf(w, "  an ops of this name exists and has ended (%s): this is the plan of the file as a new ops (apply it under another name, or delete that one first); `kubectl molt status %s -n %s` shows the one that ran\n", ended, ops.Name, ns)
+	}
 	if refusedNow == "" {
 		fmt.Fprintf(w, "  the API server accepts it (server-side dry run)\n")
 	} else {

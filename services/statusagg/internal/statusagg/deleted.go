@@ -127,6 +127,9 @@ func (s *server) deletedHandler() cache.ResourceEventHandler {
 		case recorded && stage == agentsv1alpha1.UpgradingReasonSucceeded:
 			// Updated, then deleted: it stays counted as updated, for good
 			// (updatedDeparted), so a later success still moves the count.
+			// Its Event is Normal: nothing went wrong.
+			s.recorder.Eventf(ops, corev1.EventTypeNormal, EventSandboxDeletedDuringUpgrade,
+				"sandbox %s was deleted after its upgrade succeeded; it stays counted as updated", sb.Name)
 			s.deleted.add(key, ops.UID, deletedNote(sb.Name, stage))
 			s.opsCtl.EnqueueKey(key)
 			return

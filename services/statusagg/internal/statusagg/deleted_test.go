@@ -106,6 +106,16 @@ func TestSandboxDeletedDuringAnActiveOpsIsCounted(t *testing.T) {
 	if st.Replicas != 2 || st.UpdatedReplicas != 1 {
 		t.Errorf("TOTAL %d, UPDATED %d; want 2 and 1 (s1 stays counted as updated)", st.Replicas, st.UpdatedReplicas)
 	}
+	// Each deletion has its Event: a Normal one for a sandbox deleted after
+	// it succeeded.
+	select {
+	case ev := <-h.s.recorder.(*record.FakeRecorder).Events:
+		if !strings.HasPrefix(ev, "Normal "+EventSandboxDeletedDuringUpgrade) || !strings.Contains(ev, "sandbox s1 was deleted after its upgrade succeeded") {
+			t.Errorf("Event %q, want a Normal %s naming s1", ev, EventSandboxDeletedDuringUpgrade)
+		}
+	default:
+		t.Error("no Event for s1, deleted after it succeeded")
+	}
 }
 
 // A sandbox deleted while still labelled by an earlier ops of the same name (the

@@ -133,9 +133,9 @@ type releaseWatch struct {
 // leaseHint says where to see whether a selector runs.
 func (w *releaseWatch) leaseHint() string {
 	if w.leaseNamespace == "" {
-		return "its Lease molt-selector, in the namespace molt runs in, names the leader"
+		return "its Lease molt-selector, in the namespace molt runs in, names the leader and when it last renewed; a renewal older than the lease duration (15s) means none runs"
 	}
-	return fmt.Sprintf("`kubectl get lease molt-selector -n %s` names the leader", w.leaseNamespace)
+	return fmt.Sprintf("`kubectl get lease molt-selector -n %s -o jsonpath='{.spec.holderIdentity} {.spec.renewTime}'` names the leader and when it last renewed: a leader that died keeps its name there, so a renewal older than the lease duration (15s) means none runs", w.leaseNamespace)
 }
 
 type releaseLeft struct {

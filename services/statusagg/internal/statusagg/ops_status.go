@@ -134,9 +134,14 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		}
 	case sel.Updated == sel.Total():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted
-		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total())
-		if sel.Total() == 1 {
+		// The counters count the updated sandboxes deleted since: so does
+		// the message.
+		progressing.Reason, progressing.Message = agentsv1alpha1.ProgressingReasonCompleted, fmt.Sprintf("all %d sandboxes updated", sel.Total()+departed)
+		if sel.Total()+departed == 1 {
 			progressing.Message = "the 1 sandbox updated"
+		}
+		if departed > 0 {
+			progressing.Message += fmt.Sprintf(" (%d of them deleted since: condition SandboxesDeleted)", departed)
 		}
 		if left := upgrade.LeftOutByStateFilter(sel); left != "" {
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(progressing.Message + "; " + left + ": `kubectl molt plan -f <ops file>` lists them")

@@ -144,6 +144,13 @@ func TestUpdatedAndDeletedStaysCounted(t *testing.T) {
 	if st.UpdatedReplicas != 6 || st.Replicas != 7 {
 		t.Fatalf("after s6 succeeded: updated %d of %d, want 6 of 7 (s5 still counted)", st.UpdatedReplicas, st.Replicas)
 	}
+	// Completed, its message counts what its counters count.
+	ops.Status = st
+	st = desiredOpsStatus(ops, ops, selection(2, d, d, d, d, d, d), nil)
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); st.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted ||
+		st.UpdatedReplicas != 7 || st.Replicas != 7 || c == nil || !strings.HasPrefix(c.Message, "all 7 sandboxes updated (1 of them deleted since") {
+		t.Fatalf("completed: %s, updated %d of %d, Progressing %+v; want Completed, 7 of 7, saying all 7 with 1 deleted", st.Phase, st.UpdatedReplicas, st.Replicas, c)
+	}
 	// A delete statusagg did not see still never takes updated down.
 	ops.Status = agentsv1alpha1.SandboxUpdateOpsStatus{UpdatedReplicas: 3, Replicas: 4}
 	if st := desiredOpsStatus(ops, ops, selection(1, d, d, n), nil); st.UpdatedReplicas != 3 || st.Replicas != 4 {
