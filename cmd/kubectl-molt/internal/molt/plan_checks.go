@@ -1,0 +1,44 @@
+package molt
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// withGenerateName is manifest with its metadata.name turned into a
+// generateName, so that a dry-run create does not meet an ops of that name.
+func withGenerateName(manifest []byte) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(manifest, &doc); err != nil {
+		return nil, err
+	}
+	meta, ok := doc["metadata"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("no metadata")
+	}
+	name, _ := meta["name"].(string)
+	delete(meta, "name")
+	meta["generateName"] = name + "-"
+	return json.Marshal(doc)
+}
+
+// withoutAgentRuntime names the sandboxes sel would upgrade whose
+// spec.runtimes lists no agent-runtime, when ops has a hook; nil otherwise.
+func withoutAgentRuntime(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
+	if lc := ops.Spec.Lifecycle; lc == nil || (lc.PreUpgrade == nil && lc.PostUpgrade == nil) {
+		return nil
+	}
+	var out []string
+	for _, c := range sel.Candidates {
+		if c.State == upgrade.Updated || c.Sandbox.Annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" ||
+			slices.ContainsFunc(c.Sandbox.Spec.Runtimes, func(r agentsv1alpha1.RuntimeConfig) bool { return r.Name == "agent-runtime" }) {
+			continue
+		}
+		out = append(out, c.Sandbox.Name)
+	}
+	return out
+}
