@@ -128,6 +128,11 @@ type Data struct {
 	OldPodUID      types.UID `json:"oldPodUID,omitempty"`      // hookrunner (pre), podcycler
 	NewPodUID      types.UID `json:"newPodUID,omitempty"`      // podcycler, hookrunner (post)
 	HookExitCode   *int32    `json:"hookExitCode,omitempty"`   // hookrunner
+	// Checkpoint is true when the attempt checkpoints the pod and restores it
+	// (CheckpointRestore): patcher, on patched; carried along to prehook-done, which
+	// starts Checkpointing rather than UpgradePod however old a reader's copy of the
+	// sandbox (without the patcher's strategy mark) is.
+	Checkpoint bool `json:"checkpoint,omitempty"`
 	// SandboxResourceVersion is the sandbox's resourceVersion as the publisher last wrote
 	// it (selector: the claim, patcher: the template) or read it; carried along by every
 	// stage. The next stage reads the sandbox at least as new as this from the API

@@ -114,6 +114,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	target := sb.Spec.Template
 	version := sb.ResourceVersion // what the next stage reads at least (events.Data.SandboxResourceVersion)
+	// Whether the attempt checkpoints (events.Data.Checkpoint): a direct
+	// attempt's policy, an ops's strategy.
+	checkpoints := upgrade.ChecksPoint(sb, d.Attempt)
 	if d.Ops.Name != "" {
 		ops, gone, err := p.opsOf(ctx, d)
 		if gone {
@@ -127,6 +130,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; the patcher did not apply it to this sandbox, and its pod was not touched", ops.Name, problem))
 		}
 		checkpoint := ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore
+		checkpoints = checkpoint
 		if checkpoint {
 			if sets, _ := upgrade.SetsImage(ops.Spec.Patch.Raw); sets {
 				return p.failCheckpoint(ctx, ev, ops)
@@ -201,6 +205,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	return p.publish(ctx, ev, events.TypePatched, func(out *events.Data) {
 		out.Stage = stage
+		out.Checkpoint = checkpoints
 		out.TargetRevision = revision
 		out.SandboxResourceVersion = version
 		if pod != nil {

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -107,10 +106,6 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	defer e.mu.Unlock()
 	defer s.writes.forget(key, e)
 	sb, err := s.loadSandbox(ctx, d.Sandbox.Namespace, d.Sandbox.Name, fresh)
-	if err == nil && sb != nil && !fresh && s.lagsCheckpointMark(sb, ev) {
-		fresh = true
-		sb, err = s.loadSandbox(ctx, d.Sandbox.Namespace, d.Sandbox.Name, fresh)
-	}
 	switch {
 	case err != nil:
 		return outcome{}, nil, err
@@ -195,25 +190,6 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		s.sandboxCtl.EnqueueKey(key)
 	}
 	return outcome{tr: tr}, w, nil
-}
-
-// lagsCheckpointMark reports whether the cached sb may be too old to tell
-// where ev, a prehook-done of a CheckpointRestore ops, goes: the patcher's
-// spec write carries the attempt's CheckpointRestore mark
-// (upgrade.ChecksPoint), and a copy older than that write would take the
-// attempt to UpgradePod, past its Checkpointing. Only then is the sandbox read
-// from the API server; a Recreate ops's prehook-done never is.
-func (s *server) lagsCheckpointMark(sb *agentsv1alpha1.Sandbox, ev events.Event) bool {
-	d := ev.Data
-	if ev.Type != events.TypePreHookDone || d.Ops.Name == "" || d.SandboxResourceVersion == "" || upgrade.ChecksPoint(sb, d.Attempt) {
-		return false
-	}
-	ops, err := s.ops.SandboxUpdateOps(sb.Namespace).Get(d.Ops.Name)
-	if err != nil || ops.UID != d.Ops.UID || ops.Spec.UpdateStrategy.EffectiveType() != agentsv1alpha1.UpgradeTypeCheckpointRestore {
-		return false
-	}
-	cmp, err := resourceversion.CompareResourceVersion(sb.ResourceVersion, d.SandboxResourceVersion)
-	return err != nil || cmp < 0
 }
 
 // loadSandbox reads the sandbox from the informer cache, or from the API

@@ -30,7 +30,7 @@ func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
 	case events.TypePatched:
 		return agentsv1alpha1.UpgradingReasonPreUpgrade, nil
 	case events.TypePreHookDone:
-		if upgrade.ChecksPoint(sb, ev.Data.Attempt) {
+		if ev.Data.Checkpoint || upgrade.ChecksPoint(sb, ev.Data.Attempt) {
 			return agentsv1alpha1.UpgradingReasonCheckpointing, nil
 		}
 		return agentsv1alpha1.UpgradingReasonUpgradePod, nil

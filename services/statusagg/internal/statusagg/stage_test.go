@@ -6,17 +6,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
-	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
 
 func event(typ, attempt, opsName string) events.Event {
 	return events.Event{Type: typ, Data: events.Data{Attempt: attempt, Ops: events.OpsRef{Name: opsName}}}
+}
+
+// checkpointing is ev as the patcher marks an attempt that checkpoints.
+func checkpointing(ev events.Event) events.Event {
+	ev.Data.Checkpoint = true
+	return ev
 }
 
 func TestStageOf(t *testing.T) {
@@ -49,6 +52,7 @@ func TestStageOf(t *testing.T) {
 		{"prehook-done leads to Checkpointing under CheckpointRestore", event(events.TypePreHookDone, "a", "ops"), checkpoint, "Checkpointing", false},
 		{"another attempt's CheckpointRestore mark does not count", event(events.TypePreHookDone, "b", "ops"), checkpoint, "UpgradePod", false},
 		{"a policy without the mark is not an ops's strategy", event(events.TypePreHookDone, "a", "ops"), directCheckpoint, "UpgradePod", false},
+		{"the patcher's word that the attempt checkpoints counts over a copy without the mark", checkpointing(event(events.TypePreHookDone, "a", "ops")), recreate, "Checkpointing", false},
 		{"a direct upgrade follows the sandbox's policy", event(events.TypePreHookDone, upgrade.DirectAttemptPrefix+"r-1", ""), directCheckpoint, "Checkpointing", false},
 		{"pod-ready leads to PostUpgrade", event(events.TypePodReady, "a", "ops"), recreate, "PostUpgrade", false},
 		{"posthook-done is Succeeded", event(events.TypePostHookDone, "a", "ops"), recreate, "Succeeded", false},
@@ -222,40 +226,5 @@ func TestCheckpointKeptMessage(t *testing.T) {
 				t.Errorf("message %q: want %q followed by the note naming %s", got, tc.tr.Message, tc.wantID)
 			}
 		})
-	}
-}
-
-// A CheckpointRestore ops's prehook-done is decided against a sandbox read
-// from the API server when the cached copy is older than the patcher's
-// write (it lacks the CheckpointRestore mark, and would send the attempt to
-// UpgradePod past Checkpointing); a Recreate ops's never is.
-func TestLagsCheckpointMark(t *testing.T) {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for name, typ := range map[string]agentsv1alpha1.UpgradeType{"cr": agentsv1alpha1.UpgradeTypeCheckpointRestore, "rc": agentsv1alpha1.UpgradeTypeRecreate} {
-		ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid")}}
-		ops.Spec.UpdateStrategy.Type = typ
-		if err := idx.Add(ops); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := &server{ops: agentslisters.NewSandboxUpdateOpsLister(idx)}
-	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sb", Namespace: "ns", ResourceVersion: "10"}}
-	ev := func(typ, ops, rv string) events.Event {
-		return events.Event{Type: typ, Data: events.Data{Ops: events.OpsRef{Name: ops, UID: types.UID(ops + "-uid")}, Attempt: ops + "-uid", SandboxResourceVersion: rv}}
-	}
-	for _, tc := range []struct {
-		name string
-		ev   events.Event
-		want bool
-	}{
-		{"CheckpointRestore, the cache behind the patcher's write", ev(events.TypePreHookDone, "cr", "12"), true},
-		{"CheckpointRestore, the cache at the write", ev(events.TypePreHookDone, "cr", "10"), false},
-		{"Recreate, the cache behind", ev(events.TypePreHookDone, "rc", "12"), false},
-		{"another event", ev(events.TypePodReady, "cr", "12"), false},
-		{"an ops not known", ev(events.TypePreHookDone, "gone", "12"), false},
-	} {
-		if got := s.lagsCheckpointMark(sb, tc.ev); got != tc.want {
-			t.Errorf("%s: lagsCheckpointMark = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }
