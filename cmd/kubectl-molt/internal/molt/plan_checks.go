@@ -3,7 +3,6 @@ package molt
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
@@ -34,8 +33,7 @@ func withoutAgentRuntime(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selec
 	}
 	var out []string
 	for _, c := range sel.Candidates {
-		if c.State == upgrade.Updated || c.Sandbox.Annotations[agentsv1alpha1.AnnotationRuntimeURL] != "" ||
-			slices.ContainsFunc(c.Sandbox.Spec.Runtimes, func(r agentsv1alpha1.RuntimeConfig) bool { return r.Name == "agent-runtime" }) {
+		if c.State == upgrade.Updated || upgrade.HasAgentRuntime(c.Sandbox) {
 			continue
 		}
 		out = append(out, c.Sandbox.Name)
