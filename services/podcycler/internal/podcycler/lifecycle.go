@@ -216,7 +216,7 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
 		return nil
 	}
-	if admitted := admittedNotShown(sb); admitted != "" && !upgrade.WokenForUpgrade(sb) {
+	if admitted := admittedNotShown(sb); admitted != "" && !upgrade.AdmittedToWake(sb) {
 		// An ops admitted the sandbox and statusagg has not recorded the
 		// attempt yet: its stages own the pod as they will once recorded.
 		// A pod missing now is one its UpgradePod handler (in this replica
@@ -231,6 +231,18 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 			logger.V(4).Info("Skip for now: the UpgradePod handler creates the pod", "recheckIn", wait)
 			c.ctl.EnqueueAfter(key, wait)
 			return nil
+		}
+		if opsName := sb.Labels[agentsv1alpha1.LabelUpdateOps]; opsName != "" && !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
+			// The attempt's pod is built from spec.template: not from an
+			// edit that undid the ops's patch, which would be reported
+			// ready and counted as updated. The handler, redelivered or
+			// re-driven by the watchdog, fails the stage saying so.
+			if _, undone, err := c.opsPatchUndone(ctx, sb, opsName, types.UID(attempt)); err != nil {
+				return err
+			} else if undone != "" {
+				logger.Info("Skip: spec.template was edited since the ops patched it and no longer carries the patch; the UpgradePod handler fails the stage", "ops", opsName, "attempt", attempt, "undone", undone)
+				return nil
+			}
 		}
 	}
 	if wait := c.created.pending(key, sb.UID, c.now()); wait > 0 {

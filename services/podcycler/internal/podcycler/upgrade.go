@@ -130,6 +130,16 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	if err != nil {
 		return err
 	}
+	// Before a pod is adopted, kept or built: one built from an edit that undid
+	// the patch (by the lifecycle loop after this handler died, or now) would be
+	// counted as updated without the upgrade.
+	if undone, err := c.patchUndone(ctx, sb, old, d, target); err != nil {
+		return err
+	} else if undone != "" {
+		return c.failStage(ctx, d, undone)
+	} else if d.TargetRevision != "" && d.TargetRevision != target {
+		logger.Info("Template changed since it was patched, the patch still whole; building the current one", "eventRevision", d.TargetRevision, "revision", target)
+	}
 	if old != nil && isAttemptPod(old, sb, target, d) {
 		logger.Info("Skip: pod already replaced, waiting for it", "pod", klog.KObj(old), "uid", old.UID)
 		return c.adopt(ctx, old, d)
@@ -137,13 +147,6 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	if old != nil && !ownedBy(old, sb.UID) {
 		return c.failStage(ctx, d, fmt.Sprintf("pod %s/%s (uid %s) is not controlled by sandbox %s (uid %s), so molt does not delete it; the sandbox was not changed: delete or rename that pod, then create a new SandboxUpdateOps to resume",
 			ns, name, old.UID, name, sb.UID))
-	}
-	if undone, err := c.patchUndone(ctx, sb, old, d, target); err != nil {
-		return err
-	} else if undone != "" {
-		return c.failStage(ctx, d, undone)
-	} else if d.TargetRevision != "" && d.TargetRevision != target {
-		logger.Info("Template changed since it was patched, the patch still whole; building the current one", "eventRevision", d.TargetRevision, "revision", target)
 	}
 	if old != nil && runsTarget(old, sb, target, d) {
 		logger.Info("The pod already runs the target template: kept, not replaced", "pod", klog.KObj(old), "uid", old.UID, "revision", target)
