@@ -20,6 +20,19 @@ func WokenForUpgrade(sb *agentsv1alpha1.Sandbox) bool {
 		sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] == "true"
 }
 
+// AdmittedToWake reports whether an ops admitted sb to be woken for its
+// upgrade (the ops label and the resume trigger), whether or not it is still
+// paused: a sandbox its user unpaused after the admission has no pod either
+// until podcycler builds one for the unpause. Until that pod is Ready nothing
+// is patched (the patcher waits for it, statusagg files the attempt as
+// Resuming, podcycler builds the pod from the template it ran before), so
+// the backup is taken from it and no pod of the patched template starts on
+// the volumes first.
+func AdmittedToWake(sb *agentsv1alpha1.Sandbox) bool {
+	return sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" &&
+		sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] == "true"
+}
+
 // KeepAwake reports whether a paused sandbox must have a pod now, because
 // an upgrade attempt on it has not ended:
 //   - it is woken for an upgrade and the attempt its status shows has not

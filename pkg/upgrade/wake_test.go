@@ -55,6 +55,11 @@ func TestWokenForUpgradeAndKeepAwake(t *testing.T) {
 			if got := KeepAwake(tc.sb); got != tc.keep {
 				t.Errorf("KeepAwake = %v, want %v", got, tc.keep)
 			}
+			// Admitted to be woken: the label and the trigger, paused or not.
+			admitted := tc.sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" && tc.sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] == "true"
+			if got := AdmittedToWake(tc.sb); got != admitted {
+				t.Errorf("AdmittedToWake = %v, want %v", got, admitted)
+			}
 		})
 	}
 }

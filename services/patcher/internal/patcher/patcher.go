@@ -83,7 +83,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip: the pod was already rebuilt by this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
 		return nil
 	}
-	if upgrade.WokenForUpgrade(sb) {
+	if upgrade.AdmittedToWake(sb) {
 		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
 			// No pod can be built to wake it: said now, not after the
 			// wake-up's deadline as a pod that never came (unless its ops
@@ -139,14 +139,17 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if why := unusableTemplate(sb, ops.Name); why != "" {
 			return p.fail(ctx, ev, why)
 		}
+		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
+		if pod == nil && d.ResumedReason == "" && !resumes && ops.Spec.Lifecycle != nil && ops.Spec.Lifecycle.PreUpgrade != nil {
+			return p.fail(ctx, ev, noPodToBackUp(sb, ops))
+		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
 		// The template it replaces is kept only when there is a pod to
-		// back up: a sandbox with no pod yet gets its first one from the
-		// patched template, with nothing to lose (and UpgradePod keeps it).
-		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
+		// back up: a sandbox with no pod (and no preUpgrade to take a
+		// backup) gets its first one from the patched template.
 		written, refused, stored, err := p.writeSpec(ctx, sb, ops, target, checkpoint, d.Attempt, d.ResumedReason == "" && !resumes && pod != nil)
 		if err != nil {
 			return err
@@ -530,4 +533,15 @@ func (p *Patcher) pinDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 		return "", fmt.Errorf("write the strategy mark %q of sandbox %s/%s: %w", value, sb.Namespace, sb.Name, err)
 	}
 	return written.ResourceVersion, nil
+}
+
+// noPodToBackUp is the PreUpgrade failure of a fresh attempt whose sandbox has
+// no pod while its ops has a preUpgrade hook: deleted, or stopped, as the
+// attempt began (or since, for a re-drive). Going on would skip the backup and
+// let postUpgrade restore an older one over what the sandbox keeps on its
+// volumes. The pod comes back from the template the sandbox ran before the
+// patch, and the resume backs it up.
+func noPodToBackUp(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps) string {
+	return fmt.Sprintf("sandbox %s/%s has no pod (it was deleted or stopped as its upgrade began), so preUpgrade cannot back it up; its upgrade was not carried on (going on would let postUpgrade restore an older backup over what its volumes hold). Its pod comes back by itself (a paused sandbox's when the resume wakes it), from the template it ran before SandboxUpdateOps %s's patch; then resume it from PreUpgrade: `kubectl molt retry %s -n %s` once this ops has ended, or a new SandboxUpdateOps",
+		sb.Namespace, sb.Name, ops.Name, ops.Name, sb.Namespace)
 }

@@ -70,12 +70,16 @@ func client(t *testing.T) versioned.Interface {
 // claimed creates an ops whose patch sets deniedImage and a sandbox running
 // oldImage that the ops claims, as the selector leaves it before it
 // publishes `requested`.
-func claimed(t *testing.T, ns, name string) (*agentsv1alpha1.SandboxUpdateOps, *agentsv1alpha1.Sandbox) {
+// Each of opts may change the ops before it is created.
+func claimed(t *testing.T, ns, name string, opts ...func(*agentsv1alpha1.SandboxUpdateOps)) (*agentsv1alpha1.SandboxUpdateOps, *agentsv1alpha1.Sandbox) {
 	t.Helper()
 	ctx := context.Background()
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: ns}}
 	ops.Spec.Selector = &metav1.LabelSelector{}
 	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(fmt.Sprintf(`{"spec":{"containers":[{"name":"sandbox","image":%q}]}}`, deniedImage))}
+	for _, opt := range opts {
+		opt(ops)
+	}
 	ops, err := client(t).AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, ops, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create ops: %v", err)

@@ -22,8 +22,9 @@ import (
 func stageOf(ev events.Event, sb *agentsv1alpha1.Sandbox) (string, error) {
 	switch ev.Type {
 	case events.TypeRequested:
-		if upgrade.WokenForUpgrade(sb) {
-			// A paused sandbox is woken with its old template first.
+		if upgrade.AdmittedToWake(sb) {
+			// A paused sandbox is woken with its old template first (or,
+			// unpaused since, gets its pod back) before anything is patched.
 			return agentsv1alpha1.UpgradingReasonResuming, nil
 		}
 		return agentsv1alpha1.UpgradingReasonPreUpgrade, nil

@@ -24,6 +24,12 @@ func checkpointing(ev events.Event) events.Event {
 
 func TestStageOf(t *testing.T) {
 	recreate := &agentsv1alpha1.Sandbox{}
+	woken := func(paused bool) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "ops"},
+			Annotations: map[string]string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: "true"}}}
+		sb.Spec.Paused = paused
+		return sb
+	}
 	// The patcher marks a CheckpointRestore attempt of an ops on the sandbox;
 	// a direct upgrade follows the sandbox's own upgradePolicy.
 	checkpoint := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue("a")}}}
@@ -47,6 +53,8 @@ func TestStageOf(t *testing.T) {
 		wantErr bool
 	}{
 		{"requested begins at PreUpgrade", event(events.TypeRequested, "a", "ops"), recreate, "PreUpgrade", false},
+		{"requested of a paused sandbox admitted to be woken begins at Resuming", event(events.TypeRequested, "a", "ops"), woken(true), "Resuming", false},
+		{"so does one its user unpaused since: its pod comes back first", event(events.TypeRequested, "a", "ops"), woken(false), "Resuming", false},
 		{"patched is PreUpgrade", event(events.TypePatched, "a", "ops"), recreate, "PreUpgrade", false},
 		{"prehook-done leads to UpgradePod", event(events.TypePreHookDone, "a", "ops"), recreate, "UpgradePod", false},
 		{"prehook-done leads to Checkpointing under CheckpointRestore", event(events.TypePreHookDone, "a", "ops"), checkpoint, "Checkpointing", false},

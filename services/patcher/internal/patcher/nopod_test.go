@@ -1,0 +1,99 @@
+package patcher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+)
+
+// withBackup gives the ops a preUpgrade hook.
+func withBackup(ops *agentsv1alpha1.SandboxUpdateOps) {
+	ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+		Exec: &agentsv1alpha1.ExecAction{Command: []string{"sh", "-c", "tar -czf /backup/state.tgz /workspace"}}}}
+}
+
+// templateUnchanged fails t unless sb's template is still at the generation read.
+func templateUnchanged(t *testing.T, sb *agentsv1alpha1.Sandbox) {
+	t.Helper()
+	now, err := client(t).AgentsV1alpha1().Sandboxes(sb.Namespace).Get(context.Background(), sb.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Generation != sb.Generation || now.Spec.Template.Spec.Containers[0].Image != oldImage {
+		t.Errorf("sandbox at generation %d with image %s, want %d and %s: nothing patched", now.Generation, now.Spec.Template.Spec.Containers[0].Image, sb.Generation, oldImage)
+	}
+}
+
+// A fresh attempt on a sandbox that has no pod, whose ops has a preUpgrade
+// hook, fails PreUpgrade and patches nothing. Before, it was patched and
+// hookrunner skipped the backup, so postUpgrade restored an older backup
+// over what the sandbox's volumes held.
+func TestNoPodToBackUpFailsPreUpgrade(t *testing.T) {
+	startPatcher(t)
+	ns := testenv.Get(t).Namespace(t)
+	ops, sb := claimed(t, ns, "sbx-nopod", withBackup)
+	out := subscribe(t, ns)
+	request(t, ops, sb)
+	select {
+	case ev := <-out:
+		if ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+			t.Fatalf("%s %s %q, want PreUpgradeFailed", ev.Type, ev.Data.Reason, ev.Data.Message)
+		}
+		for _, want := range []string{"sandbox " + ns + "/sbx-nopod has no pod", "preUpgrade cannot back it up", "kubectl molt retry up -n " + ns} {
+			if !strings.Contains(ev.Data.Message, want) {
+				t.Errorf("message %q lacks %q", ev.Data.Message, want)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event within 20s of requested")
+	}
+	templateUnchanged(t, sb)
+}
+
+// A paused sandbox admitted to be woken (the resume trigger) that its user
+// unpaused before its pod came back is not patched until that pod is Ready,
+// then goes on with it as its old pod (ResumeSucceed, and patched naming it),
+// so preUpgrade backs it up. Before, it was patched with no pod, and its
+// upgrade went on without a backup.
+func TestUnpausedAfterItsAdmissionWaitsForItsPod(t *testing.T) {
+	startPatcher(t)
+	ctx := context.Background()
+	ns := testenv.Get(t).Namespace(t)
+	ops, sb := claimed(t, ns, "sbx-unpaused", withBackup)
+	sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = "true"
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Update(ctx, sb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := subscribe(t, ns)
+	request(t, ops, sb)
+	select {
+	case ev := <-out:
+		t.Fatalf("%s %q before the sandbox had a pod, want nothing until it has one", ev.Type, ev.Data.Message)
+	case <-time.After(5 * time.Second):
+	}
+	templateUnchanged(t, sb)
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: ns,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))}}}
+	pod.Spec = sb.Spec.Template.Spec
+	if pod, err = testenv.Get(t).Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-out:
+		if ev.Type != events.TypePatched || ev.Data.OldPodUID != pod.UID {
+			t.Fatalf("%s %q naming pod %s, want patched naming the pod %s", ev.Type, ev.Data.Message, ev.Data.OldPodUID, pod.UID)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no event within 60s of the pod's creation")
+	}
+}
