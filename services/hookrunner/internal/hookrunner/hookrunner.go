@@ -122,6 +122,14 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 			logger.Info("skip: the pod was already rebuilt by this attempt; preUpgrade is never run on it")
 			return nil
 		}
+		if st == preStep && d.OldPodUID != "" && h.passedOn(ctx, d) {
+			// A redelivery after the backup: podcycler took the old pod away
+			// to replace it. A failure filed now could reach statusagg
+			// before prehook-done does (another subject), and end the
+			// attempt in PreUpgradeFailed behind its new pod.
+			logger.Info("skip: the old pod is gone, and this attempt's prehook-done was published already")
+			return nil
+		}
 		return h.fail(ctx, next, st, "hook execution error: "+reason, nil)
 	}
 	if st == postStep && pod.Annotations[upgrade.AnnotationPodKept] == d.Attempt {
@@ -454,6 +462,18 @@ func (h *HookRunner) startedBefore(ctx context.Context, d events.Data, st step) 
 		return *prev.Data.HookStartedAt
 	}
 	return prev.Time
+}
+
+// passedOn reports whether the stream holds this attempt's prehook-done for
+// the sandbox: its preUpgrade ran and was passed on. A stream it cannot read
+// counts as not (the step fails as it would without the check).
+func (h *HookRunner) passedOn(ctx context.Context, d events.Data) bool {
+	prev, err := h.publisher.LastEvent(ctx, d.Sandbox.Namespace, d.Sandbox.Name, d.Sandbox.UID, events.TypePreHookDone)
+	if err != nil {
+		klog.FromContext(ctx).Info("Cannot read from the stream whether preUpgrade was passed on already", "err", err)
+		return false
+	}
+	return prev != nil && prev.Data.Attempt == d.Attempt
 }
 
 // kill ends the run of req's tag (killRun); an error when it cannot.
