@@ -12,6 +12,7 @@ import (
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	"molt.dev/pkg/upgrade"
 )
 
 // withBackup gives the ops a preUpgrade hook.
@@ -95,5 +96,28 @@ func TestUnpausedAfterItsAdmissionWaitsForItsPod(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("no event within 60s of the pod's creation")
+	}
+}
+
+// A request sent again (a redelivery, a watchdog's re-drive) after an earlier
+// delivery patched the sandbox while it had a pod files nothing when the pod
+// is gone: hookrunner has that pod's patched, and UpgradePod may be replacing
+// the pod right now, so a PreUpgradeFailed could overtake its prehook-done.
+func TestRequestAgainAfterAPatchWithAPodFilesNothing(t *testing.T) {
+	startPatcher(t)
+	ns := testenv.Get(t).Namespace(t)
+	ops, sb := claimed(t, ns, "sbx-again", withBackup)
+	sb.Annotations[upgrade.AnnotationOriginalTemplate] = `{"spec":{"containers":[{"name":"sandbox","image":"` + oldImage + `"}]}}`
+	sb.Annotations[upgrade.AnnotationOriginalTemplateFor] = string(ops.UID)
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Update(context.Background(), sb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := subscribe(t, ns)
+	request(t, ops, sb)
+	select {
+	case ev := <-out:
+		t.Fatalf("%s %s %q, want nothing", ev.Type, ev.Data.Reason, ev.Data.Message)
+	case <-time.After(5 * time.Second):
 	}
 }

@@ -141,6 +141,17 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
 		if pod == nil && d.ResumedReason == "" && !resumes && ops.Spec.Lifecycle != nil && ops.Spec.Lifecycle.PreUpgrade != nil {
+			if sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == d.Attempt {
+				// An earlier delivery patched it while it had a pod (the
+				// template it replaced is kept for this attempt only then):
+				// hookrunner backs that pod up, or fails the stage as it
+				// is gone, and UpgradePod may be replacing it right now. A
+				// failure filed here could beat its prehook-done to
+				// statusagg; if patched was never published, the watchdog
+				// fails the stage at its deadline.
+				logger.Info("skip: an earlier delivery patched the sandbox while it had a pod; its preUpgrade is hookrunner's")
+				return nil
+			}
 			return p.fail(ctx, ev, noPodToBackUp(sb, ops))
 		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
