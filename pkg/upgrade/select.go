@@ -108,6 +108,12 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		// sandbox mid-upgrade.
 		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 		claimed := ClaimedByOps(sb, ops.Name, ops.UID)
+		if LostLabelMidAttempt(sb, ops.Name, ops.UID) {
+			// Its label was removed mid-attempt: the selector puts it back,
+			// and it is upgrading meanwhile.
+			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: Updating})
+			continue
+		}
 		if !claimed && !sel.Matches(labels.Set(sb.Labels)) {
 			exclude(sb, ExcludedSelector, sel.String())
 			continue

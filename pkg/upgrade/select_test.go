@@ -192,3 +192,36 @@ func deleting(o *agentsv1alpha1.SandboxUpdateOps, finalizer bool) *agentsv1alpha
 	}
 	return o
 }
+
+// TestSelectCountsASandboxThatLostItsLabelMidAttempt: a sandbox whose ops
+// label was removed while its attempt is in a stage (the claim annotation
+// still names the ops) stays counted as upgrading, whatever the selector
+// says, until the selector puts the label back; once its attempt ended, or
+// for another ops's claim, the label's removal takes it out.
+func TestSelectCountsASandboxThatLostItsLabelMidAttempt(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "u1"}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v2"}]}}`)}
+	unlabelled := func(name, claim, reason string) *agentsv1alpha1.Sandbox {
+		sb := sandbox("", "u1", reason)
+		sb.Name, sb.Namespace = name, "ns"
+		sb.Annotations = map[string]string{AnnotationClaim: claim}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v2"}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+		return sb
+	}
+	sel, err := Select(ops, []*agentsv1alpha1.Sandbox{
+		unlabelled("mid", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonPreUpgrade),
+		unlabelled("ended", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonSucceeded),
+		unlabelled("other", ClaimValue("up", "u0"), agentsv1alpha1.UpgradingReasonPreUpgrade),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Total() != 1 || sel.Updating != 1 || sel.Candidates[0].Sandbox.Name != "mid" {
+		t.Fatalf("total %d, updating %d, candidates %v: want only mid, upgrading", sel.Total(), sel.Updating, sel.Candidates)
+	}
+	if !LostLabelMidAttempt(sel.Candidates[0].Sandbox, "up", "u1") {
+		t.Errorf("LostLabelMidAttempt(mid) = false")
+	}
+}

@@ -252,6 +252,22 @@ func ClaimedByOps(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) 
 	return opsName != "" && ClaimedBy(sb, opsName, string(opsUID))
 }
 
+// LostLabelMidAttempt reports whether sb lost the `update-ops` label of the
+// ops named opsName with uid opsUID while the attempt it claimed sb for is
+// in a stage: the claim annotation names that ops and uid, the label is gone
+// (`kubectl label sbx … update-ops-`, or a `kubectl replace` of a manifest
+// without it), and the status shows the attempt in progress. Every stage
+// skips a sandbox whose label does not name the ops, so the selector puts the
+// label back, and the ops counts the sandbox as upgrading meanwhile.
+func LostLabelMidAttempt(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) bool {
+	if opsName == "" || opsUID == "" || sb.DeletionTimestamp != nil || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" ||
+		sb.Annotations[AnnotationClaim] != ClaimValue(opsName, string(opsUID)) {
+		return false
+	}
+	reason, shown := ReasonFor(sb, string(opsUID))
+	return shown && InProgress(reason)
+}
+
 // ClaimedBy reports whether sb is claimed by the ops named opsName for
 // attempt ("" opsName: a direct attempt, which needs no ops label and is
 // stale once the status shows a later direct attempt). When

@@ -28,6 +28,9 @@ func PatchUndone(tpl *corev1.PodTemplateSpec, patch []byte) string {
 	if have == want {
 		return ""
 	}
+	if pinnedOnly(tpl, patched) {
+		return ""
+	}
 	var images []string
 	for _, kind := range []struct {
 		name      string
@@ -64,4 +67,57 @@ func tplContainers(tpl *corev1.PodTemplateSpec) *corev1.PodSpec {
 		return &corev1.PodSpec{}
 	}
 	return &tpl.Spec
+}
+
+// pinnedOnly reports whether tpl differs from patched, the patch applied to
+// it again, only in images that tpl pins to a digest of the image the patch
+// sets (repo:tag@sha256:…, or repo@sha256:…): what a mutating admission
+// webhook does to the template the patcher wrote, not a user's edit undoing
+// the patch.
+func pinnedOnly(tpl, patched *corev1.PodTemplateSpec) bool {
+	if tpl == nil || patched == nil {
+		return false
+	}
+	unpinned := patched.DeepCopy()
+	for _, kind := range []struct{ have, set []corev1.Container }{
+		{tpl.Spec.InitContainers, unpinned.Spec.InitContainers},
+		{tpl.Spec.Containers, unpinned.Spec.Containers},
+	} {
+		for i := range kind.set {
+			for _, h := range kind.have {
+				if h.Name == kind.set[i].Name && pinnedTo(h.Image, kind.set[i].Image) {
+					kind.set[i].Image = h.Image
+				}
+			}
+		}
+	}
+	have, err := Revision(tpl)
+	if err != nil {
+		return false
+	}
+	want, err := Revision(unpinned)
+	return err == nil && have == want
+}
+
+// pinnedTo reports whether image is ref pinned to a digest: ref@sha256:…, or
+// ref's repository @sha256:… (a webhook that replaces the tag).
+func pinnedTo(image, ref string) bool {
+	repo, digest, ok := strings.Cut(image, "@")
+	if !ok || !strings.HasPrefix(digest, "sha256:") || strings.Contains(ref, "@") {
+		return false
+	}
+	if repo == ref {
+		return true
+	}
+	return repo == repository(ref)
+}
+
+// repository is ref without its tag: the part before a ':' that comes after
+// the last '/' (a ':' before it is a registry's port).
+func repository(ref string) string {
+	slash := strings.LastIndex(ref, "/")
+	if colon := strings.LastIndex(ref, ":"); colon > slash {
+		return ref[:colon]
+	}
+	return ref
 }

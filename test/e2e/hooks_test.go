@@ -531,3 +531,34 @@ func TestImageEditedMidUpgradeIsNotCountedUpdated(t *testing.T) {
 		t.Errorf("ed-00's workspace = %q, want data-ed-00", got)
 	}
 }
+
+// A sandbox whose ops label is removed while its upgrade is in a stage (by
+// hand, or by a `kubectl replace` of a manifest without it) gets it back, and
+// its upgrade runs to its end, counted by its ops. Before, every stage skipped
+// it as no longer the ops's, the ops completed without it (TOTAL went down),
+// and the watchdog failed it with its template patched and its old pod left.
+func TestOpsLabelRemovedMidUpgradeIsPutBack(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "lb", "lb-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 1)
+	kubectl(t, hookOps("up", "lb-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, restoreHook, 60), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, "lb-00 in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "lb-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("Upgrading %+v", c)
+	})
+	kubectl(t, "", "label", "sbx", "lb-00", "-n", ns, agentsv1alpha1.LabelUpdateOps+"-")
+	ops := waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	if ops.Status.Replicas != 1 || ops.Status.UpdatedReplicas != 1 {
+		t.Errorf("ops counts %d total, %d updated; want 1 and 1", ops.Status.Replicas, ops.Status.UpdatedReplicas)
+	}
+	sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), "lb-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := upgradingCondition(t, s, ns, "lb-00"); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonSucceeded || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "up" {
+		t.Errorf("lb-00: Upgrading %+v, label %q; want Succeeded, labelled up", c, sb.Labels[agentsv1alpha1.LabelUpdateOps])
+	}
+	if got := workspaceFile(t, s, ns, "lb-00"); got != "data-lb-00" {
+		t.Errorf("lb-00's workspace = %q, want data-lb-00", got)
+	}
+}

@@ -133,7 +133,9 @@ func (s *Selector) sandboxHandler(now func(key string), later func(key string, d
 //  2. being deleted → release its sandboxes, then its finalizer;
 //  3. ensure the finalizer;
 //  4. keep `upgrade-failed` in step with the attempt's state on the
-//     sandboxes it claimed (also once the ops is finished);
+//     sandboxes it claimed (also once the ops is finished), and put the ops
+//     label back on one that lost it while its attempt is in a stage
+//     (relabel);
 //  5. finished, or not the namespace's active ops → stop here;
 //  6. select and count, counting admissions the cache does not show yet;
 //  7. republish `requested` for admitted sandboxes whose status does not
@@ -174,6 +176,9 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("list sandboxes of %s: %w", namespace, err)
 	}
 	if err := s.syncFailedLabels(ctx, ops, sandboxes); err != nil {
+		return err
+	}
+	if err := s.relabel(ctx, ops, sandboxes); err != nil {
 		return err
 	}
 	if upgrade.IsFinished(ops) {
