@@ -344,7 +344,10 @@ func (h *historyPrinter) add(ev events.Event) {
 		fmt.Fprintln(h.out, string(line))
 		return
 	}
-	if ev.Data.Attempt != h.attempt {
+	// An ops's attempt id is its UID, the same for a sandbox deleted and
+	// created again under the name while it ran: the new sandbox's events
+	// are another attempt's, not late events of the deleted one's.
+	if ev.Data.Attempt != h.attempt || (h.sandbox != "" && ev.Data.Sandbox.UID != h.sandbox) {
 		h.flush(true)
 		h.attempt, h.spans, h.ended, h.printed, h.header, h.prev = ev.Data.Attempt, nil, "", false, false, time.Time{}
 		h.start, h.resumed, h.started = ev.Time, ev.Data.ResumedReason != "", false

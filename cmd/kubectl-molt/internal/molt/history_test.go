@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
 )
 
@@ -113,5 +114,29 @@ func TestHistoryMarksAnEarlierSandboxOfTheName(t *testing.T) {
 	}
 	if strings.Contains(got, "uid s2") {
 		t.Errorf("the current sandbox's attempt is marked:\n%s", got)
+	}
+}
+
+// A sandbox deleted and created again under its name while an ops upgraded it
+// shares the ops's attempt id with the deleted one: its events are printed as
+// an attempt of its own, not as late events of the deleted sandbox's ended one.
+func TestHistorySplitsAnAttemptOfTwoSandboxesOfTheName(t *testing.T) {
+	var out bytes.Buffer
+	h := &historyPrinter{out: &out, loc: time.UTC, current: "s2"}
+	ref := func(uid types.UID) events.SandboxRef {
+		return events.SandboxRef{Namespace: "default", Name: "box-0", UID: uid}
+	}
+	ops := events.OpsRef{Name: "up", UID: "a1"}
+	h.add(events.Event{Type: events.TypeRequested, Time: t0, Data: events.Data{Sandbox: ref("s1"), Ops: ops, Attempt: "a1"}})
+	h.add(events.Event{Type: events.TypeFailed, Time: t0.Add(time.Second), Data: events.Data{Sandbox: ref("s1"), Ops: ops, Attempt: "a1",
+		Stage: agentsv1alpha1.UpgradingReasonPreUpgrade, Reason: agentsv1alpha1.UpgradingReasonPreUpgradeFailed, Message: "pod gone"}})
+	h.add(events.Event{Type: events.TypeRequested, Time: t0.Add(2 * time.Second), Data: events.Data{Sandbox: ref("s2"), Ops: ops, Attempt: "a1"}})
+	h.flush(true)
+	got := out.String()
+	if n := strings.Count(got, "Attempt a1 (ops up)"); n != 2 {
+		t.Errorf("%d attempt headers, want 2 (one per sandbox):\n%s", n, got)
+	}
+	if strings.Contains(got, "changes nothing") {
+		t.Errorf("the new sandbox's events are printed as late events of the deleted one's attempt:\n%s", got)
 	}
 }
