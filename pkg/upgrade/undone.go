@@ -47,7 +47,7 @@ func PatchUndone(tpl *corev1.PodTemplateSpec, patch []byte) string {
 				}
 				found = true
 				if h.Image != s.Image {
-					images = append(images, fmt.Sprintf("%s %s runs %s, the patch sets %s", kind.name, s.Name, h.Image, s.Image))
+					images = append(images, fmt.Sprintf("%s %s is set to %s in spec.template, the patch sets %s", kind.name, s.Name, h.Image, s.Image))
 				}
 			}
 			if !found {

@@ -19,12 +19,12 @@ func TestPatchUndone(t *testing.T) {
 	}{
 		{"the patch still holds", template("reg/agent:v2"), ""},
 		{"an edit beside the patch", template("reg/agent:v2", corev1.EnvVar{Name: "A", Value: "1"}), ""},
-		{"the image set back", template("reg/agent:v1"), "container main runs reg/agent:v1, the patch sets reg/agent:v2"},
-		{"the image set to a third", template("reg/agent:v3"), "container main runs reg/agent:v3"},
+		{"the image set back", template("reg/agent:v1"), "container main is set to reg/agent:v1 in spec.template, the patch sets reg/agent:v2"},
+		{"the image set to a third", template("reg/agent:v3"), "container main is set to reg/agent:v3"},
 		{"pinned to its digest by a webhook", template("reg/agent:v2@sha256:0123abcd"), ""},
 		{"pinned to a digest in place of its tag", template("reg/agent@sha256:0123abcd"), ""},
-		{"the image set back, pinned", template("reg/agent:v1@sha256:0123abcd"), "container main runs reg/agent:v1@sha256:0123abcd"},
-		{"another repository's digest", template("reg/other@sha256:0123abcd"), "container main runs reg/other@sha256:0123abcd"},
+		{"the image set back, pinned", template("reg/agent:v1@sha256:0123abcd"), "container main is set to reg/agent:v1@sha256:0123abcd"},
+		{"another repository's digest", template("reg/other@sha256:0123abcd"), "container main is set to reg/other@sha256:0123abcd"},
 		{"the container renamed", &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "other", Image: "reg/agent:v2"}}}}, "container main, which the patch adds, is gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

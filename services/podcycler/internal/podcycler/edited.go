@@ -32,7 +32,7 @@ func (c *cycler) patchUndone(ctx context.Context, sb *agentsv1alpha1.Sandbox, ol
 	if err != nil || undone == "" {
 		return "", err
 	}
-	pod := "no new pod was built from it"
+	pod := "the old pod was already deleted, and the sandbox gets a pod of spec.template as it is now"
 	switch {
 	case old == nil || old.DeletionTimestamp != nil:
 	case upgrade.BuiltBy(old, d.Attempt) && old.Labels[agentsv1alpha1.LabelPodTemplateHash] == target:
@@ -42,7 +42,7 @@ func (c *cycler) patchUndone(ctx context.Context, sb *agentsv1alpha1.Sandbox, ol
 	default:
 		pod = fmt.Sprintf("the pod (uid %s) was not replaced by it", old.UID)
 	}
-	return fmt.Sprintf("spec.template of sandbox %s/%s was edited after SandboxUpdateOps %s patched it, and no longer carries the patch (%s); %s, and the upgrade is not counted: to keep the edit, create a new SandboxUpdateOps whose patch matches it (it resumes the sandbox from here, its backup kept); to put the patch back, `kubectl molt retry %s -n %s`",
+	return fmt.Sprintf("spec.template of sandbox %s/%s was edited after SandboxUpdateOps %s patched it, and no longer carries the patch (%s); %s, and the upgrade is not counted: to keep the edit, create a new SandboxUpdateOps whose patch matches it (it resumes the sandbox); to put the patch back, `kubectl molt retry %s -n %s`",
 		sb.Namespace, sb.Name, ops.Name, undone, pod, ops.Name, sb.Namespace), nil
 }
 

@@ -45,7 +45,7 @@ func expectUndone(t *testing.T, failed <-chan events.Event, podWords string) {
 	if ev.Data.Reason != agentsv1alpha1.UpgradingReasonUpgradePodFailed {
 		t.Fatalf("failed with %s (%s), want UpgradePodFailed", ev.Data.Reason, ev.Data.Message)
 	}
-	for _, want := range []string{"no longer carries the patch", "container main runs registry.example/sandbox:v1, the patch sets registry.example/sandbox:v2", podWords, "kubectl molt retry " + testOps} {
+	for _, want := range []string{"no longer carries the patch", "container main is set to registry.example/sandbox:v1 in spec.template, the patch sets registry.example/sandbox:v2", podWords, "kubectl molt retry " + testOps} {
 		if !strings.Contains(ev.Data.Message, want) {
 			t.Errorf("failure message %q does not say %q", ev.Data.Message, want)
 		}
@@ -100,7 +100,7 @@ func TestNoPodIsBuiltFromAnEditThatUndidThePatch(t *testing.T) {
 	}
 	r.publishPreHookDone(t)
 
-	expectUndone(t, failed, "no new pod was built from it")
+	expectUndone(t, failed, "the old pod was already deleted")
 	select {
 	case ev := <-ready:
 		t.Fatalf("pod-ready for pod %s: the sandbox would count as updated", ev.Data.NewPodUID)
