@@ -52,6 +52,8 @@ func NothingSelected(namespace string, s Selection) string {
 	add(ExcludedPoolMember, "belongs to a SandboxSet, whose own rolling update upgrades it",
 		"belong to a SandboxSet, whose own rolling update upgrades them")
 	add(ExcludedOtherOps, "is claimed by another active ops ("+claimedBy+")", "are claimed by another active ops ("+claimedBy+")")
+	add(ExcludedDirectUpgrade, "is in a direct upgrade of its own (spec.upgradePolicy): apply this ops again once it ends",
+		"are in direct upgrades of their own (spec.upgradePolicy): apply this ops again once they end")
 	filtered := "in a phase spec.stateFilter leaves out (" + phaseCounts(phases) + ")"
 	add(ExcludedStateFilter, "is "+filtered, "are "+filtered)
 	add(ExcludedNoNeed, "already has the patched template", "already have the patched template")
@@ -98,13 +100,28 @@ func LeftOutByStateFilter(s Selection) string {
 			n++
 		}
 	}
+	var out []string
 	switch n {
 	case 0:
-		return ""
 	case 1:
-		return "1 sandbox that matches spec.selector is in a phase spec.stateFilter leaves out (" + phaseCounts(phases) + ") and was not upgraded"
+		out = append(out, "1 sandbox that matches spec.selector is in a phase spec.stateFilter leaves out ("+phaseCounts(phases)+") and was not upgraded")
+	default:
+		out = append(out, fmt.Sprintf("%d sandboxes that match spec.selector are in a phase spec.stateFilter leaves out (%s) and were not upgraded", n, phaseCounts(phases)))
 	}
-	return fmt.Sprintf("%d sandboxes that match spec.selector are in a phase spec.stateFilter leaves out (%s) and were not upgraded", n, phaseCounts(phases))
+	direct := 0
+	for _, e := range s.Excluded {
+		if e.Reason == ExcludedDirectUpgrade {
+			direct++
+		}
+	}
+	switch direct {
+	case 0:
+	case 1:
+		out = append(out, "1 sandbox that matches spec.selector was in a direct upgrade of its own (spec.upgradePolicy) and was not upgraded by this ops: apply it again once that ends")
+	default:
+		out = append(out, fmt.Sprintf("%d sandboxes that match spec.selector were in direct upgrades of their own (spec.upgradePolicy) and were not upgraded by this ops: apply it again once those end", direct))
+	}
+	return strings.Join(out, "; ")
 }
 
 // SettleWait is how long after its creation a sandbox that the ops's

@@ -72,6 +72,9 @@ const (
 	ExcludedPoolMember = "PoolMember"
 	// ExcludedOtherOps: another active ops claims it.
 	ExcludedOtherOps = "ClaimedByOtherOps"
+	// ExcludedDirectUpgrade: a direct upgrade of its own (spec.upgradePolicy)
+	// is in a stage; the ops does not claim it under that attempt.
+	ExcludedDirectUpgrade = "DirectUpgrade"
 	// ExcludedStateFilter: its phase is not in spec.stateFilter.
 	ExcludedStateFilter = "StateFilter"
 	// ExcludedNoNeed: its template already equals the patched one.
@@ -144,6 +147,12 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		if claimedBy != "" && claimedBy != ops.Name && otherActive != nil && otherActive(claimedBy) {
 			exclude(sb, ExcludedOtherOps, claimedBy)
 			continue
+		}
+		if attempt := CurrentAttempt(sb); strings.HasPrefix(attempt, DirectAttemptPrefix) {
+			if reason, ok := ReasonFor(sb, attempt); ok && InProgress(reason) {
+				exclude(sb, ExcludedDirectUpgrade, reason)
+				continue
+			}
 		}
 		resume := IsResumable(sb)
 		if !resume {

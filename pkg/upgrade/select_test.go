@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -223,5 +224,32 @@ func TestSelectCountsASandboxThatLostItsLabelMidAttempt(t *testing.T) {
 	}
 	if !LostLabelMidAttempt(sel.Candidates[0].Sandbox, "up", "u1") {
 		t.Errorf("LostLabelMidAttempt(mid) = false")
+	}
+}
+
+// TestSelectLeavesOutASandboxInADirectUpgrade: a sandbox whose own direct
+// upgrade (spec.upgradePolicy) is in a stage is left out for that reason, and
+// the messages say to apply the ops again once it ends, not to fix a
+// stateFilter that cannot take its phase.
+func TestSelectLeavesOutASandboxInADirectUpgrade(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "u1"}}
+	ops.Spec.Selector = &metav1.LabelSelector{}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v3"}]}}`)}
+	sb := sandbox("", DirectAttempt("rev", 2), agentsv1alpha1.UpgradingReasonPreUpgrade)
+	sb.Name, sb.Namespace = "direct", "ns"
+	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v2"}}}}
+	sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+	sel, err := Select(ops, []*agentsv1alpha1.Sandbox{sb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Total() != 0 || len(sel.Excluded) != 1 || sel.Excluded[0].Reason != ExcludedDirectUpgrade || sel.Excluded[0].Detail != agentsv1alpha1.UpgradingReasonPreUpgrade {
+		t.Fatalf("total %d, excluded %+v: want it left out as in a direct upgrade, in PreUpgrade", sel.Total(), sel.Excluded)
+	}
+	if msg := NothingSelected("ns", sel); !strings.Contains(msg, "1 is in a direct upgrade of its own (spec.upgradePolicy): apply this ops again once it ends") || strings.Contains(msg, "stateFilter") {
+		t.Errorf("NothingSelected = %q", msg)
+	}
+	if msg := LeftOutByStateFilter(sel); !strings.Contains(msg, "direct upgrade of its own") {
+		t.Errorf("LeftOutByStateFilter = %q", msg)
 	}
 }

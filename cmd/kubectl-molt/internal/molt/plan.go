@@ -367,6 +367,8 @@ func why(e upgrade.Exclusion, ops *agentsv1alpha1.SandboxUpdateOps) string {
 		return "a member of SandboxSet " + e.Detail + "'s warm pool: the set's own rolling update upgrades it (edit the set's template)"
 	case upgrade.ExcludedOtherOps:
 		return "claimed by SandboxUpdateOps " + e.Detail + ", which is active"
+	case upgrade.ExcludedDirectUpgrade:
+		return "a direct upgrade of its own (spec.upgradePolicy) is in " + e.Detail + ": this ops leaves it out; apply it once that upgrade ends"
 	case upgrade.ExcludedStateFilter:
 		var states []string
 		for _, p := range ops.Spec.StateFilter.EligiblePhases() {
