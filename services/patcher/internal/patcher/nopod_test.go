@@ -121,3 +121,41 @@ func TestRequestAgainAfterAPatchWithAPodFilesNothing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 	}
 }
+
+// The resume of a sandbox whose upgrade failed before its backup
+// (PreUpgradeFailed, no attempt of the chain got further) and that has no
+// pod now fails PreUpgrade too. Before, it went on at UpgradePod
+// (upgrade.ResumeAt: no pod), with no backup ever taken of what its volumes
+// hold, and postUpgrade restored an older one over it.
+func TestResumeBeforeTheBackupWithNoPodFailsPreUpgrade(t *testing.T) {
+	startPatcher(t)
+	ctx := context.Background()
+	ns := testenv.Get(t).Namespace(t)
+	ops, sb := claimed(t, ns, "sbx-resume", withBackup)
+	sb.Annotations[upgrade.AnnotationResumes] = upgrade.ResumesValue(string(ops.UID), "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Update(ctx, sb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := withAttempt(sb, "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	for i := range failed.Status.Conditions {
+		failed.Status.Conditions[i].LastTransitionTime = metav1.Now()
+	}
+	if sb, err = client(t).AgentsV1alpha1().Sandboxes(ns).UpdateStatus(ctx, failed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := subscribe(t, ns)
+	request(t, ops, sb, func(d *events.Data) {
+		d.ResumedAttempt, d.ResumedReason = "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+	})
+	select {
+	case ev := <-out:
+		if ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed ||
+			!strings.Contains(ev.Data.Message, "the upgrade this one resumes failed before its backup") {
+			t.Fatalf("%s %s %q (stage %s), want PreUpgradeFailed saying there is no backup to go on from", ev.Type, ev.Data.Reason, ev.Data.Message, ev.Data.Stage)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event within 20s of requested")
+	}
+	templateUnchanged(t, sb)
+}

@@ -140,7 +140,16 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return p.fail(ctx, ev, why)
 		}
 		_, _, resumes := upgrade.Resumes(sb, d.Attempt)
-		if pod == nil && d.ResumedReason == "" && !resumes && ops.Spec.Lifecycle != nil && ops.Spec.Lifecycle.PreUpgrade != nil {
+		backs := ops.Spec.Lifecycle != nil && ops.Spec.Lifecycle.PreUpgrade != nil
+		if pod == nil && backs && d.ResumedReason != "" && upgrade.ResumeStage(d.ResumedReason) == agentsv1alpha1.UpgradingReasonPreUpgrade &&
+			!upgrade.MayHaveReplacedPod(sb, d.Attempt, d.ResumedReason) {
+			// The failed chain never got past its backup, and the sandbox
+			// has no pod to take one from: going on at UpgradePod
+			// (upgrade.ResumeAt) would let postUpgrade restore an older
+			// backup over what its volumes hold.
+			return p.fail(ctx, ev, noPodToBackUp(sb, ops, true))
+		}
+		if pod == nil && d.ResumedReason == "" && !resumes && backs {
 			if sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == d.Attempt {
 				// An earlier delivery patched it while it had a pod (the
 				// template it replaced is kept for this attempt only then):
@@ -152,7 +161,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 				logger.Info("skip: an earlier delivery patched the sandbox while it had a pod; its preUpgrade is hookrunner's")
 				return nil
 			}
-			return p.fail(ctx, ev, noPodToBackUp(sb, ops))
+			return p.fail(ctx, ev, noPodToBackUp(sb, ops, false))
 		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
@@ -552,7 +561,13 @@ func (p *Patcher) pinDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 // let postUpgrade restore an older one over what the sandbox keeps on its
 // volumes. The pod comes back from the template the sandbox ran before the
 // patch, and the resume backs it up.
-func noPodToBackUp(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps) string {
+// A resume of a failure before the backup (resume) is told apart: its pod may
+// not come back by itself (a quota or a policy refusing it).
+func noPodToBackUp(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, resume bool) string {
+	if resume {
+		return fmt.Sprintf("sandbox %s/%s has no pod, and the upgrade this one resumes failed before its backup, so preUpgrade cannot back it up; its upgrade was not carried on (going on would let postUpgrade restore an older backup over what its volumes hold). Once it has a pod again (kubectl describe sbx %s -n %s says why it has none), resume it: `kubectl molt retry %s -n %s` once this ops has ended, or a new SandboxUpdateOps",
+			sb.Namespace, sb.Name, sb.Name, sb.Namespace, ops.Name, sb.Namespace)
+	}
 	return fmt.Sprintf("sandbox %s/%s has no pod (it was deleted or stopped as its upgrade began), so preUpgrade cannot back it up; its upgrade was not carried on (going on would let postUpgrade restore an older backup over what its volumes hold). Its pod comes back by itself (a paused sandbox's when the resume wakes it), from the template it ran before SandboxUpdateOps %s's patch; then resume it from PreUpgrade: `kubectl molt retry %s -n %s` once this ops has ended, or a new SandboxUpdateOps",
 		sb.Namespace, sb.Name, ops.Name, ops.Name, sb.Namespace)
 }

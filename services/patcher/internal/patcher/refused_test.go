@@ -127,7 +127,7 @@ func startPatcher(t *testing.T) {
 
 // request publishes `requested` for sb as the selector does, and returns
 // the sandbox's `failed` events from then on.
-func request(t *testing.T, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox) <-chan events.Event {
+func request(t *testing.T, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alpha1.Sandbox, mods ...func(*events.Data)) <-chan events.Event {
 	t.Helper()
 	nc := testenv.Get(t).NATSConnect(t, "", "admin")
 	js, err := jetstream.New(nc)
@@ -164,6 +164,9 @@ func request(t *testing.T, ops *agentsv1alpha1.SandboxUpdateOps, sb *agentsv1alp
 
 		SandboxResourceVersion: sb.ResourceVersion,
 	}}
+	for _, mod := range mods {
+		mod(&ev.Data)
+	}
 	if err := pub.Publish(context.Background(), ev); err != nil {
 		t.Fatalf("publish requested: %v", err)
 	}
