@@ -39,10 +39,12 @@ type Patcher struct {
 //  2. skip if this attempt already went past PreUpgrade (by its status, or
 //     by a pod this attempt built: durable proof that survives a lagging
 //     status);
-//  3. a paused sandbox the ops woke (upgrade.WokenForUpgrade): wait until its
-//     pod, built by podcycler from the old template, is Ready (Resuming), and
-//     report ResumeSucceed; a pod not Ready in time fails it (PreUpgradeFailed)
-//     before anything was patched;
+//  3. a paused sandbox the ops woke (upgrade.AdmittedToWake, also once its
+//     user unpaused it): wait until its pod, built by podcycler from the old
+//     template, is Ready (Resuming), and report ResumeSucceed; a pod not Ready
+//     in time fails it (PreUpgradeFailed) before anything was patched; a
+//     fresh attempt with no pod and a preUpgrade hook fails PreUpgrade
+//     (noPodToBackUp), as does a resume of a failure before the backup;
 //  4. apply the ops patch to the template (strategic merge on raw bytes); a
 //     patch that fails on this sandbox's template fails it as
 //     PreUpgradeFailed (the stage the patch belongs to) and touches nothing;
@@ -83,7 +85,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip: the pod was already rebuilt by this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
 		return nil
 	}
-	if upgrade.AdmittedToWake(sb) {
+	// Woken once already: an earlier delivery patched the sandbox while it
+	// had its woken pod (the template it replaced is kept for this attempt
+	// only then). Not waited for again: with no pod now, nothing would wake
+	// it in this stage; the checks below go on with the pod there is.
+	if upgrade.AdmittedToWake(sb) && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] != d.Attempt {
 		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
 			// No pod can be built to wake it: said now, not after the
 			// wake-up's deadline as a pod that never came (unless its ops
