@@ -216,7 +216,11 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
 		return nil
 	}
-	if admitted := admittedNotShown(sb); admitted != "" && !upgrade.AdmittedToWake(sb) {
+	// A sandbox admitted to be woken gets its pod here, from its template
+	// as it is, until the patcher has patched it (it keeps the template it
+	// replaced for the attempt then): after that the attempt's stages own
+	// the pod as for any other.
+	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == admitted) {
 		// An ops admitted the sandbox and statusagg has not recorded the
 		// attempt yet: its stages own the pod as they will once recorded.
 		// A pod missing now is one its UpgradePod handler (in this replica
