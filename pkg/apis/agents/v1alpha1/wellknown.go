@@ -23,8 +23,10 @@ const (
 	// AnnotationUpgradeResumeTrigger is the Sandbox annotation set to
 	// "true" while a paused sandbox is admitted to be upgraded. Written by
 	// selector at admission, removed with the ops; read through
-	// upgrade.WokenForUpgrade by podcycler (it wakes the sandbox), the
-	// patcher (it waits for the woken pod) and statusagg (Resuming).
+	// upgrade.AdmittedToWake by podcycler (it builds the pod that wakes the
+	// sandbox), the patcher (it waits for that pod) and statusagg
+	// (Resuming), and through upgrade.WokenForUpgrade (still paused) by
+	// podcycler's pause, which keeps the pod until the attempt ends.
 	AnnotationUpgradeResumeTrigger = Prefix + "upgrade-resume-trigger"
 
 	// LabelSandboxClaimed is the Sandbox label "true"/"false": whether the
