@@ -47,7 +47,13 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	checks map[string]func() error
+	// stopping is closed once the service is told to stop (Run's ctx): it
+	// is not ready from then on, whatever the checks say.
+	stopping <-chan struct{}
 }
+
+// ErrShuttingDown is Ready's answer once the service is told to stop.
+var ErrShuttingDown = errors.New("shutting down")
 
 // AddReadyCheck adds a named check to /readyz; the service is ready only when
 // every check returns nil.
@@ -100,6 +106,11 @@ func (r *Runtime) ReadyWhenSynced(what string, synced ...cache.InformerSynced) {
 
 // Ready runs every readiness check and returns the first failure.
 func (r *Runtime) Ready() error {
+	select {
+	case <-r.stopping:
+		return ErrShuttingDown
+	default:
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, check := range r.checks {
@@ -156,7 +167,7 @@ func Run(ctx context.Context, opts Options, body func(ctx context.Context, rt *R
 
 	rt := &Runtime{
 		Options: opts, RestConfig: restConfig, Kube: kube, Agents: agents, NATS: nc, JetStream: js, Registry: reg, Queues: queues,
-		checks: map[string]func() error{},
+		checks: map[string]func() error{}, stopping: ctx.Done(),
 	}
 	rt.AddReadyCheck("kubernetes", func() error { return pingKube(ctx, kube) })
 	rt.AddReadyCheck("nats", func() error {

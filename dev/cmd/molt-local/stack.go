@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"molt.dev/dev/devcluster"
+	"molt.dev/pkg/service"
 )
 
 // stackConfig is the fixed shape of the local stack; ports can be moved with
@@ -103,7 +105,7 @@ func up(c stackConfig) error {
 	if len(pids) > 0 {
 		alive := map[string]bool{}
 		for _, p := range pids {
-			alive[p.Name] = p.Alive()
+			alive[p.Name] = p.Alive() && !stopping(p)
 		}
 		var stopped []string
 		for _, name := range startOrder {
@@ -321,4 +323,43 @@ func nextPodCIDR(stateDir string) (string, error) {
 		return "", fmt.Errorf("record the pod range: %w", err)
 	}
 	return fmt.Sprintf("127.100.%d.0/20", gen*16), nil
+}
+
+// stoppingWait bounds how long up waits for a service that runs but is
+// shutting down: one shutting down after a SIGTERM takes up to its
+// --shutdown-timeout to exit.
+const stoppingWait = 15 * time.Second
+
+// stopping reports whether p, a molt service whose process runs, is on its
+// way out: its /readyz says it is shutting down (or does not answer), and it
+// exits within stoppingWait.
+// Counted as running, it would be left out of the restart, and stay down
+// once it exits. A service that answers (or does not exit) is running.
+func stopping(p devcluster.PidFile) bool {
+	i := slices.IndexFunc(services, func(s serviceSpec) bool { return s.name == p.Name })
+	if i < 0 {
+		return false
+	}
+	client := http.Client{Timeout: time.Second}
+	// Its /readyz says "shutting down" from the SIGTERM on (service.ErrShuttingDown);
+	// the HTTP server itself goes last, just before it exits.
+	shuttingDown := func() bool {
+		resp, err := client.Get("http://" + services[i].addr + "/readyz")
+		if err != nil {
+			return true
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return strings.Contains(string(body), service.ErrShuttingDown.Error())
+	}
+	for deadline := time.Now().Add(stoppingWait); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if !p.Alive() {
+			fmt.Printf("%s was stopping; it is started again\n", p.Name)
+			return true
+		}
+		if !shuttingDown() {
+			return false
+		}
+	}
+	return false
 }
