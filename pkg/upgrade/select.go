@@ -111,10 +111,10 @@ func Select(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sa
 		// sandbox mid-upgrade.
 		claimedBy := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 		claimed := ClaimedByOps(sb, ops.Name, ops.UID)
-		if LostLabelMidAttempt(sb, ops.Name, ops.UID) {
-			// Its label was removed mid-attempt: the selector puts it back,
-			// and it is upgrading meanwhile.
-			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: Updating})
+		if _, ok := UnlabelledClaim(sb, ops.Name, ops.UID); ok {
+			// Its label was removed, its attempt shown: counted by it (the
+			// selector puts the label back while it is in a stage).
+			out.Candidates = append(out.Candidates, Candidate{Sandbox: sb, State: StateFor(sb, ops.Name, ops.UID)})
 			continue
 		}
 		if !claimed && !sel.Matches(labels.Set(sb.Labels)) {

@@ -195,10 +195,11 @@ func deleting(o *agentsv1alpha1.SandboxUpdateOps, finalizer bool) *agentsv1alpha
 }
 
 // TestSelectCountsASandboxThatLostItsLabelMidAttempt: a sandbox whose ops
-// label was removed while its attempt is in a stage (the claim annotation
-// still names the ops) stays counted as upgrading, whatever the selector
-// says, until the selector puts the label back; once its attempt ended, or
-// for another ops's claim, the label's removal takes it out.
+// label was removed (the claim annotation still names the ops, its status
+// shows the attempt) stays counted, by its attempt: upgrading while in a
+// stage (it is still claimed, and the selector puts the label back), updated
+// once it succeeded, so TOTAL and UPDATED never go down; another ops's claim
+// does not count.
 func TestSelectCountsASandboxThatLostItsLabelMidAttempt(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "u1"}}
 	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
@@ -211,19 +212,21 @@ func TestSelectCountsASandboxThatLostItsLabelMidAttempt(t *testing.T) {
 		sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
 		return sb
 	}
+	mid := unlabelled("mid", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonPreUpgrade)
 	sel, err := Select(ops, []*agentsv1alpha1.Sandbox{
-		unlabelled("mid", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonPreUpgrade),
+		mid,
 		unlabelled("ended", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonSucceeded),
 		unlabelled("other", ClaimValue("up", "u0"), agentsv1alpha1.UpgradingReasonPreUpgrade),
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sel.Total() != 1 || sel.Updating != 1 || sel.Candidates[0].Sandbox.Name != "mid" {
-		t.Fatalf("total %d, updating %d, candidates %v: want only mid, upgrading", sel.Total(), sel.Updating, sel.Candidates)
+	if sel.Total() != 2 || sel.Updating != 1 || sel.Updated != 1 {
+		t.Fatalf("total %d, updating %d, updated %d: want mid upgrading and ended updated, other left out", sel.Total(), sel.Updating, sel.Updated)
 	}
-	if !LostLabelMidAttempt(sel.Candidates[0].Sandbox, "up", "u1") {
-		t.Errorf("LostLabelMidAttempt(mid) = false")
+	if !LostLabelMidAttempt(mid, "up", "u1") || !ClaimedBy(mid, "up", "u1") || ClaimedBy(mid, "up", "u0") {
+		t.Errorf("mid: LostLabelMidAttempt %v, ClaimedBy(u1) %v, ClaimedBy(u0) %v; want true, true, false",
+			LostLabelMidAttempt(mid, "up", "u1"), ClaimedBy(mid, "up", "u1"), ClaimedBy(mid, "up", "u0"))
 	}
 }
 

@@ -84,12 +84,16 @@ func (s State) String() string {
 // A sandbox whose label names the ops but whose claim is of another ops of
 // that name (ClaimedByOps) has not started for this one.
 func StateFor(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) State {
-	if !ClaimedByOps(sb, opsName, opsUID) {
+	reason, ok := UnlabelledClaim(sb, opsName, opsUID)
+	switch {
+	case ok:
+		// Its label removed, the attempt shown: counted by it all the same.
+	case !ClaimedByOps(sb, opsName, opsUID):
 		return NotStarted
-	}
-	reason, ok := ReasonFor(sb, string(opsUID))
-	if !ok {
-		return Updating
+	default:
+		if reason, ok = ReasonFor(sb, string(opsUID)); !ok {
+			return Updating
+		}
 	}
 	switch {
 	case reason == agentsv1alpha1.UpgradingReasonSucceeded:
@@ -252,20 +256,28 @@ func ClaimedByOps(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) 
 	return opsName != "" && ClaimedBy(sb, opsName, string(opsUID))
 }
 
-// LostLabelMidAttempt reports whether sb lost the `update-ops` label of the
-// ops named opsName with uid opsUID while the attempt it claimed sb for is
-// in a stage: the claim annotation names that ops and uid, the label is gone
+// UnlabelledClaim returns the Upgrading reason of sb's attempt of the ops
+// named opsName with uid opsUID when sb lost that ops's `update-ops` label
 // (`kubectl label sbx … update-ops-`, or a `kubectl replace` of a manifest
-// without it), and the status shows the attempt in progress. Every stage
-// skips a sandbox whose label does not name the ops, so the selector puts the
-// label back, and the ops counts the sandbox as upgrading meanwhile.
-func LostLabelMidAttempt(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) bool {
+// without it) while its claim annotation still names the ops and its status
+// shows the attempt: the ops still counts it (rule 13), by that reason. The
+// release of an ops removes the claim annotation with the label, so a
+// released sandbox is not one.
+func UnlabelledClaim(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) (string, bool) {
 	if opsName == "" || opsUID == "" || sb.DeletionTimestamp != nil || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" ||
 		sb.Annotations[AnnotationClaim] != ClaimValue(opsName, string(opsUID)) {
-		return false
+		return "", false
 	}
-	reason, shown := ReasonFor(sb, string(opsUID))
-	return shown && InProgress(reason)
+	return ReasonFor(sb, string(opsUID))
+}
+
+// LostLabelMidAttempt reports whether sb lost the label of the ops named
+// opsName with uid opsUID while the attempt it claimed sb for is in a stage
+// (UnlabelledClaim, in progress). It is still claimed (ClaimedBy): every
+// stage drives it on, and the selector puts the label back.
+func LostLabelMidAttempt(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) bool {
+	reason, ok := UnlabelledClaim(sb, opsName, opsUID)
+	return ok && InProgress(reason)
 }
 
 // ClaimedBy reports whether sb is claimed by the ops named opsName for
@@ -276,7 +288,8 @@ func LostLabelMidAttempt(sb *agentsv1alpha1.Sandbox, opsName string, opsUID type
 // decides, as it did.
 func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 	if sb.Labels[agentsv1alpha1.LabelUpdateOps] != opsName {
-		return false
+		// Its label removed while the attempt is in a stage: still the ops's.
+		return opsName != "" && LostLabelMidAttempt(sb, opsName, types.UID(attempt))
 	}
 	if opsName == "" {
 		// A direct attempt has no claim to compare: one its sandbox's

@@ -562,3 +562,24 @@ func TestOpsLabelRemovedMidUpgradeIsPutBack(t *testing.T) {
 		t.Errorf("lb-00's workspace = %q, want data-lb-00", got)
 	}
 }
+
+// A sandbox whose ops label is removed after its upgrade succeeded, while the
+// ops still upgrades others, stays counted as updated: TOTAL and UPDATED do
+// not go down, and the ops completes counting it. Before, it left the counts
+// and the ops completed with a smaller TOTAL.
+func TestOpsLabelRemovedAfterSuccessStaysCounted(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "ls", "ls-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 2)
+	// maxUnavailable 1: ls-01 waits while ls-00 upgrades, then takes 8 s.
+	kubectl(t, hookOps("up", "ls-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, restoreHook, 60), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 2*time.Minute, "ls-00 Succeeded", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "ls-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonSucceeded, fmt.Errorf("Upgrading %+v", c)
+	})
+	kubectl(t, "", "label", "sbx", "ls-00", "-n", ns, agentsv1alpha1.LabelUpdateOps+"-")
+	ops := waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	if ops.Status.Replicas != 2 || ops.Status.UpdatedReplicas != 2 {
+		t.Errorf("ops counts %d total, %d updated; want 2 and 2", ops.Status.Replicas, ops.Status.UpdatedReplicas)
+	}
+}

@@ -32,18 +32,25 @@ func (c *cycler) patchUndone(ctx context.Context, sb *agentsv1alpha1.Sandbox, ol
 	if err != nil || undone == "" {
 		return "", err
 	}
+	return undoneMessage(sb, ops, undone, old, d.Attempt, target), nil
+}
+
+// undoneMessage is UpgradePod's failure for sb, whose template no longer
+// carries the patch of ops (undone says how), with what became of its pod
+// old (nil when it has none) for attempt; target is the template's revision.
+func undoneMessage(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, undone string, old *corev1.Pod, attempt, target string) string {
 	pod := "the old pod was already deleted, and the sandbox gets a pod of spec.template as it is now"
 	switch {
 	case old == nil || old.DeletionTimestamp != nil:
-	case upgrade.BuiltBy(old, d.Attempt) && old.Labels[agentsv1alpha1.LabelPodTemplateHash] == target:
+	case upgrade.BuiltBy(old, attempt) && old.Labels[agentsv1alpha1.LabelPodTemplateHash] == target:
 		pod = fmt.Sprintf("a pod was built from it (uid %s) and is left as it is", old.UID)
-	case upgrade.BuiltBy(old, d.Attempt):
+	case upgrade.BuiltBy(old, attempt):
 		pod = fmt.Sprintf("the pod built from the patch (uid %s) is left as it is", old.UID)
 	default:
 		pod = fmt.Sprintf("the pod (uid %s) was not replaced by it", old.UID)
 	}
 	return fmt.Sprintf("spec.template of sandbox %s/%s was edited after SandboxUpdateOps %s patched it, and no longer carries the patch (%s); %s, and the upgrade is not counted: to keep the edit, create a new SandboxUpdateOps whose patch matches it (it resumes the sandbox); to put the patch back, `kubectl molt retry %s -n %s`",
-		sb.Namespace, sb.Name, ops.Name, undone, pod, ops.Name, sb.Namespace), nil
+		sb.Namespace, sb.Name, ops.Name, undone, pod, ops.Name, sb.Namespace)
 }
 
 // opsPatchUndone reads the ops named opsName and says how sb's template no longer

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -101,6 +102,43 @@ func TestNoPodIsBuiltFromAnEditThatUndidThePatch(t *testing.T) {
 	r.publishPreHookDone(t)
 
 	expectUndone(t, failed, "the old pod was already deleted")
+	select {
+	case ev := <-ready:
+		t.Fatalf("pod-ready for pod %s: the sandbox would count as updated", ev.Data.NewPodUID)
+	default:
+	}
+}
+
+// A pod built from the patch for the attempt (its handler then died), Ready
+// after the template was set back so that it no longer carries the patch, is
+// not reported ready by the informer-driven wait: the sandbox is not counted
+// as updated with its template on the old image. Before, the wait reported
+// it, and the sandbox Succeeded with spec.template on v1 and the pod on v2.
+func TestReadyPodOfAnEditThatUndidThePatchIsNotReported(t *testing.T) {
+	startPodcycler(t)
+	r := undoneRun(t, "sbx-undone-ready")
+	ready := r.bus.subscribe(t, r.ns, r.name, events.TokenPodReady)
+	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
+	ctx := context.Background()
+	pods := testenv.Get(t).Kube.CoreV1().Pods(r.ns)
+	if err := pods.Delete(ctx, r.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete old pod: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, "old pod gone", func() (bool, error) {
+		_, err := pods.Get(ctx, r.name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+	// The pod the handler built from the patched template (r.target) for
+	// the attempt, before it died.
+	built := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: r.ns,
+		Labels:          map[string]string{agentsv1alpha1.LabelPodTemplateHash: r.target},
+		Annotations:     map[string]string{upgrade.AnnotationPodAttempt: r.prehook.Data.Attempt, upgrade.AnnotationPodOps: testOps},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(r.sandbox, agentsv1alpha1.SchemeGroupVersion.WithKind("Sandbox"))}}}
+	built.Spec.Containers = []corev1.Container{{Name: "main", Image: "registry.example/sandbox:v2"}}
+	if _, err := pods.Create(ctx, built, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the attempt's pod: %v", err)
+	}
+	expectUndone(t, failed, "the pod built from the patch (uid ")
 	select {
 	case ev := <-ready:
 		t.Fatalf("pod-ready for pod %s: the sandbox would count as updated", ev.Data.NewPodUID)

@@ -58,6 +58,17 @@ func (c *cycler) watchUpgradedPod(ctx context.Context, key string, sb *agentsv1a
 	if opsName != "" {
 		data.Ops = events.OpsRef{Name: opsName, UID: types.UID(attempt)}
 	}
+	if v.outcome == podReady && opsName != "" {
+		// The template edited since the pod was built from it, so that it
+		// no longer carries the ops's patch: not counted as updated, as
+		// the UpgradePod handler would not (patchUndone). Its handler may
+		// have died before it could look.
+		if message, err := c.readyButUndone(ctx, sb, pod, opsName, attempt); err != nil {
+			return err
+		} else if message != "" {
+			v.outcome, v.message = podFailed, message
+		}
+	}
 	var ev events.Event
 	switch v.outcome {
 	case podWaiting:
@@ -133,4 +144,20 @@ func (c *cycler) checkpointNote(ctx context.Context, sb *agentsv1alpha1.Sandbox,
 		return upgrade.CheckpointGoneNote(sb.Namespace, sb.Name, id)
 	}
 	return upgrade.CheckpointKeptNote(sb.Namespace, sb.Name, id)
+}
+
+// readyButUndone returns UpgradePod's failure for pod, Ready and built for the
+// attempt of the ops named opsName, when sb's template changed since the pod
+// was built (its revision is not the pod's) and no longer carries the ops's
+// patch; "" otherwise. The ops is read only when the template changed.
+func (c *cycler) readyButUndone(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, opsName, attempt string) (string, error) {
+	target, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil || target == pod.Labels[agentsv1alpha1.LabelPodTemplateHash] {
+		return "", nil
+	}
+	ops, undone, err := c.opsPatchUndone(ctx, sb, opsName, types.UID(attempt))
+	if err != nil || undone == "" {
+		return "", err
+	}
+	return undoneMessage(sb, ops, undone, pod, attempt, target), nil
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -114,7 +115,10 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	case sb.UID != d.Sandbox.UID:
 		return outcome{skip: fmt.Sprintf("sandbox was replaced (uid %s, event for %s)", sb.UID, d.Sandbox.UID), cacheSkip: !fresh}, nil, nil
 	}
-	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name {
+	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name &&
+		// Its label removed while the attempt is in a stage: still the
+		// ops's (the selector puts the label back).
+		!(d.Ops.Name != "" && upgrade.LostLabelMidAttempt(sb, d.Ops.Name, types.UID(d.Attempt))) {
 		// A direct attempt's event too: the selector removes a finished
 		// ops's label before it starts one, so an ops claimed the sandbox
 		// since, and drives it now.
