@@ -89,7 +89,11 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	// had its woken pod (the template it replaced is kept for this attempt
 	// only then). Not waited for again: with no pod now, nothing would wake
 	// it in this stage; the checks below go on with the pod there is.
-	if upgrade.AdmittedToWake(sb) && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] != d.Attempt {
+	// (A resume's mark is the selector's, re-keyed to it at admission: not
+	// a sign of a patch.)
+	_, _, resumed := upgrade.Resumes(sb, d.Attempt)
+	patchedBefore := d.ResumedReason == "" && !resumed && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == d.Attempt
+	if upgrade.AdmittedToWake(sb) && !patchedBefore {
 		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
 			// No pod can be built to wake it: said now, not after the
 			// wake-up's deadline as a pod that never came (unless its ops

@@ -220,7 +220,8 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	// as it is, until the patcher has patched it (it keeps the template it
 	// replaced for the attempt then): after that the attempt's stages own
 	// the pod as for any other.
-	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == admitted) {
+	// (A resume's mark is re-keyed to it by the selector at admission.)
+	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || patchedForFresh(sb, admitted)) {
 		// An ops admitted the sandbox and statusagg has not recorded the
 		// attempt yet: its stages own the pod as they will once recorded.
 		// A pod missing now is one its UpgradePod handler (in this replica
@@ -413,4 +414,13 @@ func admittedNotShown(sb *agentsv1alpha1.Sandbox) string {
 		return ""
 	}
 	return attempt
+}
+
+// patchedForFresh reports whether the patcher patched sb for attempt, a
+// fresh attempt (one that resumes none): it keeps the template it replaced
+// for that attempt (upgrade.AnnotationOriginalTemplateFor). A resume's mark
+// is the selector's, re-keyed to the resume at its admission.
+func patchedForFresh(sb *agentsv1alpha1.Sandbox, attempt string) bool {
+	_, _, resumes := upgrade.Resumes(sb, attempt)
+	return !resumes && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == attempt
 }
