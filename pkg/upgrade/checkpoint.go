@@ -72,6 +72,18 @@ func ChecksPoint(sb *agentsv1alpha1.Sandbox, attempt string) bool {
 		sb.Spec.UpgradePolicy.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore
 }
 
+// CheckpointFailedAfterBackup reports whether attempt, whose status shows
+// reason, failed in Checkpointing once its preUpgrade had run: the patcher
+// writes the strategy mark for the attempt (AnnotationUpgradeStrategy) only
+// past its check of the images, the one CheckpointFailed it files before
+// preUpgrade. Its backup is then the good one: a pod the sandbox gets
+// before the resume (its old pod deleted or evicted since) starts empty and
+// must not be backed up over it (ResumeAt), just as after UpgradePodFailed.
+func CheckpointFailedAfterBackup(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool {
+	return reason == agentsv1alpha1.UpgradingReasonCheckpointFailed && attempt != "" &&
+		sb.Annotations[AnnotationUpgradeStrategy] == StrategyValue(attempt)
+}
+
 // AttemptHash is a short, label-safe name of an attempt.
 func AttemptHash(attempt string) string {
 	sum := sha256.Sum256([]byte(attempt))

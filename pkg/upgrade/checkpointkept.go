@@ -18,7 +18,8 @@ import (
 const AnnotationCheckpointKept = "molt.dev/checkpoint-kept"
 
 // AnnotationCheckpointKeptPausedAt is written with AnnotationCheckpointKept:
-// the ops's metadata.generation once paused by that write.
+// the ops's metadata.generation once paused by that write, and its UID
+// (PausedAtValue).
 const AnnotationCheckpointKeptPausedAt = "molt.dev/checkpoint-kept-paused-at"
 
 // PausedForCheckpointKept returns AnnotationCheckpointKept's value when ops is

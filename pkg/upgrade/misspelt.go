@@ -24,7 +24,7 @@ const AnnotationMisspeltContainer = "molt.dev/misspelt-container"
 
 // AnnotationMisspeltPausedAt is the SandboxUpdateOps annotation written
 // with AnnotationMisspeltContainer: the ops's metadata.generation once
-// paused by that write. While the ops is still at it, the pause is molt's;
+// paused by that write, and its UID (PausedAtValue). While the ops is still at it, the pause is molt's;
 // a later pause (after the user resumed) is the user's own.
 const AnnotationMisspeltPausedAt = "molt.dev/misspelt-container-paused-at"
 
@@ -35,14 +35,38 @@ func PausedForMisspelling(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
 }
 
 // pausedBy returns the value of the annotation the selector wrote with
-// spec.paused: true and pausedAt (the generation that write made), while ops
-// is still paused at that generation: a later pause is the user's own.
+// spec.paused: true and pausedAt (PausedAtValue), while ops is still paused
+// at the generation that write made: a later pause is the user's own.
 func pausedBy(ops *agentsv1alpha1.SandboxUpdateOps, annotation, pausedAt string) (string, bool) {
 	v, ok := ops.Annotations[annotation]
-	if !ok || !ops.Spec.Paused || ops.Annotations[pausedAt] != strconv.FormatInt(ops.Generation, 10) {
+	gen, uid, _ := strings.Cut(ops.Annotations[pausedAt], " ")
+	if !ok || !ops.Spec.Paused || gen != strconv.FormatInt(ops.Generation, 10) || (uid != "" && uid != string(ops.UID)) {
 		return "", false
 	}
 	return v, true
+}
+
+// PausedAtValue is what the selector writes in a paused-at annotation
+// (AnnotationMisspeltPausedAt, AnnotationNoBackupPausedAt,
+// AnnotationCheckpointKeptPausedAt) with its pause of ops: the generation
+// that write makes (it changes spec) and the ops's UID.
+func PausedAtValue(ops *agentsv1alpha1.SandboxUpdateOps) string {
+	return strconv.FormatInt(ops.Generation+1, 10) + " " + string(ops.UID)
+}
+
+// PausedOnce reports whether the selector paused ops for annotation already
+// (its pauses come once per ops: resuming is the user's answer). An ops
+// created from a copy of another one (`kubectl get -o yaml`, edited, applied
+// again) carries that one's annotations, and its UID in pausedAt: that is
+// not this ops's pause, and it is paused again. A paused-at value with no
+// UID (an older molt's; an annotation copied on purpose, as `kubectl molt
+// retry` does for a meant container) is taken as this ops's.
+func PausedOnce(ops *agentsv1alpha1.SandboxUpdateOps, annotation, pausedAt string) bool {
+	if _, ok := ops.Annotations[annotation]; !ok {
+		return false
+	}
+	_, uid, _ := strings.Cut(ops.Annotations[pausedAt], " ")
+	return uid == "" || uid == string(ops.UID)
 }
 
 // maxMisspelling is how many single-character edits apart a container name

@@ -18,7 +18,7 @@ import (
 const AnnotationNoBackup = "molt.dev/no-backup"
 
 // AnnotationNoBackupPausedAt is written with AnnotationNoBackup: the ops's
-// metadata.generation once paused by that write. While the ops is still at
+// metadata.generation once paused by that write, and its UID (PausedAtValue). While the ops is still at
 // it, the pause is molt's; a later pause is the user's own.
 const AnnotationNoBackupPausedAt = "molt.dev/no-backup-paused-at"
 

@@ -100,6 +100,18 @@ func originalHolds(sb *agentsv1alpha1.Sandbox, key string) bool {
 	return resumes && failed == cur && why == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && reason == why
 }
 
+// PatchedForFresh reports whether the patcher patched sb for attempt, a
+// fresh attempt (one that resumes none): only then does it keep the
+// template it replaced for that attempt (AnnotationOriginalTemplateFor).
+// A resume's mark is the selector's, moved to the resume at its admission,
+// and says nothing of a patch.
+func PatchedForFresh(sb *agentsv1alpha1.Sandbox, attempt string) bool {
+	if _, _, resumes := Resumes(sb, attempt); resumes {
+		return false
+	}
+	return attempt != "" && sb.Annotations[AnnotationOriginalTemplateFor] == attempt
+}
+
 // PodTemplate returns the template a pod that sb gets outside UpgradePod is
 // built from: OriginalTemplate while it holds, else spec.template. original
 // says which.

@@ -113,3 +113,36 @@ func TestBeforeBackup(t *testing.T) {
 		})
 	}
 }
+
+func TestPatchedForFresh(t *testing.T) {
+	sandbox := func(annotations ...string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+		for i := 0; i+1 < len(annotations); i += 2 {
+			sb.Annotations[annotations[i]] = annotations[i+1]
+		}
+		return sb
+	}
+	const (
+		keptFor = AnnotationOriginalTemplateFor
+		preF    = agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+	)
+	for _, tc := range []struct {
+		name    string
+		sb      *agentsv1alpha1.Sandbox
+		attempt string
+		want    bool
+	}{
+		{"the patcher kept the template for this fresh attempt", sandbox(keptFor, "a1"), "a1", true},
+		{"nothing kept", sandbox(), "a1", false},
+		{"kept for another attempt", sandbox(keptFor, "a0"), "a1", false},
+		{"the selector moved the mark to this resume", sandbox(keptFor, "a2", AnnotationResumes, ResumesValue("a2", "a1", preF)), "a2", false},
+		{"a resume of another attempt is recorded", sandbox(keptFor, "a2", AnnotationResumes, ResumesValue("a9", "a1", preF)), "a2", true},
+		{"no attempt", sandbox(keptFor, ""), "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PatchedForFresh(tc.sb, tc.attempt); got != tc.want {
+				t.Fatalf("PatchedForFresh(%v, %q) = %v, want %v", tc.sb.Annotations, tc.attempt, got, tc.want)
+			}
+		})
+	}
+}

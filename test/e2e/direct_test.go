@@ -47,3 +47,44 @@ func TestDirectUpgradeWithoutOps(t *testing.T) {
 		t.Fatalf("pods created during the direct upgrade: %v, want exactly 1", adds["dir-00"])
 	}
 }
+
+// A direct upgrade that failed before it replaced the pod (here its
+// preUpgrade hook fails) is left by setting the template back to what the
+// pod runs, as its message says: the rollback continues the failed attempt,
+// keeps the pod, and the sandbox is Running and Succeeded again. Before, the
+// pod already ran the template, so no attempt started, and the healthy
+// sandbox showed Upgrading (PreUpgradeFailed) and Ready=False for good.
+func TestDirectRollbackAfterAFailureLeavesIt(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "rb", 1, "rb-pool", func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+		sb.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+			Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "test ! -e /tmp/nope"}}, TimeoutSeconds: 10}}
+	})
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "rb-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// v2 and a hook that fails on it: PreUpgradeFailed, the pod untouched.
+	kubectl(t, "", "patch", "sandbox", "rb-00", "-n", ns, "--type=json", "-p",
+		`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"my-registry/sandbox-image:v2"},`+
+			`{"op":"replace","path":"/spec/lifecycle/preUpgrade/exec/command/2","value":"exit 3"}]`)
+	testenv.Eventually(t, 2*time.Minute, "rb-00's direct upgrade failed in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "rb-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgradeFailed, fmt.Errorf("Upgrading %+v", c)
+	})
+	// Rolled back, the hook fixed in the same edit.
+	kubectl(t, "", "patch", "sandbox", "rb-00", "-n", ns, "--type=json", "-p",
+		`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"my-registry/sandbox-image:v1"},`+
+			`{"op":"replace","path":"/spec/lifecycle/preUpgrade/exec/command/2","value":"true"}]`)
+	waitDirectUpgraded(t, s, ns, "rb-00", "my-registry/sandbox-image:v1")
+	after, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "rb-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID {
+		t.Errorf("rb-00's pod replaced by the rollback: uid %s, was %s; want it kept", after.UID, before.UID)
+	}
+}

@@ -538,19 +538,7 @@ func TestImageEditedMidUpgradeIsNotCountedUpdated(t *testing.T) {
 // it as no longer the ops's, the ops completed without it (TOTAL went down),
 // and the watchdog failed it with its template patched and its old pod left.
 func TestOpsLabelRemovedMidUpgradeIsPutBack(t *testing.T) {
-	s := Stack(t)
-	ns := s.env.Namespace(t)
-	workspaceSandboxes(t, s, ns, "lb", "lb-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 1)
-	kubectl(t, hookOps("up", "lb-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, restoreHook, 60), "apply", "-n", ns, "-f", "-")
-	testenv.Eventually(t, time.Minute, "lb-00 in PreUpgrade", func() (bool, error) {
-		c := upgradingCondition(t, s, ns, "lb-00")
-		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("Upgrading %+v", c)
-	})
-	kubectl(t, "", "label", "sbx", "lb-00", "-n", ns, agentsv1alpha1.LabelUpdateOps+"-")
-	ops := waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
-	if ops.Status.Replicas != 1 || ops.Status.UpdatedReplicas != 1 {
-		t.Errorf("ops counts %d total, %d updated; want 1 and 1", ops.Status.Replicas, ops.Status.UpdatedReplicas)
-	}
+	s, ns := removeOpsLabelAt(t, "lb", 1, agentsv1alpha1.UpgradingReasonPreUpgrade)
 	sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), "lb-00", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -566,20 +554,31 @@ func TestOpsLabelRemovedMidUpgradeIsPutBack(t *testing.T) {
 // A sandbox whose ops label is removed after its upgrade succeeded, while the
 // ops still upgrades others, stays counted as updated: TOTAL and UPDATED do
 // not go down, and the ops completes counting it. Before, it left the counts
-// and the ops completed with a smaller TOTAL.
+// and the ops completed with a smaller TOTAL. (maxUnavailable 1: the second
+// sandbox waits while the first upgrades, then takes 8 s.)
 func TestOpsLabelRemovedAfterSuccessStaysCounted(t *testing.T) {
+	removeOpsLabelAt(t, "ls", 2, agentsv1alpha1.UpgradingReasonSucceeded)
+}
+
+// removeOpsLabelAt makes n sandboxes prefix-NN with workspaces, upgrades them
+// with ops "up" (an 8-second preUpgrade, maxUnavailable 1), takes the ops
+// label off prefix-00 once its Upgrading reason is reason, and checks the ops
+// completes counting all n as updated.
+func removeOpsLabelAt(t *testing.T, prefix string, n int, reason string) (*stack, string) {
+	t.Helper()
 	s := Stack(t)
 	ns := s.env.Namespace(t)
-	workspaceSandboxes(t, s, ns, "ls", "ls-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 2)
-	// maxUnavailable 1: ls-01 waits while ls-00 upgrades, then takes 8 s.
-	kubectl(t, hookOps("up", "ls-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, restoreHook, 60), "apply", "-n", ns, "-f", "-")
-	testenv.Eventually(t, 2*time.Minute, "ls-00 Succeeded", func() (bool, error) {
-		c := upgradingCondition(t, s, ns, "ls-00")
-		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonSucceeded, fmt.Errorf("Upgrading %+v", c)
+	first := prefix + "-00"
+	workspaceSandboxes(t, s, ns, prefix, prefix+"-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", n)
+	kubectl(t, hookOps("up", prefix+"-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, restoreHook, 60), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 2*time.Minute, first+" in "+reason, func() (bool, error) {
+		c := upgradingCondition(t, s, ns, first)
+		return c != nil && c.Reason == reason, fmt.Errorf("Upgrading %+v", c)
 	})
-	kubectl(t, "", "label", "sbx", "ls-00", "-n", ns, agentsv1alpha1.LabelUpdateOps+"-")
+	kubectl(t, "", "label", "sbx", first, "-n", ns, agentsv1alpha1.LabelUpdateOps+"-")
 	ops := waitOps(t, s, ns, "up", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
-	if ops.Status.Replicas != 2 || ops.Status.UpdatedReplicas != 2 {
-		t.Errorf("ops counts %d total, %d updated; want 2 and 2", ops.Status.Replicas, ops.Status.UpdatedReplicas)
+	if ops.Status.Replicas != int32(n) || ops.Status.UpdatedReplicas != int32(n) {
+		t.Errorf("ops counts %d total, %d updated; want %d and %d", ops.Status.Replicas, ops.Status.UpdatedReplicas, n, n)
 	}
+	return s, ns
 }

@@ -245,7 +245,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			fmt.Fprintf(w, "  warning: this ops has no hooks: %d sandboxes (%s), whose last upgrade restored their workspace into the pod, get a new pod and nothing backs it up or restores it: their workspace is lost; if that is not meant, add the hooks, or select only the failed sandboxes\n",
 				len(unbacked), named)
 		}
-		if _, resumed := ops.Annotations[upgrade.AnnotationNoBackup]; !resumed {
+		if !upgrade.PausedOnce(ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
 		}
 	}
@@ -253,7 +253,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		named := strings.Join(left[:min(len(left), 5)], ", ") + more(len(left)-5)
 		fmt.Fprintf(w, "  warning: %d sandboxes (%s) failed a CheckpointRestore upgrade after their old pod was gone: their workspace is kept only in a checkpoint (kubectl get cp -n %s), and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
 			len(left), named, ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType())
-		if _, resumed := ops.Annotations[upgrade.AnnotationCheckpointKept]; !resumed {
+		if !upgrade.PausedOnce(ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go\n")
 		}
 	}

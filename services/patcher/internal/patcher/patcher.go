@@ -89,10 +89,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	// had its woken pod (the template it replaced is kept for this attempt
 	// only then). Not waited for again: with no pod now, nothing would wake
 	// it in this stage; the checks below go on with the pod there is.
-	// (A resume's mark is the selector's, re-keyed to it at admission: not
-	// a sign of a patch.)
-	_, _, resumed := upgrade.Resumes(sb, d.Attempt)
-	patchedBefore := d.ResumedReason == "" && !resumed && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == d.Attempt
+	patchedBefore := d.ResumedReason == "" && upgrade.PatchedForFresh(sb, d.Attempt)
 	if upgrade.AdmittedToWake(sb) && !patchedBefore {
 		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
 			// No pod can be built to wake it: said now, not after the
@@ -160,7 +157,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return p.fail(ctx, ev, noPodToBackUp(sb, ops, true))
 		}
 		if pod == nil && d.ResumedReason == "" && !resumes && backs {
-			if sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == d.Attempt {
+			if upgrade.PatchedForFresh(sb, d.Attempt) {
 				// An earlier delivery patched it while it had a pod (the
 				// template it replaced is kept for this attempt only then):
 				// hookrunner backs that pod up, or fails the stage as it

@@ -108,7 +108,7 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 			// The same create gets the same answer until a person changes
 			// something: fail now, in the server's words, not after
 			// redeliveries minutes apart.
-			return "", fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s: %s; nothing was checkpointed, and the old pod was not deleted and keeps running: fix the cause (an admission policy or webhook, podcycler's RBAC, a quota on checkpoints), then create a new SandboxUpdateOps",
+			return "", fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s: %s; nothing was checkpointed, and podcycler did not delete the old pod: fix the cause (an admission policy or webhook, podcycler's RBAC, a quota on checkpoints), then create a new SandboxUpdateOps",
 				name, old.Name, sb.Namespace, sb.Name, words), nil
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -131,20 +131,20 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 			// with its sandbox. Waiting longer cannot end well, and one being
 			// deleted (held by a checkpointer's finalizer) is no checkpoint
 			// to restore from, Succeeded or not.
-			return "", fmt.Sprintf("checkpoint %s of pod %s was deleted before podcycler could restore from it; the old pod was not deleted and keeps running: create a new SandboxUpdateOps to checkpoint it again (nothing to do if the sandbox itself is being deleted)", name, old.Name), nil
+			return "", fmt.Sprintf("checkpoint %s of pod %s was deleted before podcycler could restore from it; podcycler did not delete the old pod: create a new SandboxUpdateOps to checkpoint it again (nothing to do if the sandbox itself is being deleted)", name, old.Name), nil
 		case err != nil:
 		case cp.Status.Phase == agentsv1alpha1.CheckpointSucceeded && cp.Status.CheckpointID != "":
 			klog.FromContext(ctx).Info("Checkpoint succeeded", "checkpoint", klog.KObj(cp), "id", cp.Status.CheckpointID)
 			return cp.Status.CheckpointID, "", nil
 		case cp.Status.Phase == agentsv1alpha1.CheckpointFailed:
-			return "", fmt.Sprintf("checkpoint %s of pod %s failed: %s; the old pod was not deleted and keeps running: fix the checkpointer's cause, then create a new SandboxUpdateOps (it takes a new checkpoint)", name, old.Name, cp.Status.Message), nil
+			return "", fmt.Sprintf("checkpoint %s of pod %s failed: %s; podcycler did not delete the old pod: fix the checkpointer's cause, then create a new SandboxUpdateOps (it takes a new checkpoint)", name, old.Name, cp.Status.Message), nil
 		}
 		select {
 		case <-waitCtx.Done():
 			if ctx.Err() != nil {
 				return "", "", ctx.Err()
 			}
-			return "", fmt.Sprintf("checkpoint %s of pod %s was not taken within %s (--pod-ready-timeout): no checkpointer marked it Succeeded or Failed; the old pod was not deleted and keeps running: check the checkpointer (kubectl get cp %s -n %s -o yaml), then create a new SandboxUpdateOps", name, old.Name, c.readyTimeout, name, sb.Namespace), nil
+			return "", fmt.Sprintf("checkpoint %s of pod %s was not taken within %s (--pod-ready-timeout): no checkpointer marked it Succeeded or Failed; podcycler did not delete the old pod: check the checkpointer (kubectl get cp %s -n %s -o yaml), then create a new SandboxUpdateOps", name, old.Name, c.readyTimeout, name, sb.Namespace), nil
 		case <-tick.C:
 		}
 	}

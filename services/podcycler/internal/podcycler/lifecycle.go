@@ -221,7 +221,7 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	// replaced for the attempt then): after that the attempt's stages own
 	// the pod as for any other.
 	// (A resume's mark is re-keyed to it by the selector at admission.)
-	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || patchedForFresh(sb, admitted)) {
+	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || upgrade.PatchedForFresh(sb, admitted)) {
 		// An ops admitted the sandbox and statusagg has not recorded the
 		// attempt yet: its stages own the pod as they will once recorded.
 		// A pod missing now is one its UpgradePod handler (in this replica
@@ -275,11 +275,13 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		// plain pod that a resume takes for the original and backs up.
 	case reason == agentsv1alpha1.UpgradingReasonUpgradePod:
 		pod, why = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps]), reasonUpgrade
-	case agentsv1alpha1.IsUpgradingFailedReason(reason) && upgrade.MayHaveReplacedPod(sb, attempt, reason):
-		// The attempt (or its chain) may have replaced the pod: a pod built
-		// now is a new one of the attempt (upgrade.ResumeAt never backs it
-		// up over the backup or checkpoint taken). Otherwise it is a plain
-		// pod, which a resume backs up first.
+	case agentsv1alpha1.IsUpgradingFailedReason(reason) &&
+		(upgrade.MayHaveReplacedPod(sb, attempt, reason) || upgrade.CheckpointFailedAfterBackup(sb, attempt, reason)):
+		// The attempt (or its chain) may have replaced the pod, or took its
+		// backup before its checkpoint failed: a pod built now is a new one
+		// of the attempt (upgrade.ResumeAt never backs it up over the
+		// backup or checkpoint taken). Otherwise it is a plain pod, which a
+		// resume backs up first.
 		pod = buildPod(sb, revision, attempt, sb.Labels[agentsv1alpha1.LabelUpdateOps])
 	}
 	if upgrade.BuiltBy(pod, attempt) && upgrade.ChecksPoint(sb, attempt) {
@@ -414,13 +416,4 @@ func admittedNotShown(sb *agentsv1alpha1.Sandbox) string {
 		return ""
 	}
 	return attempt
-}
-
-// patchedForFresh reports whether the patcher patched sb for attempt, a
-// fresh attempt (one that resumes none): it keeps the template it replaced
-// for that attempt (upgrade.AnnotationOriginalTemplateFor). A resume's mark
-// is the selector's, re-keyed to the resume at its admission.
-func patchedForFresh(sb *agentsv1alpha1.Sandbox, attempt string) bool {
-	_, _, resumes := upgrade.Resumes(sb, attempt)
-	return !resumes && sb.Annotations[upgrade.AnnotationOriginalTemplateFor] == attempt
 }

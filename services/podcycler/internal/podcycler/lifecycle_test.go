@@ -135,33 +135,44 @@ func TestPodOfAFailedPreUpgradeRunsTheOriginalTemplate(t *testing.T) {
 	}
 }
 
-// A pod built for a sandbox whose last attempt failed before it replaced the
-// pod (in PreUpgrade before the patch was written, so no original template is
-// kept; in Checkpointing) is a plain pod: it holds the workspace from then on,
-// and a resume must back it up. Stamped with the failed attempt, a resume
-// would take it for the attempt's new pod, skip preUpgrade and delete it. A
-// pod built after an UpgradePodFailed is the attempt's, and so is one built
-// after an attempt that continued an UpgradePodFailed failed in PreUpgrade
-// (the pod lost was the chain's new pod: backed up, it would overwrite the
-// good backup).
+// A pod built for a sandbox whose last attempt failed before its backup (in
+// PreUpgrade before the patch was written, so no original template is kept;
+// a CheckpointRestore refused for its image before preUpgrade, with no
+// strategy mark) is a plain pod: it holds the workspace from then on, and a
+// resume must back it up. Stamped with the failed attempt, a resume would
+// take it for the attempt's new pod, skip preUpgrade and delete it. A pod
+// built after an UpgradePodFailed is the attempt's, and so is one built after
+// an attempt that continued an UpgradePodFailed failed in PreUpgrade (the pod
+// lost was the chain's new pod: backed up, it would overwrite the good
+// backup), and one built after a CheckpointFailed past preUpgrade (the strategy
+// mark written: its backup is the good one, and the lost pod took the
+// workspace with it).
 func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	startPodcycler(t)
 	for i, tc := range []struct {
-		reason, resumes string
-		stamped         bool
+		reason, resumes, strategy string
+		stamped                   bool
 	}{
-		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "", false},
-		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", false},
-		{agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", true},
-		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "a1 a0 " + agentsv1alpha1.UpgradingReasonUpgradePodFailed, true},
+		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "", "", false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", "", false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a0"), false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a1"), true},
+		{agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", "", true},
+		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "a1 a0 " + agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", true},
 	} {
 		sb := createSandbox(t, ns, fmt.Sprintf("sbx-before-%d", i), "registry.example/sandbox:v1")
 		pod := waitPodReady(t, ns, sb.Name, "")
-		if tc.resumes != "" {
+		if tc.resumes != "" || tc.strategy != "" {
 			updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
-				s.Annotations = map[string]string{upgrade.AnnotationResumes: tc.resumes}
+				s.Annotations = map[string]string{}
+				if tc.resumes != "" {
+					s.Annotations[upgrade.AnnotationResumes] = tc.resumes
+				}
+				if tc.strategy != "" {
+					s.Annotations[upgrade.AnnotationUpgradeStrategy] = tc.strategy
+				}
 			})
 		}
 		setUpgradeStatus(t, ns, sb.Name, "a1", tc.reason)
@@ -172,9 +183,9 @@ func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 		a, stamped := again.Annotations[upgrade.AnnotationPodAttempt]
 		switch {
 		case tc.stamped && a != "a1":
-			t.Errorf("%s (resumes %q): pod built after the attempt (or its chain) replaced the pod carries attempt %q, want a1", tc.reason, tc.resumes, a)
+			t.Errorf("%s (resumes %q, strategy %q): pod built after the attempt (or its chain) replaced the pod or took its backup carries attempt %q, want a1", tc.reason, tc.resumes, tc.strategy, a)
 		case !tc.stamped && stamped:
-			t.Errorf("%s: pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", tc.reason, upgrade.AnnotationPodAttempt, a)
+			t.Errorf("%s (strategy %q): pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", tc.reason, tc.strategy, upgrade.AnnotationPodAttempt, a)
 		}
 	}
 

@@ -62,7 +62,7 @@ func TestRefusedCheckpointFailsCheckpointingAtOnce(t *testing.T) {
 
 	wantCheckpointFailed(t, failed,
 		fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s", upgrade.CheckpointName(r.name, testAttempt), r.name, r.ns, r.name),
-		words, "the old pod was not deleted and keeps running", "then create a new SandboxUpdateOps",
+		words, "podcycler did not delete the old pod", "then create a new SandboxUpdateOps",
 	)
 	r.assertOldPodRuns(t)
 }
@@ -218,7 +218,7 @@ func TestCheckpointBeingDeletedFailsCheckpointing(t *testing.T) {
 	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
 	r.publishPreHookDone(t)
 
-	wantCheckpointFailed(t, failed, cp.Name, "deleted", "keeps running")
+	wantCheckpointFailed(t, failed, cp.Name, "deleted", "podcycler did not delete the old pod")
 	r.assertOldPodRuns(t)
 }
 

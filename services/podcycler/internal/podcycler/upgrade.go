@@ -233,6 +233,13 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 	}
 	if refused := upgrade.PodRefusal(err); refused != "" {
 		message := fmt.Sprintf("the API server refused the new pod of sandbox %s: %s; fix the patch or the sandbox's template, then create a new SandboxUpdateOps to resume", key, refused)
+		// Its dry run passed before the delete, or it had none (a
+		// redelivery): the sandbox is left with no pod.
+		gone := "its old pod is gone"
+		if old != nil {
+			gone = fmt.Sprintf("its old pod (uid %s) is already deleted", old.UID)
+		}
+		message += "; " + gone + ", so the sandbox has no pod until then: podcycler builds it once the API server accepts the template, and the resume goes on from UpgradePod, with no second backup"
 		if id := pod.Annotations[upgrade.AnnotationRestoreFrom]; id != "" {
 			message = upgrade.WithNote(message, upgrade.CheckpointKeptNote(ns, name, id))
 		}
@@ -475,13 +482,31 @@ func (c *cycler) waitNameFree(ctx context.Context, ns, name string, oldUID types
 		case <-time.After(nameFreePoll):
 		case <-deadline.C:
 			stop()
-			return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: still there after %s", ns, name, oldUID, nameFreeWait)
+			return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: still there after %s%s", ns, name, oldUID, nameFreeWait, stuckPod(pod))
 		case <-ctx.Done():
 			stop()
 			return fmt.Errorf("wait for old pod %s/%s (uid %s) to go: %w", ns, name, oldUID, ctx.Err())
 		}
 		stop()
 	}
+}
+
+// stuckPod says what holds pod, an old pod whose name is not free yet, and
+// the way on: its delete (when), its grace period, its node and finalizers.
+func stuckPod(pod *corev1.Pod) string {
+	if pod.DeletionTimestamp == nil {
+		return fmt.Sprintf(" and not being deleted (its delete was not seen yet; kubectl describe pod %s -n %s)", pod.Name, pod.Namespace)
+	}
+	grace := int64(0)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	holds := fmt.Sprintf("the kubelet of node %q has not confirmed its containers stopped", pod.Spec.NodeName)
+	if len(pod.Finalizers) > 0 {
+		holds = fmt.Sprintf("finalizers %v hold it, or %s", pod.Finalizers, holds)
+	}
+	return fmt.Sprintf(" (deleting since %s, grace period %ds): %s; once you are sure they stopped (a node that is gone), kubectl delete pod %s -n %s --grace-period=0 --force frees the name, and the new pod is built",
+		pod.DeletionTimestamp.UTC().Format(time.RFC3339), grace, holds, pod.Name, pod.Namespace)
 }
 
 // stillToReplace reads sb again from the API server and says why its pod must no longer

@@ -95,12 +95,31 @@ func (s *Selector) recordClaimRefused(ctx context.Context, ops *agentsv1alpha1.S
 	return nil
 }
 
+// directPendingRecheck is how soon an ops looks again at a sandbox it held
+// back for a direct upgrade statusagg has not recorded (the record itself
+// requeues the ops too).
+const directPendingRecheck = 5 * time.Second
+
 // label writes the ops label (and the resume annotations) on one candidate
 // and returns the written sandbox's resourceVersion; "" when the sandbox is
 // gone or the write failed.
 func (s *Selector) label(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, c upgrade.Candidate) (string, error) {
 	attempt := string(ops.UID)
 	sb := c.Sandbox
+	if sb.Spec.UpgradePolicy != nil && s.pendingDirect != nil {
+		// Its own direct upgrade may be under way with statusagg behind
+		// (Select excludes one only once its status shows it).
+		prev, err := s.pendingDirect(ctx, sb)
+		if err != nil {
+			return "", fmt.Errorf("admit sandbox %s/%s to ops %s: read the event stream for a direct upgrade of its own (spec.upgradePolicy): %w", sb.Namespace, sb.Name, ops.Name, err)
+		}
+		if prev != "" {
+			klog.FromContext(ctx).Info("Wait: the sandbox's own direct upgrade was requested and statusagg has not recorded it yet (is statusagg running?); it is admitted once that upgrade ends",
+				"sandbox", klog.KObj(sb), "directAttempt", prev)
+			s.enqueueAfter(ops.Namespace+"/"+ops.Name, directPendingRecheck)
+			return "", nil
+		}
+	}
 	patch := metaPatch{Metadata: metaFields{
 		ResourceVersion: sb.ResourceVersion,
 		Labels: map[string]*string{

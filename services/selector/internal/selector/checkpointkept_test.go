@@ -64,7 +64,7 @@ func TestRecreateOpsResumingAKeptCheckpointPauses(t *testing.T) {
 			return false, err
 		}
 		v, at := o.Annotations[upgrade.AnnotationCheckpointKept], o.Annotations[upgrade.AnnotationCheckpointKeptPausedAt]
-		return o.Spec.Paused && v == "sbx-0" && at == strconv.FormatInt(o.Generation, 10),
+		return o.Spec.Paused && v == "sbx-0" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
 			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
 	})
 	if got, err := f.claimed("recreate"); err != nil || len(got) != 0 {

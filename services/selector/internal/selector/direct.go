@@ -108,6 +108,21 @@ func (d *direct) forget(key string) {
 	delete(d.started, key)
 }
 
+// pendingDirect returns a direct attempt requested for sb that statusagg has
+// not consumed yet (the stream's last `requested` of the sandbox, when it is
+// a direct attempt its status does not show): its stages may be running on
+// the sandbox while its status does not say so, and an ops that claimed it
+// now would back up the pod that attempt built, or run beside it. "" when
+// there is none. A stream read, asked only of sandboxes with
+// spec.upgradePolicy as an ops admits them.
+func (d *direct) pendingDirect(ctx context.Context, sb *agentsv1alpha1.Sandbox) (string, error) {
+	attempt, err := d.publisher.UnconsumedRequest(ctx, sb.Namespace, sb.Name, sb.UID)
+	if err != nil || !strings.HasPrefix(attempt, DirectAttemptPrefix) || attempt == upgrade.CurrentAttempt(sb) {
+		return "", err
+	}
+	return attempt, nil
+}
+
 // podOwnerHandler maps a pod event to its sandbox's key (same name).
 func podOwnerHandler(enqueue func(string)) cache.ResourceEventHandler {
 	on := func(obj any) {
@@ -125,7 +140,9 @@ func podOwnerHandler(enqueue func(string)) cache.ResourceEventHandler {
 //  1. it has spec.upgradePolicy and a template and is not being deleted;
 //  2. no active ops claims it, no attempt of it is in progress, and it is
 //     not left failed by an ops (that is resumed by a new ops);
-//  3. its pod exists and was built from another revision than the template;
+//  3. its pod exists and was built from another revision than the template,
+//     or the template was set back to its pod's after a direct attempt
+//     failed before it replaced that pod (rolledBack);
 //  4. this revision has not already failed (a new template change retries).
 //
 // A label left by a finished ops is removed first, so every stage sees a
@@ -150,7 +167,10 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != "" {
-		if o, err := d.ops.SandboxUpdateOps(ns).Get(claimed); err == nil && o.DeletionTimestamp == nil && !upgrade.IsFinished(o) {
+		// An ops being deleted drives it too while it holds its finalizer:
+		// its release waits for a sandbox in a stage, or patched before
+		// statusagg recorded it, and strips the label of every other.
+		if o, err := d.ops.SandboxUpdateOps(ns).Get(claimed); err == nil && upgrade.HoldsNamespace(o) {
 			return nil // the ops drives this sandbox
 		}
 	}
@@ -173,7 +193,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
-	if pod.DeletionTimestamp != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision {
+	if pod.DeletionTimestamp != nil || (pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision && !rolledBack(sb, attempt, reason, revision)) {
 		return nil
 	}
 	if !upgrade.ControlledBy(pod, sb.UID) {
@@ -269,4 +289,22 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		d.later(key, d.republishAfter)
 	}
 	return nil
+}
+
+// rolledBack reports whether attempt, the sandbox's current one, is a direct
+// attempt to another revision than revision (the template's, which its pod
+// runs) that failed (reason) before it replaced the pod: the pod is the one
+// it started from, and the template names that pod's revision again, a
+// rollback: the attempt it starts continues the failed one (upgrade.ResumeAt)
+// and keeps the pod (podcycler's runsTarget), and the sandbox leaves the
+// failure. Without it, a sandbox that is healthy on its template again would
+// show Upgrading and Ready=False until an ops resumed it.
+//
+// A pod that the sandbox got from the failed attempt's own template (its pod
+// was lost meanwhile: the patcher's failure says so) is not its starting pod:
+// a spec edit that leaves the template as it is does not start an attempt
+// that would back that pod up.
+func rolledBack(sb *agentsv1alpha1.Sandbox, attempt, reason, revision string) bool {
+	return strings.HasPrefix(attempt, DirectAttemptPrefix) && !strings.HasPrefix(attempt, DirectAttemptPrefix+revision+"-") && agentsv1alpha1.IsUpgradingFailedReason(reason) &&
+		!upgrade.MayHaveReplacedPod(sb, attempt, reason)
 }

@@ -203,3 +203,49 @@ func (f *fixture) editImage(name, image string) {
 		f.t.Fatal(err)
 	}
 }
+
+// An ops does not claim a sandbox whose own direct upgrade (spec.upgradePolicy)
+// was requested and is not recorded by statusagg yet: its stages may be
+// running, and the ops's attempt would back up the pod that upgrade built, or
+// run beside it. Select leaves out a direct upgrade only once the status shows
+// it; the stream says it before. Once recorded and ended, the ops claims it.
+func TestOpsWaitsForADirectUpgradeNotRecordedYet(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sb := f.sandbox("sbx-0", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+	sb, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Update(ctx, sb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const direct = DirectAttemptPrefix + "rev-edit-2"
+	js, err := jetstream.New(testenv.Get(t).NATSConnect(t, "", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(js, "selector", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, events.Event{Type: events.TypeRequested, Data: events.Data{
+		Sandbox: events.SandboxRef{Namespace: f.ns, Name: sb.Name, UID: sb.UID}, Attempt: direct}}); err != nil {
+		t.Fatal(err)
+	}
+	f.startSelector()
+	f.ops("upgrade", 1, newImage, nil)
+	f.waitFinalizer("upgrade")
+	testenv.Consistently(t, quiet, "sbx-0 not claimed while its direct upgrade is not recorded", func() (bool, error) {
+		got, err := f.claimed("upgrade")
+		return err == nil && len(got) == 0, fmt.Errorf("claimed %v, err %v", got, err)
+	})
+
+	cur := f.getSandbox(sb.Name)
+	cur.Status.Conditions = []metav1.Condition{
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonSucceeded, Message: direct, LastTransitionTime: metav1.Now()},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonSucceeded, LastTransitionTime: metav1.Now()},
+	}
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitClaimed("upgrade", "sbx-0")
+}

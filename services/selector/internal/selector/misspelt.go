@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,7 +28,7 @@ const misspellingTries = 20
 // read). Only once per ops: resuming it is how a user says the new container
 // is meant. An ops with a sandbox already admitted is not paused.
 func (s *Selector) pauseForMisspelling(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (bool, error) {
-	if _, done := ops.Annotations[upgrade.AnnotationMisspeltContainer]; done || sel.NotStarted != sel.Total() {
+	if upgrade.PausedOnce(ops, upgrade.AnnotationMisspeltContainer, upgrade.AnnotationMisspeltPausedAt) || sel.NotStarted != sel.Total() {
 		return false, nil
 	}
 	// The sandboxes that would start from their own template (not resuming
@@ -63,7 +62,7 @@ func (s *Selector) pauseForMisspelling(ctx context.Context, ops *agentsv1alpha1.
 // wait. Only once per ops: resuming it is how a user says those workspaces
 // may go. An ops with a sandbox already admitted is not paused.
 func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (bool, error) {
-	if _, done := ops.Annotations[upgrade.AnnotationNoBackup]; done || sel.NotStarted != sel.Total() {
+	if upgrade.PausedOnce(ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt) || sel.NotStarted != sel.Total() {
 		return false, nil
 	}
 	names := upgrade.Unprotected(ops, sel)
@@ -81,7 +80,7 @@ func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.San
 // (upgrade.CheckpointLeftBehind), as pauseForNoBackup does, with
 // upgrade.AnnotationCheckpointKept naming them.
 func (s *Selector) pauseForCheckpointKept(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (bool, error) {
-	if _, done := ops.Annotations[upgrade.AnnotationCheckpointKept]; done || sel.NotStarted != sel.Total() {
+	if upgrade.PausedOnce(ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt) || sel.NotStarted != sel.Total() {
 		return false, nil
 	}
 	names := upgrade.CheckpointLeftBehind(ops, sel)
@@ -108,7 +107,7 @@ func namedValue(names []string) string {
 }
 
 // pauseOnce writes spec.paused, the annotation (value) and the paused-at
-// annotation (the generation the write makes) in one merge patch against
+// annotation (upgrade.PausedAtValue) in one merge patch against
 // ops as read, and reports that admission must wait. A Conflict (the ops
 // changed since read: the finalizer just added, a status write) waits
 // quietly: its update event brings it back. why and what are for the log
@@ -117,8 +116,7 @@ func (s *Selector) pauseOnce(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": ops.ResourceVersion, "annotations": map[string]string{
 			annotation: value,
-			// The write changes spec, so it moves the generation by one.
-			pausedAt: strconv.FormatInt(ops.Generation+1, 10),
+			pausedAt: upgrade.PausedAtValue(ops),
 		}},
 		"spec": map[string]any{"paused": true},
 	})

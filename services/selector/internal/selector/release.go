@@ -37,7 +37,8 @@ func (s *Selector) ensureFinalizer(ctx context.Context, ops *agentsv1alpha1.Sand
 
 // release runs when ops is being deleted. Deleting an ops strands nothing:
 //  1. list the sandboxes it claimed from the API server, not the cache, so a
-//     label written just before the delete is not missed;
+//     label written just before the delete is not missed, and from the cache
+//     those whose label was removed while its claim annotation stayed;
 //  2. a sandbox whose attempt is in a stage keeps its label, so every stage
 //     goes on driving it to Succeeded or a failed reason (the watchdog bounds
 //     how long); so does one whose template the patcher already patched
@@ -66,9 +67,25 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			return fmt.Errorf("list sandboxes claimed by ops %s/%s: %w", ops.Namespace, ops.Name, err)
 		}
 	}
-	finishing := 0
+	sandboxes := make([]*agentsv1alpha1.Sandbox, 0, len(list.Items))
 	for i := range list.Items {
-		sb := &list.Items[i]
+		sandboxes = append(sandboxes, &list.Items[i])
+	}
+	// Claimed sandboxes whose label was removed (upgrade.UnlabelledClaim): the
+	// label selector misses them, and one still in a stage would be left
+	// driving an attempt of an ops that is gone, outside every budget. They
+	// are rare: the cache is enough (a stale copy conflicts below).
+	unlabelled, err := s.sandboxLister.Sandboxes(ops.Namespace).List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list sandboxes of namespace %s for ops %s: %w", ops.Namespace, ops.Name, err)
+	}
+	for _, sb := range unlabelled {
+		if _, ok := upgrade.UnlabelledClaim(sb, ops.Name, ops.UID); ok {
+			sandboxes = append(sandboxes, sb.DeepCopy())
+		}
+	}
+	finishing := 0
+	for _, sb := range sandboxes {
 		if sb.DeletionTimestamp != nil {
 			// Going away: nothing drives its stage any more (the watchdog and
 			// podcycler leave a sandbox being deleted alone), and one held by
@@ -127,7 +144,7 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 	if err := s.patchFinalizers(ctx, ops, finalizers); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove finalizer from ops %s/%s: %w", ops.Namespace, ops.Name, err)
 	}
-	logger.Info("Released ops", "sandboxes", len(list.Items))
+	logger.Info("Released ops", "sandboxes", len(sandboxes))
 	return nil
 }
 

@@ -79,6 +79,7 @@ func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *ev
 	}))
 	podInformer := podFactory.Core().V1().Pods()
 	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub, republishAfter: cfg.RepublishAfter}
+	s.pendingDirect = d.pendingDirect
 	directCtl := controller.New("selector-direct", d.sync, controller.WithMetrics(queues))
 	d.later = directCtl.EnqueueAfter
 	if _, err := sandboxInformer.Informer().AddEventHandler(directCtl.Handler()); err != nil {

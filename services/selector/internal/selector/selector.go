@@ -45,6 +45,9 @@ type Selector struct {
 	pausedPassed sync.Map
 	// starts remembers the ops this process admits for in each namespace.
 	starts starts
+	// pendingDirect returns a direct attempt of sb that its status does not
+	// show yet (direct.pendingDirect): such a sandbox is not claimed.
+	pendingDirect func(ctx context.Context, sb *agentsv1alpha1.Sandbox) (string, error)
 }
 
 // waitsForBudget is false only when the namespace's last sync left nothing

@@ -14,9 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	listers "molt.dev/pkg/generated/listers/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -491,7 +493,8 @@ func TestReleaseMarksASandboxThatFailedMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Selector{client: f.agents, inflight: newInflight(), republishAfter: DefaultRepublishAfter}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	s := &Selector{client: f.agents, sandboxLister: listers.NewSandboxLister(indexer), inflight: newInflight(), republishAfter: DefaultRepublishAfter}
 	if err := s.release(ctx, deleting); err != nil {
 		t.Fatalf("release: %v", err)
 	}
@@ -552,7 +555,7 @@ func TestMisspeltContainerPausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
 			return false, err
 		}
 		v, at := o.Annotations[upgrade.AnnotationMisspeltContainer], o.Annotations[upgrade.AnnotationMisspeltPausedAt]
-		return o.Spec.Paused && v == "containers/mian (1 edit from containers/main)" && at == strconv.FormatInt(o.Generation, 10),
+		return o.Spec.Paused && v == "containers/mian (1 edit from containers/main)" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
 			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
 	})
 	if got, err := f.claimed("typo"); err != nil || len(got) != 0 {
@@ -563,6 +566,42 @@ func TestMisspeltContainerPausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
 	f.waitClaimed("typo", "sbx-0")
 	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "typo", metav1.GetOptions{}); err != nil || o.Spec.Paused {
 		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
+	}
+}
+
+// An ops created from a copy of one molt paused for sandboxes without a
+// backup (`kubectl get -o yaml`, edited, applied again after a delete)
+// carries that pause's annotations: it is paused all the same, as its own
+// pause has not happened. Before, the copied annotation said "paused once
+// already", and the copy started the sandboxes with no backup at once.
+func TestACopiedOpsWithoutBackupIsPausedAgain(t *testing.T) {
+	f := newFixture(t)
+	for i := range 2 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	f.ops("restore-only", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Annotations = map[string]string{
+			upgrade.AnnotationNoBackup:         "sbx-0, sbx-1",
+			upgrade.AnnotationNoBackupPausedAt: "2 3f7c1b8e-0000-4000-8000-000000000001", // the deleted original's
+		}
+		o.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: &agentsv1alpha1.UpgradeAction{
+			Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "cp -a /backup/. /workspace/"}}}}
+	})
+	testenv.Eventually(t, 30*time.Second, "the copy paused for sandboxes without a backup", func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "restore-only", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if got, err := f.claimed("restore-only"); err != nil || len(got) != 0 {
+			return false, fmt.Errorf("claimed %v (err %v) with no pause of its own", got, err)
+		}
+		at := o.Annotations[upgrade.AnnotationNoBackupPausedAt]
+		return o.Spec.Paused && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
+			fmt.Errorf("paused %v, paused-at %q (generation %d, uid %s)", o.Spec.Paused, at, o.Generation, o.UID)
+	})
+	if got, err := f.claimed("restore-only"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v) while paused, want none", got, err)
 	}
 }
 
@@ -585,7 +624,7 @@ func TestOpsWithoutBackupPausesBeforeItsFirstSandbox(t *testing.T) {
 			return false, err
 		}
 		v, at := o.Annotations[upgrade.AnnotationNoBackup], o.Annotations[upgrade.AnnotationNoBackupPausedAt]
-		return o.Spec.Paused && v == "sbx-0, sbx-1" && at == strconv.FormatInt(o.Generation, 10),
+		return o.Spec.Paused && v == "sbx-0, sbx-1" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
 			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
 	})
 	if got, err := f.claimed("restore-only"); err != nil || len(got) != 0 {

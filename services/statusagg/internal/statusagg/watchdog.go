@@ -330,7 +330,13 @@ func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1
 		if strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
 			return nil, ""
 		}
-		return nil, "the sandbox is no longer claimed by the SandboxUpdateOps that started it"
+		// Its label removed mid-attempt: the claim annotation still names
+		// the ops (upgrade.LostLabelMidAttempt), which drives it on.
+		claimed, claimedFor, _ := strings.Cut(sb.Annotations[upgrade.AnnotationClaim], " ")
+		if claimed == "" || claimedFor != attempt || !upgrade.LostLabelMidAttempt(sb, claimed, types.UID(attempt)) {
+			return nil, "the sandbox is no longer claimed by the SandboxUpdateOps that started it"
+		}
+		name = claimed
 	}
 	ops, err := w.s.ops.SandboxUpdateOps(sb.Namespace).Get(name)
 	switch {

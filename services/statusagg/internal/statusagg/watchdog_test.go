@@ -9,10 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/events"
+	agentslisters "molt.dev/pkg/generated/listers/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -213,5 +215,35 @@ func TestStreamUnreachableIsSaidOnTheOps(t *testing.T) {
 	w.warnBusDown(check(), cause)
 	if len(rec.Events) != 2 {
 		t.Errorf("%d events after %s, want each warned again", len(rec.Events), busWarnEvery)
+	}
+}
+
+// The watchdog drives a stalled stage of a sandbox whose update-ops label was
+// removed mid-attempt through the ops its claim annotation names (the ops is
+// deleting or the selector has not put the label back yet), instead of
+// failing it at once as no longer claimed.
+func TestDriverOfASandboxThatLostItsLabel(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "u-1"}}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := indexer.Add(ops); err != nil {
+		t.Fatal(err)
+	}
+	w := &watchdog{s: &server{ops: agentslisters.NewSandboxUpdateOpsLister(indexer)}}
+	sandbox := func(claim, reason string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sb", Namespace: "ns", Annotations: map[string]string{upgrade.AnnotationClaim: claim}}}
+		sb.Status.Conditions = []metav1.Condition{
+			{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "u-1"},
+			{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+		}
+		return sb
+	}
+	if got, why := w.driver(sandbox(upgrade.ClaimValue("up", "u-1"), agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != ops || why != "" {
+		t.Errorf("driver of an unlabelled sandbox claimed for the attempt = %v, %q; want ops up", got, why)
+	}
+	if got, why := w.driver(sandbox(upgrade.ClaimValue("up", "u-0"), agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != nil || why == "" {
+		t.Errorf("driver of an unlabelled sandbox claimed for another attempt = %v, %q; want no longer claimed", got, why)
+	}
+	if got, why := w.driver(sandbox("", agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != nil || why == "" {
+		t.Errorf("driver of an unlabelled, unclaimed sandbox = %v, %q; want no longer claimed", got, why)
 	}
 }
