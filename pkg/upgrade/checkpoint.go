@@ -72,15 +72,25 @@ func ChecksPoint(sb *agentsv1alpha1.Sandbox, attempt string) bool {
 		sb.Spec.UpgradePolicy.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore
 }
 
-// CheckpointFailedAfterBackup reports whether attempt, whose status shows
-// reason, failed in Checkpointing once its preUpgrade had run: the patcher
-// writes the strategy mark for the attempt (AnnotationUpgradeStrategy) only
-// past its check of the images, the one CheckpointFailed it files before
-// preUpgrade. Its backup is then the good one: a pod the sandbox gets
-// before the resume (its old pod deleted or evicted since) starts empty and
-// must not be backed up over it (ResumeAt), just as after UpgradePodFailed.
+// CheckpointFailedAfterBackup reports whether attempt, an ops's, whose
+// status shows reason, failed in Checkpointing once its preUpgrade hook had
+// backed the workspace up: the patcher writes the strategy mark for the
+// attempt (AnnotationUpgradeStrategy) with the patch and the ops's hooks
+// (spec.lifecycle), past its check of the patch's images, the one
+// CheckpointFailed it files before preUpgrade. That backup is then the good
+// one: a pod the sandbox gets before the resume (its old pod deleted or
+// evicted since) starts empty and must not be backed up over it (ResumeAt),
+// just as after UpgradePodFailed.
+//
+// Not a direct attempt: its mark is written before the patcher's image check
+// of a redelivery, and a pod taken for its own would skip that check on the
+// resume of a later template edit (a checkpoint restored onto a new image).
+// Not without a preUpgrade hook: nothing was backed up, and the pod holds
+// what the sandbox has.
 func CheckpointFailedAfterBackup(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool {
 	return reason == agentsv1alpha1.UpgradingReasonCheckpointFailed && attempt != "" &&
+		!strings.HasPrefix(attempt, DirectAttemptPrefix) &&
+		sb.Spec.Lifecycle != nil && sb.Spec.Lifecycle.PreUpgrade != nil &&
 		sb.Annotations[AnnotationUpgradeStrategy] == StrategyValue(attempt)
 }
 

@@ -403,7 +403,8 @@ func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
 // An attempt that failed before UpgradePod with no such chain (waking,
 // PreUpgrade, Checkpointing) never deleted its pod: a pod built now
 // replaces one lost otherwise, holds the workspace from then on, and is a
-// plain pod that a resume backs up first.
+// plain pod that a resume backs up first (except after an ops's
+// CheckpointFailed past its backup: CheckpointFailedAfterBackup).
 func MayHaveReplacedPod(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool {
 	upgradePod := Rank(agentsv1alpha1.UpgradingReasonUpgradePod)
 	if Rank(reason) >= upgradePod {

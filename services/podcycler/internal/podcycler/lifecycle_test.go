@@ -144,27 +144,28 @@ func TestPodOfAFailedPreUpgradeRunsTheOriginalTemplate(t *testing.T) {
 // built after an UpgradePodFailed is the attempt's, and so is one built after
 // an attempt that continued an UpgradePodFailed failed in PreUpgrade (the pod
 // lost was the chain's new pod: backed up, it would overwrite the good
-// backup), and one built after a CheckpointFailed past preUpgrade (the strategy
-// mark written: its backup is the good one, and the lost pod took the
-// workspace with it).
+// backup), and one built after an ops's CheckpointFailed past its preUpgrade
+// hook (the strategy mark written: its backup is the good one, and the lost
+// pod took the workspace with it).
 func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	startPodcycler(t)
 	for i, tc := range []struct {
 		reason, resumes, strategy string
-		stamped                   bool
+		backs, stamped            bool
 	}{
-		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "", "", false},
-		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", "", false},
-		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a0"), false},
-		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a1"), true},
-		{agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", "", true},
-		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "a1 a0 " + agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", true},
+		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "", "", true, false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", "", true, false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a0"), true, false},
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a1"), false, false}, // no backup taken
+		{agentsv1alpha1.UpgradingReasonCheckpointFailed, "", upgrade.StrategyValue("a1"), true, true},
+		{agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", "", false, true},
+		{agentsv1alpha1.UpgradingReasonPreUpgradeFailed, "a1 a0 " + agentsv1alpha1.UpgradingReasonUpgradePodFailed, "", false, true},
 	} {
 		sb := createSandbox(t, ns, fmt.Sprintf("sbx-before-%d", i), "registry.example/sandbox:v1")
 		pod := waitPodReady(t, ns, sb.Name, "")
-		if tc.resumes != "" || tc.strategy != "" {
+		if tc.resumes != "" || tc.strategy != "" || tc.backs {
 			updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) {
 				s.Annotations = map[string]string{}
 				if tc.resumes != "" {
@@ -172,6 +173,10 @@ func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 				}
 				if tc.strategy != "" {
 					s.Annotations[upgrade.AnnotationUpgradeStrategy] = tc.strategy
+				}
+				if tc.backs {
+					s.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+						Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "tar -czf /backup/ws.tgz -C /workspace ."}}}}
 				}
 			})
 		}
@@ -183,9 +188,9 @@ func TestPodOfAnAttemptFailedBeforeUpgradePodIsPlain(t *testing.T) {
 		a, stamped := again.Annotations[upgrade.AnnotationPodAttempt]
 		switch {
 		case tc.stamped && a != "a1":
-			t.Errorf("%s (resumes %q, strategy %q): pod built after the attempt (or its chain) replaced the pod or took its backup carries attempt %q, want a1", tc.reason, tc.resumes, tc.strategy, a)
+			t.Errorf("%s (resumes %q, strategy %q, preUpgrade %v): pod built after the attempt (or its chain) replaced the pod or took its backup carries attempt %q, want a1", tc.reason, tc.resumes, tc.strategy, tc.backs, a)
 		case !tc.stamped && stamped:
-			t.Errorf("%s (strategy %q): pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", tc.reason, tc.strategy, upgrade.AnnotationPodAttempt, a)
+			t.Errorf("%s (strategy %q, preUpgrade %v): pod built for the lost pod carries %s=%s: a resume would skip its backup and delete it", tc.reason, tc.strategy, tc.backs, upgrade.AnnotationPodAttempt, a)
 		}
 	}
 

@@ -501,12 +501,12 @@ func stuckPod(pod *corev1.Pod) string {
 	if pod.DeletionGracePeriodSeconds != nil {
 		grace = *pod.DeletionGracePeriodSeconds
 	}
-	holds := fmt.Sprintf("the kubelet of node %q has not confirmed its containers stopped", pod.Spec.NodeName)
+	since := fmt.Sprintf(" (deleting since %s, grace period %ds)", pod.DeletionTimestamp.UTC().Format(time.RFC3339), grace)
 	if len(pod.Finalizers) > 0 {
-		holds = fmt.Sprintf("finalizers %v hold it, or %s", pod.Finalizers, holds)
+		return fmt.Sprintf("%s: finalizers %v hold it; once their controller is done with it (or is gone), removing them frees the name, and the new pod is built", since, pod.Finalizers)
 	}
-	return fmt.Sprintf(" (deleting since %s, grace period %ds): %s; once you are sure they stopped (a node that is gone), kubectl delete pod %s -n %s --grace-period=0 --force frees the name, and the new pod is built",
-		pod.DeletionTimestamp.UTC().Format(time.RFC3339), grace, holds, pod.Name, pod.Namespace)
+	return fmt.Sprintf("%s: the kubelet of node %q has not confirmed its containers stopped; once you are sure they did (a node that is gone), kubectl delete pod %s -n %s --grace-period=0 --force frees the name, and the new pod is built",
+		since, pod.Spec.NodeName, pod.Name, pod.Namespace)
 }
 
 // stillToReplace reads sb again from the API server and says why its pod must no longer

@@ -296,8 +296,9 @@ func (d *direct) sync(ctx context.Context, key string) error {
 // runs) that failed (reason) before it replaced the pod: the pod is the one
 // it started from, and the template names that pod's revision again, a
 // rollback: the attempt it starts continues the failed one (upgrade.ResumeAt)
-// and keeps the pod (podcycler's runsTarget), and the sandbox leaves the
-// failure. Without it, a sandbox that is healthy on its template again would
+// and keeps the pod under Recreate (podcycler's runsTarget; under
+// CheckpointRestore the pod is checkpointed and replaced, as in any such
+// upgrade), and the sandbox leaves the failure. Without it, a sandbox that is healthy on its template again would
 // show Upgrading and Ready=False until an ops resumed it.
 //
 // A pod that the sandbox got from the failed attempt's own template (its pod
