@@ -93,7 +93,7 @@ func TestCheckpointRestoreKeepsThePodsOwnFiles(t *testing.T) {
 	kubectl(t, sidecarOps(t, ns, "ck-2", "ck-pool", "v2"), "apply", "-f", "-")
 	waitOps(t, s, ns, "ck-2", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
 	c := upgradingCondition(t, s, ns, failing)
-	if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed || !strings.Contains(c.Message, "disk full (test)") || !strings.Contains(c.Message, "was not deleted") {
+	if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed || !strings.Contains(c.Message, "disk full (test)") || !strings.Contains(c.Message, "did not delete the old pod") {
 		t.Fatalf("%s Upgrading = %+v, want CheckpointFailed with the checkpointer's message and the kept pod", failing, c)
 	}
 	if now := podUIDs(t, s, ns, []string{failing}); now[failing] != before[failing] {
