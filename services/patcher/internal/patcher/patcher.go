@@ -362,15 +362,21 @@ func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, res
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	_, original := upgrade.OriginalTemplate(sb)
+	// A sandbox its user unpaused meanwhile is not paused again: it keeps
+	// the pod it gets.
+	again := "it is paused again"
+	if !sb.Spec.Paused {
+		again = "it was unpaused meanwhile and is not paused again"
+	}
 	failed := func(why string) string {
 		if original {
-			return fmt.Sprintf("the paused sandbox was woken for its upgrade with the template its pods ran before the patch of the failed upgrade this one resumes (attempt %s), as no preUpgrade has backed it up since (annotation %s), and its pod will not be Ready: %s; nothing was patched and it is paused again: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps; or, to give up that backup and wake it with its spec.template instead, remove the annotation (kubectl annotate sbx %s -n %s %s-), then create a new SandboxUpdateOps",
-				resumed, upgrade.AnnotationOriginalTemplate, why, sb.Name, sb.Namespace, upgrade.AnnotationOriginalTemplateFor)
+			return fmt.Sprintf("the paused sandbox was woken for its upgrade with the template its pods ran before the patch of the failed upgrade this one resumes (attempt %s), as no preUpgrade has backed it up since (annotation %s), and its pod will not be Ready: %s; nothing was patched and %s: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps; or, to give up that backup and wake it with its spec.template instead, remove the annotation (kubectl annotate sbx %s -n %s %s-), then create a new SandboxUpdateOps",
+				resumed, upgrade.AnnotationOriginalTemplate, why, again, sb.Name, sb.Namespace, upgrade.AnnotationOriginalTemplateFor)
 		}
 		if resumed != "" {
-			return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and it is paused again. Its spec.template may still carry the patch of the failed upgrade this one resumes (attempt %s), and every new SandboxUpdateOps wakes it with that template first: fix spec.template by hand (kubectl edit sbx %s -n %s, e.g. the image the pod ran before), or fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, resumed, sb.Name, sb.Namespace)
+			return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and %s. Its spec.template may still carry the patch of the failed upgrade this one resumes (attempt %s), and every new SandboxUpdateOps wakes it with that template first: fix spec.template by hand (kubectl edit sbx %s -n %s, e.g. the image the pod ran before), or fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, again, resumed, sb.Name, sb.Namespace)
 		}
-		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and it is paused again: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why)
+		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and %s: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, again)
 	}
 	last := "no pod was created for it yet"
 	for {

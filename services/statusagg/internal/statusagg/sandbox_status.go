@@ -128,6 +128,9 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 			// a pod the scheduler cannot place (the new one, or the one that
 			// wakes a paused sandbox) says so now, not then.
 			what, check := "the new pod", "the patch's nodeSelector, affinity, tolerations and resources"
+			if _, direct := upgrade.DirectAttemptGeneration(upgrade.CurrentAttempt(sb)); direct {
+				check = "the nodeSelector, affinity, tolerations and resources of the sandbox's spec.template (its direct upgrade's edit)"
+			}
 			if up.Reason == agentsv1alpha1.UpgradingReasonResuming {
 				what, check = "the pod that wakes the paused sandbox", "the sandbox template's nodeSelector, affinity, tolerations and resources"
 			}
