@@ -113,18 +113,7 @@ func TestDirectWaitsAfterARestartForAnAttemptNotRecordedYet(t *testing.T) {
 	// The selector before the restart requested an attempt for an earlier
 	// edit; its stages went on, statusagg has not read it.
 	const earlier = DirectAttemptPrefix + "rev-earlier-2"
-	js, err := jetstream.New(testenv.Get(t).NATSConnect(t, "", "admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := events.NewPublisher(js, "selector", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := before.Publish(ctx, events.Event{Type: events.TypeRequested, Data: events.Data{
-		Sandbox: events.SandboxRef{Namespace: f.ns, Name: sb.Name, UID: sb.UID}, Attempt: earlier}}); err != nil {
-		t.Fatal(err)
-	}
+	f.publishRequested(sb, earlier)
 	f.editImage(sb.Name, newImage)
 	f.startSelector()
 	requestedOther := func() []string {
@@ -219,18 +208,7 @@ func TestOpsWaitsForADirectUpgradeNotRecordedYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	const direct = DirectAttemptPrefix + "rev-edit-2"
-	js, err := jetstream.New(testenv.Get(t).NATSConnect(t, "", "admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := events.NewPublisher(js, "selector", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Publish(ctx, events.Event{Type: events.TypeRequested, Data: events.Data{
-		Sandbox: events.SandboxRef{Namespace: f.ns, Name: sb.Name, UID: sb.UID}, Attempt: direct}}); err != nil {
-		t.Fatal(err)
-	}
+	f.publishRequested(sb, direct)
 	f.startSelector()
 	f.ops("upgrade", 1, newImage, nil)
 	f.waitFinalizer("upgrade")
@@ -248,4 +226,23 @@ func TestOpsWaitsForADirectUpgradeNotRecordedYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitClaimed("upgrade", "sbx-0")
+}
+
+// publishRequested stores a `requested` of attempt for sb in the stream, as a
+// selector did before (no statusagg consumes it in these tests).
+func (f *fixture) publishRequested(sb *agentsv1alpha1.Sandbox, attempt string) {
+	t := f.t
+	t.Helper()
+	js, err := jetstream.New(testenv.Get(t).NATSConnect(t, "", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.NewPublisher(js, "selector", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(context.Background(), events.Event{Type: events.TypeRequested, Data: events.Data{
+		Sandbox: events.SandboxRef{Namespace: f.ns, Name: sb.Name, UID: sb.UID}, Attempt: attempt}}); err != nil {
+		t.Fatal(err)
+	}
 }
