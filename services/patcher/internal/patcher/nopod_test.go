@@ -159,3 +159,45 @@ func TestResumeBeforeTheBackupWithNoPodFailsPreUpgrade(t *testing.T) {
 	}
 	templateUnchanged(t, sb)
 }
+
+// A request sent again (a watchdog's re-drive) for the resume of a paused
+// sandbox whose status shows the wake-up done (ResumeSucceed), whose pod is
+// gone since, does not wait for a wake-up again: podcycler builds it no pod
+// past Resuming. It fails at once, as any resume before its backup with no
+// pod does. Before, it waited the whole wake timeout and then said the woken
+// pod would not be Ready.
+func TestResumeWokenBeforeDoesNotWaitForAWakeAgain(t *testing.T) {
+	startPatcher(t)
+	ctx := context.Background()
+	ns := testenv.Get(t).Namespace(t)
+	ops, sb := claimed(t, ns, "sbx-woken", withBackup)
+	sb.Spec.Paused = true
+	sb.Annotations[agentsv1alpha1.AnnotationUpgradeResumeTrigger] = "true"
+	sb.Annotations[upgrade.AnnotationResumes] = upgrade.ResumesValue(string(ops.UID), "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Update(ctx, sb, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := withAttempt(sb, string(ops.UID), agentsv1alpha1.UpgradingReasonResumeSucceed)
+	for i := range woken.Status.Conditions {
+		woken.Status.Conditions[i].LastTransitionTime = metav1.Now()
+	}
+	if sb, err = client(t).AgentsV1alpha1().Sandboxes(ns).UpdateStatus(ctx, woken, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := subscribe(t, ns)
+	request(t, ops, sb, func(d *events.Data) {
+		d.ResumedAttempt, d.ResumedReason = "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+		d.Redrive = 1
+	})
+	select {
+	case ev := <-out:
+		if ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed ||
+			!strings.Contains(ev.Data.Message, "the upgrade this one resumes failed before its backup") {
+			t.Fatalf("%s %s %q, want PreUpgradeFailed saying there is no pod to back up", ev.Type, ev.Data.Reason, ev.Data.Message)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event within 20s of requested: waiting for a wake-up that was done already")
+	}
+	templateUnchanged(t, sb)
+}

@@ -90,7 +90,12 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 	// only then). Not waited for again: with no pod now, nothing would wake
 	// it in this stage; the checks below go on with the pod there is.
 	patchedBefore := d.ResumedReason == "" && upgrade.PatchedForFresh(sb, d.Attempt)
-	if upgrade.AdmittedToWake(sb) && !patchedBefore {
+	// Or its status shows the wake-up done (a resume carries no mark of its
+	// patch): podcycler builds no pod for it past Resuming, and a wait would
+	// end in a false "will not be Ready" after the whole wake timeout.
+	reason, _ := upgrade.ReasonFor(sb, d.Attempt)
+	wokenBefore := reason == agentsv1alpha1.UpgradingReasonResumeSucceed || reason == agentsv1alpha1.UpgradingReasonPreUpgrade
+	if upgrade.AdmittedToWake(sb) && !patchedBefore && !wokenBefore {
 		if why := unusableTemplate(sb, d.Ops.Name); why != "" {
 			// No pod can be built to wake it: said now, not after the
 			// wake-up's deadline as a pod that never came (unless its ops
