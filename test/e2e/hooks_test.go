@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -581,4 +582,54 @@ func removeOpsLabelAt(t *testing.T, prefix string, n int, reason string) (*stack
 		t.Errorf("ops counts %d total, %d updated; want %d and %d", ops.Status.Replicas, ops.Status.UpdatedReplicas, n, n)
 	}
 	return s, ns
+}
+
+// A sandbox whose ops label is removed mid-upgrade while its ops is being
+// deleted: the ops waits for it, it gets its label back, and its upgrade ends
+// Succeeded with its workspace; then the ops goes. Before, the release did not
+// see it (no label), and podcycler did not report its new pod (not the pod's
+// ops's): it stayed in UpgradePod until the watchdog failed it, 20 minutes on
+// the local stack (walk).
+func TestOpsDeletedAfterALabelRemovedMidUpgrade(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "ld", "ld-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 1)
+	kubectl(t, hookOps("up", "ld-pool", "my-registry/sandbox-image:v2", "sleep 8; "+backupHook, restoreHook, 60), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, 2*time.Minute, "ld-00 in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "ld-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("Upgrading %+v", c)
+	})
+	// Deleted first (it waits for ld-00, in a stage), then the label goes:
+	// the selector, releasing, no longer syncs the ops as a live one.
+	kubectl(t, "", "delete", "suo", "up", "-n", ns, "--wait=false")
+	// Once the services have seen the delete (statusagg says what it waits
+	// for; the selector's informer is as fast): a label removed before that
+	// is put back by the selector syncing the ops as a live one.
+	testenv.Eventually(t, 30*time.Second, "ops up Deleting", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "up", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(o.Status.Conditions, agentsv1alpha1.ConditionDeleting)
+		return c != nil && c.Status == metav1.ConditionTrue, fmt.Errorf("Deleting %+v", c)
+	})
+	time.Sleep(time.Second) // the selector's own informer, which no condition shows
+	kubectl(t, "", "label", "sbx", "ld-00", "-n", ns, agentsv1alpha1.LabelUpdateOps+"-")
+	testenv.Eventually(t, 3*time.Minute, "ld-00 Succeeded and ops up gone", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "ld-00")
+		_, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "up", metav1.GetOptions{})
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonSucceeded && apierrors.IsNotFound(err),
+			fmt.Errorf("Upgrading %+v, ops get: %v", c, err)
+	})
+	if got := workspaceFile(t, s, ns, "ld-00"); got != "data-ld-00" {
+		t.Errorf("ld-00's workspace = %q, want data-ld-00", got)
+	}
+	sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, "ld-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ok {
+		t.Errorf("ld-00 still labelled %s=%s after its ops was released", agentsv1alpha1.LabelUpdateOps, v)
+	}
 }

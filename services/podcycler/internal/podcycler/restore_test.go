@@ -290,6 +290,8 @@ func TestReportSkip(t *testing.T) {
 		{name: "the current direct attempt's pod", sb: sb(direct, agentsv1alpha1.UpgradingReasonUpgradePod, "", nil), pod: pod(direct, "", ""), report: true},
 		{name: "an older direct attempt's pod", sb: sb(direct, agentsv1alpha1.UpgradingReasonUpgradePod, "", nil), pod: pod(upgrade.DirectAttemptPrefix+"rev-1", "", "")},
 		{name: "sandbox taken by another ops", sb: sb(attemptB, agentsv1alpha1.UpgradingReasonUpgradePod, "other", nil), pod: pod(attemptB, "ops", "")},
+		{name: "its ops label removed mid-attempt, the claim still the ops's", sb: sb(attemptB, agentsv1alpha1.UpgradingReasonUpgradePod, "", map[string]string{upgrade.AnnotationClaim: upgrade.ClaimValue("ops", attemptB)}), pod: pod(attemptB, "ops", ""), report: true},
+		{name: "its ops label removed, the claim of another attempt", sb: sb(attemptB, agentsv1alpha1.UpgradingReasonUpgradePod, "", map[string]string{upgrade.AnnotationClaim: upgrade.ClaimValue("ops", attemptA)}), pod: pod(attemptB, "ops", "")},
 		{name: "attempt past UpgradePod", sb: sb(attemptB, agentsv1alpha1.UpgradingReasonUpgradePodFailed, "ops", nil), pod: pod(attemptB, "ops", "")},
 		{name: "CheckpointRestore pod that restores a checkpoint", sb: sb(attemptB, agentsv1alpha1.UpgradingReasonUpgradePod, "ops", checkpointing), pod: pod(attemptB, "ops", "id-a"), report: true},
 		{name: "CheckpointRestore pod that restores nothing", sb: sb(attemptB, agentsv1alpha1.UpgradingReasonUpgradePod, "ops", checkpointing), pod: pod(attemptB, "ops", "")},

@@ -123,7 +123,11 @@ func reportSkip(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) string {
 		return "not a live pod of an upgrade of this sandbox"
 	case upgrade.CurrentAttempt(sb) != attempt:
 		return "the pod was built by another attempt than the one the sandbox's status describes"
-	case sb.Labels[agentsv1alpha1.LabelUpdateOps] != pod.Annotations[upgrade.AnnotationPodOps]:
+	case sb.Labels[agentsv1alpha1.LabelUpdateOps] != pod.Annotations[upgrade.AnnotationPodOps] &&
+		!upgrade.LostLabelMidAttempt(sb, pod.Annotations[upgrade.AnnotationPodOps], types.UID(attempt)):
+		// (Its label removed while the attempt is in a stage, it is still
+		// the ops's: the selector puts the label back, unless the ops is
+		// being deleted, whose release waits for it.)
 		return "the sandbox no longer belongs to the ops that created its pod"
 	}
 	if reason, ok := upgrade.ReasonFor(sb, attempt); ok && upgrade.Past(reason, agentsv1alpha1.UpgradingReasonUpgradePod) {

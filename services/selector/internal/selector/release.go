@@ -84,6 +84,12 @@ func (s *Selector) release(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			sandboxes = append(sandboxes, sb.DeepCopy())
 		}
 	}
+	// One in a stage gets its label back, as for an ops not deleted: every
+	// stage then drives it to its end (podcycler reports its new pod), and
+	// the release below takes the label off once the attempt ended.
+	if err := s.relabel(ctx, ops, sandboxes); err != nil {
+		return err
+	}
 	finishing := 0
 	for _, sb := range sandboxes {
 		if sb.DeletionTimestamp != nil {

@@ -19,8 +19,9 @@ import (
 // its attempt is in a stage (the claim annotation still names the ops): the
 // label selector of the release does not find it. Before, the finalizer went
 // at once, and the sandbox drove an attempt of an ops that was gone, outside
-// every budget, its claim annotation never removed. Once the attempt ends, the
-// release strips the claim and lets the ops go.
+// every budget, its claim annotation never removed. Its label is put back
+// (podcycler reports a new pod only for a sandbox of the pod's ops); once the
+// attempt ends, the release strips label and claim and lets the ops go.
 func TestReleaseWaitsForASandboxThatLostItsLabel(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -61,8 +62,9 @@ func TestReleaseWaitsForASandboxThatLostItsLabel(t *testing.T) {
 	if err != nil || !slices.Contains(o.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection) {
 		t.Fatalf("ops after a release while its unlabelled sandbox is in UpgradePod: %v, err %v; want it kept, finalizer on", o, err)
 	}
-	if v := f.getSandbox("sbx-0").Annotations[upgrade.AnnotationClaim]; v == "" {
-		t.Errorf("claim annotation removed while the attempt is in UpgradePod")
+	if sb := f.getSandbox("sbx-0"); sb.Annotations[upgrade.AnnotationClaim] == "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops.Name {
+		t.Errorf("sbx-0 while its attempt is in UpgradePod: claim %q, label %q; want the claim kept and the label put back (every stage drives it then)",
+			sb.Annotations[upgrade.AnnotationClaim], sb.Labels[agentsv1alpha1.LabelUpdateOps])
 	}
 
 	f.finish("sbx-0", ops, agentsv1alpha1.UpgradingReasonSucceeded)
