@@ -116,7 +116,7 @@ func (s *Selector) pauseOnce(ctx context.Context, ops *agentsv1alpha1.SandboxUpd
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": ops.ResourceVersion, "annotations": map[string]string{
 			annotation: value,
-			pausedAt: upgrade.PausedAtValue(ops),
+			pausedAt:   upgrade.PausedAtValue(ops),
 		}},
 		"spec": map[string]any{"paused": true},
 	})
