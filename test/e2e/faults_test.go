@@ -579,6 +579,25 @@ func publishedStored(t *testing.T, s *stack, inst, eventType string) int {
 	return 0
 }
 
+// claimedAndRequested returns how many sandboxes ops claims and how many
+// `requested` the selector has stored, read when no admission is between its
+// label write and its publish: the two reads agree twice, half a second
+// apart (at most ten tries). A pair read across one admission would count
+// its label and not its request, or the reverse.
+func claimedAndRequested(t *testing.T, s *stack, ns, opsName string) (int, int) {
+	t.Helper()
+	c, r := claimed(t, s, ns, opsName), publishedStored(t, s, "selector", events.TypeRequested)
+	for range 10 {
+		time.Sleep(500 * time.Millisecond)
+		c2, r2 := claimed(t, s, ns, opsName), publishedStored(t, s, "selector", events.TypeRequested)
+		if c2 == c && r2 == r {
+			break
+		}
+		c, r = c2, r2
+	}
+	return c, r
+}
+
 // streamDuplicates reads the duplicate window of the running stream.
 func streamDuplicates(t *testing.T, url string) time.Duration {
 	t.Helper()
@@ -658,14 +677,14 @@ func TestStatusaggStoppedLongerThanTheDuplicateWindow(t *testing.T) {
 
 	s.Signal(t, "statusagg", syscall.SIGSTOP)
 	stoppedAt := time.Now()
-	claimedAtStop := claimed(t, s, ns, opsName)
-	storedAtStop := publishedStored(t, s, "selector", events.TypeRequested)
+	claimedAtStop, storedAtStop := claimedAndRequested(t, s, ns, opsName)
 	t.Logf("SIGSTOP statusagg at +%s (updated %d, %d claimed); continuing it in %s",
 		stoppedAt.Sub(runStart).Round(time.Millisecond), opsUpdated(s, ns, opsName), claimedAtStop, stopFor)
 	kubectl(t, "", "patch", "suo", opsName, "-n", ns, "--type=merge", "-p", `{"spec":{"updateStrategy":{"maxUnavailable":8}}}`)
 	time.Sleep(time.Until(stoppedAt.Add(stopFor)))
-	admitted := claimed(t, s, ns, opsName) - claimedAtStop
-	copies := publishedStored(t, s, "selector", events.TypeRequested) - storedAtStop - admitted
+	claimedNow, storedNow := claimedAndRequested(t, s, ns, opsName)
+	admitted := claimedNow - claimedAtStop
+	copies := storedNow - storedAtStop - admitted
 	s.Signal(t, "statusagg", syscall.SIGCONT)
 	t.Logf("SIGCONT statusagg after %s; meanwhile the selector admitted %d sandboxes and stored %d more copies of their requested",
 		time.Since(stoppedAt).Round(time.Millisecond), admitted, copies)
