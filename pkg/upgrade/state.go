@@ -240,6 +240,16 @@ const AnnotationClaim = "molt.dev/claim"
 // ClaimValue is AnnotationClaim's value for attempt of the ops named opsName.
 func ClaimValue(opsName, attempt string) string { return opsName + " " + attempt }
 
+// ClaimOf splits sb's AnnotationClaim into the ops name and the attempt it
+// names; both are "" when sb has none or it is not of ClaimValue's shape.
+func ClaimOf(sb *agentsv1alpha1.Sandbox) (opsName, attempt string) {
+	f := strings.Fields(sb.Annotations[AnnotationClaim])
+	if len(f) != 2 {
+		return "", ""
+	}
+	return f[0], f[1]
+}
+
 // PointerToken escapes a label or annotation key as one token of a JSON
 // pointer (RFC 6901), for the path of a JSON patch operation.
 func PointerToken(key string) string { return strings.NewReplacer("~", "~0", "/", "~1").Replace(key) }
@@ -315,8 +325,8 @@ func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 	if attempt == "" {
 		return true
 	}
-	f := strings.Fields(sb.Annotations[AnnotationClaim])
-	return len(f) != 2 || f[0] != opsName || f[1] == attempt
+	claimedBy, claimedFor := ClaimOf(sb)
+	return claimedBy != opsName || claimedFor == attempt
 }
 
 // AnnotationResumes is the Sandbox annotation selector writes, in the same
@@ -420,7 +430,7 @@ func MayHaveReplacedPod(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool
 		if strings.HasPrefix(f[0], DirectAttemptPrefix) {
 			return false
 		}
-		opsName, claimed, _ := strings.Cut(sb.Annotations[AnnotationClaim], " ")
+		opsName, claimed := ClaimOf(sb)
 		return !(claimed == f[0] && opsName != "" && sb.Labels[agentsv1alpha1.LabelUpdateOps] == opsName)
 	}
 	return false

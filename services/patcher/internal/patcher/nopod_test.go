@@ -137,13 +137,7 @@ func TestResumeBeforeTheBackupWithNoPodFailsPreUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := withAttempt(sb, "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
-	for i := range failed.Status.Conditions {
-		failed.Status.Conditions[i].LastTransitionTime = metav1.Now()
-	}
-	if sb, err = client(t).AgentsV1alpha1().Sandboxes(ns).UpdateStatus(ctx, failed, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	sb = showAttempt(t, sb, "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed)
 	out := subscribe(t, ns)
 	request(t, ops, sb, func(d *events.Data) {
 		d.ResumedAttempt, d.ResumedReason = "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed
@@ -178,13 +172,7 @@ func TestResumeWokenBeforeDoesNotWaitForAWakeAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	woken := withAttempt(sb, string(ops.UID), agentsv1alpha1.UpgradingReasonResumeSucceed)
-	for i := range woken.Status.Conditions {
-		woken.Status.Conditions[i].LastTransitionTime = metav1.Now()
-	}
-	if sb, err = client(t).AgentsV1alpha1().Sandboxes(ns).UpdateStatus(ctx, woken, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	sb = showAttempt(t, sb, string(ops.UID), agentsv1alpha1.UpgradingReasonResumeSucceed)
 	out := subscribe(t, ns)
 	request(t, ops, sb, func(d *events.Data) {
 		d.ResumedAttempt, d.ResumedReason = "failed-1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed
@@ -200,4 +188,19 @@ func TestResumeWokenBeforeDoesNotWaitForAWakeAgain(t *testing.T) {
 		t.Fatal("no event within 20s of requested: waiting for a wake-up that was done already")
 	}
 	templateUnchanged(t, sb)
+}
+
+// showAttempt writes sb's status as statusagg would show attempt at reason
+// (withAttempt, its conditions stamped now) and returns the stored sandbox.
+func showAttempt(t *testing.T, sb *agentsv1alpha1.Sandbox, attempt, reason string) *agentsv1alpha1.Sandbox {
+	t.Helper()
+	shown := withAttempt(sb, attempt, reason)
+	for i := range shown.Status.Conditions {
+		shown.Status.Conditions[i].LastTransitionTime = metav1.Now()
+	}
+	out, err := client(t).AgentsV1alpha1().Sandboxes(sb.Namespace).UpdateStatus(context.Background(), shown, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -408,8 +408,8 @@ func (c *cycler) podHandler() cache.ResourceEventHandler {
 // annotation, with the ops label it names) while sb's status does not show
 // that attempt yet, "" otherwise.
 func admittedNotShown(sb *agentsv1alpha1.Sandbox) string {
-	ops, attempt, ok := strings.Cut(sb.Annotations[upgrade.AnnotationClaim], " ")
-	if !ok || ops == "" || attempt == "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops {
+	ops, attempt := upgrade.ClaimOf(sb)
+	if ops == "" || attempt == "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != ops {
 		return ""
 	}
 	if _, shown := upgrade.ReasonFor(sb, attempt); shown {

@@ -332,7 +332,7 @@ func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1
 		}
 		// Its label removed mid-attempt: the claim annotation still names
 		// the ops (upgrade.LostLabelMidAttempt), which drives it on.
-		claimed, claimedFor, _ := strings.Cut(sb.Annotations[upgrade.AnnotationClaim], " ")
+		claimed, claimedFor := upgrade.ClaimOf(sb)
 		if claimed == "" || claimedFor != attempt || !upgrade.LostLabelMidAttempt(sb, claimed, types.UID(attempt)) {
 			return nil, "the sandbox is no longer claimed by the SandboxUpdateOps that started it"
 		}
