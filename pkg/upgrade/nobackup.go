@@ -59,7 +59,8 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 		if c.State != NotStarted {
 			continue
 		}
-		if _, reason, ok := FailedAttempt(c.Sandbox); c.Resume && ok && ResumeStage(reason) != agentsv1alpha1.UpgradingReasonPreUpgrade {
+		if failed, reason, ok := FailedAttempt(c.Sandbox); c.Resume && ok && ResumeStage(reason) != agentsv1alpha1.UpgradingReasonPreUpgrade &&
+			backedUp(c.Sandbox, failed) {
 			continue // its backup was taken by the attempt it resumes
 		}
 		if c.Resume && keepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
@@ -68,6 +69,23 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 		names = append(names, c.Sandbox.Name)
 	}
 	return names
+}
+
+// backedUp reports whether failed, the failed attempt sb's status shows
+// (failed after its preUpgrade stage), took a backup that a resume's
+// postUpgrade restores: the lifecycle it ran, sb's spec.lifecycle (an ops's
+// attempt writes the ops's there, a direct attempt runs the sandbox's own),
+// has a preUpgrade. An attempt that itself resumed an earlier failure kept
+// that one's backup, and is taken at its word. A direct upgrade of a
+// sandbox with no preUpgrade that failed in UpgradePod took none: an ops
+// resuming it with a postUpgrade would restore whatever older backup its
+// hook finds over the workspace.
+func backedUp(sb *agentsv1alpha1.Sandbox, failed string) bool {
+	if lc := sb.Spec.Lifecycle; lc != nil && lc.PreUpgrade != nil {
+		return true
+	}
+	_, _, resumes := Resumes(sb, failed)
+	return resumes
 }
 
 // WithoutRestore names the candidates of ops, which has a patch and no hook

@@ -14,7 +14,8 @@ import (
 // An ops with postUpgrade but no preUpgrade (the guides' "continue after
 // UpgradePodFailed" and rollback ops) names, the sandboxes it would
 // give a new pod with no backup before postUpgrade runs: the ones not started
-// and the ones resuming a PreUpgradeFailed, and those whose last upgrade took
+// and the ones resuming a PreUpgradeFailed or a failure whose attempt ran no
+// preUpgrade, and those whose last upgrade took
 // one (whether it is still there is up to that upgrade's postUpgrade: guide
 // 000's deletes it), not those resuming after their backup; with preUpgrade,
 // or under CheckpointRestore, none.
@@ -41,19 +42,30 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	upgraded.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{}}
 	upgradedBare := box("upgraded-without-backup", agentsv1alpha1.UpgradingReasonSucceeded)
 	upgradedBare.Status.Phase = agentsv1alpha1.SandboxRunning
+	backedUp := func(sb *agentsv1alpha1.Sandbox) *agentsv1alpha1.Sandbox {
+		sb.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{}, PostUpgrade: &agentsv1alpha1.UpgradeAction{}}
+		return sb
+	}
+	// A failed attempt that ran no preUpgrade (a direct upgrade of a
+	// sandbox without one) took no backup, unless it resumed one that did.
+	resumedChain := box("pod-failed-resuming", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+	resumedChain.Annotations = map[string]string{AnnotationResumes: ResumesValue("u1", "u0", agentsv1alpha1.UpgradingReasonUpgradePodFailed)}
 	all := []*agentsv1alpha1.Sandbox{
 		upgraded, upgradedBare,
 		box("fresh", ""),
-		box("pod-failed", agentsv1alpha1.UpgradingReasonUpgradePodFailed),
-		box("post-failed", agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
+		backedUp(box("pod-failed", agentsv1alpha1.UpgradingReasonUpgradePodFailed)),
+		box("pod-failed-unbacked", agentsv1alpha1.UpgradingReasonUpgradePodFailed),
+		resumedChain,
+		backedUp(box("post-failed", agentsv1alpha1.UpgradingReasonPostUpgradeFailed)),
 		box("pre-failed", agentsv1alpha1.UpgradingReasonPreUpgradeFailed),
 	}
 	sel, err := Select(ops, all, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := WithoutBackup(ops, sel); !slices.Equal(got, []string{"fresh", "pre-failed", "upgraded-with-backup", "upgraded-without-backup"}) {
-		t.Errorf("withoutBackup = %v, want [fresh pre-failed upgraded-with-backup upgraded-without-backup]", got)
+	want := []string{"fresh", "pod-failed-unbacked", "pre-failed", "upgraded-with-backup", "upgraded-without-backup"}
+	if got := WithoutBackup(ops, sel); !slices.Equal(got, want) {
+		t.Errorf("withoutBackup = %v, want %v", got, want)
 	}
 	withPre := ops.DeepCopy()
 	withPre.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}
