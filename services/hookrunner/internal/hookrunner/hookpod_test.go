@@ -162,3 +162,61 @@ func TestHookPodOfAnotherPodSaysWhatToDo(t *testing.T) {
 		})
 	}
 }
+
+// postUpgrade is not run on a pod being deleted, done mark or not: what it
+// restores would go with the pod, and the attempt would end Succeeded on the
+// empty pod built next. The message is looked at again once the pod is gone.
+func TestHookPodSkipsPostUpgradeOnAStoppingPod(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "sb"}}
+	controller := true
+	stopping := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "new", DeletionTimestamp: &metav1.Time{}, Finalizers: []string{"x"},
+		Annotations:     map[string]string{upgrade.AnnotationPodAttempt: "a1"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box", UID: "sb", Controller: &controller}}}}
+	for _, done := range []bool{false, true} {
+		pod := stopping.DeepCopy()
+		if done {
+			pod.Annotations[upgrade.HookDoneAnnotation(postStep.stage)] = "a1"
+		}
+		h := &HookRunner{kube: fake.NewClientset(pod)}
+		got, reason, err := h.hookPod(context.Background(), sb, postStep, events.Data{Attempt: "a1", NewPodUID: "new"})
+		if err == nil || got != nil || reason != "" || !strings.Contains(err.Error(), "is being deleted") {
+			t.Errorf("done mark %v: hookPod = %v, %q, %v; want an error to look again", done, got, reason, err)
+		}
+	}
+	running := stopping.DeepCopy()
+	running.DeletionTimestamp, running.Finalizers = nil, nil
+	h := &HookRunner{kube: fake.NewClientset(running)}
+	if got, reason, err := h.hookPod(context.Background(), sb, postStep, events.Data{Attempt: "a1", NewPodUID: "new"}); err != nil || got == nil || reason != "" {
+		t.Errorf("hookPod of the running new pod = %v, %q, %v; want the pod", got, reason, err)
+	}
+}
+
+// A postUpgrade that succeeded in a pod deleted (or replaced, or stopping)
+// while it ran does not count: what it restored went with the pod. Its
+// preUpgrade counterpart stands (the backup is outside the pod), and so does
+// a postUpgrade whose pod still runs.
+func TestPostUpgradeIntoAPodDeletedMeanwhileDoesNotCount(t *testing.T) {
+	ran := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "new"}}
+	replaced := ran.DeepCopy()
+	replaced.UID = "newer"
+	stopping := ran.DeepCopy()
+	stopping.DeletionTimestamp, stopping.Finalizers = &metav1.Time{}, []string{"x"}
+	for _, c := range []struct {
+		name string
+		now  []runtime.Object
+		st   step
+		lost bool
+	}{
+		{"still running", []runtime.Object{ran.DeepCopy()}, postStep, false},
+		{"gone", nil, postStep, true},
+		{"replaced", []runtime.Object{replaced}, postStep, true},
+		{"stopping", []runtime.Object{stopping}, postStep, true},
+		{"preUpgrade, gone", nil, preStep, false},
+	} {
+		h := &HookRunner{kube: fake.NewClientset(c.now...)}
+		lost, err := h.lostDuringHook(context.Background(), ran, c.st)
+		if err != nil || (lost != "") != c.lost || (c.lost && !strings.Contains(lost, "was deleted while postUpgrade ran")) {
+			t.Errorf("%s: lostDuringHook = %q, %v; want lost %v", c.name, lost, err, c.lost)
+		}
+	}
+}

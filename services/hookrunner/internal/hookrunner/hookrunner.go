@@ -185,6 +185,14 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	report, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
 	defer cancelReport()
+	// A redelivery after this check's error finds the done mark, and the pod
+	// gone or stopping (hookPod), or not.
+	if lost, err := h.lostDuringHook(report, pod, st); err != nil || lost != "" {
+		if err != nil {
+			return err
+		}
+		return h.fail(report, next, st, lost, &code)
+	}
 	return h.publish(report, next)
 }
 
@@ -317,7 +325,11 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 			return nil, "", nil
 		}
 		if st == preStep {
-			return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, so preUpgrade was not run and no backup was taken of it: what it held outside its persistent volumes is gone with it. A new SandboxUpdateOps resumes the sandbox on a new pod, and its postUpgrade restores whatever backup it finds", sb.Namespace, sb.Name), nil
+			from := "the template it ran before the patch"
+			if d.Ops.Name == "" {
+				from = "its template"
+			}
+			return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, before molt knew of a backup of it: what it held outside its persistent volumes is gone with it. The sandbox gets a pod again from %s, and the upgrade that resumes it runs preUpgrade on that new pod, which backs it up where the last backup is: if a backup there must be kept (an earlier upgrade's, or this one's, when its preUpgrade ran before a crash or a NATS outage kept its report), copy it away first", sb.Namespace, sb.Name, from), nil
 		}
 		return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, so %s was not run: a new SandboxUpdateOps resumes the sandbox", sb.Namespace, sb.Name, st.hook), nil
 	}
@@ -361,7 +373,34 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 	if d.NewPodUID != "" && pod.UID != d.NewPodUID {
 		return nil, fmt.Sprintf("postUpgrade must run on the new pod (uid %s), but pod %s now has uid %s; it was not run: %s", d.NewPodUID, pod.Name, pod.UID, resumeStep), nil
 	}
+	if pod.DeletionTimestamp != nil {
+		// A restore into a stopping pod goes with it (done or not), and the
+		// attempt would end Succeeded on the empty pod built next (its
+		// checkpoint, its backup deleted as restored). Looked at again once
+		// it is gone: then this is "deleted during the upgrade".
+		return nil, "", events.Retry(fmt.Errorf("pod %s/%s (uid %s) is being deleted: postUpgrade is not run on a stopping pod", pod.Namespace, pod.Name, pod.UID), terminatingRetry)
+	}
 	return pod, "", nil
+}
+
+// lostDuringHook says why st's hook, which succeeded on pod, does not count
+// ("" when it does): for postUpgrade, the pod was deleted (or is being
+// deleted) while it ran, and what it restored went with it. preUpgrade's
+// backup is made outside the pod and stands.
+func (h *HookRunner) lostDuringHook(ctx context.Context, pod *corev1.Pod, st step) (string, error) {
+	if st != postStep {
+		return "", nil
+	}
+	now, err := h.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return "", fmt.Errorf("get pod %s/%s after postUpgrade: %w", pod.Namespace, pod.Name, err)
+	case now.UID == pod.UID && now.DeletionTimestamp == nil:
+		return "", nil
+	}
+	return fmt.Sprintf("pod %s/%s (uid %s) was deleted while postUpgrade ran in it: the hook exited 0, but what it restored went with the pod, so the upgrade does not count as done. Create a new SandboxUpdateOps to resume: it rebuilds the pod and runs postUpgrade again; if your postUpgrade deletes its backup once restored (as guide 000's does), restore it by hand instead, from wherever preUpgrade copied it",
+		pod.Namespace, pod.Name, pod.UID), nil
 }
 
 // hookTag names one run of a hook on the agent-runtime: a hookrunner that

@@ -10,6 +10,22 @@ import (
 	"molt.dev/pkg/upgrade"
 )
 
+// directWithoutPod returns a direct attempt's PreUpgrade failure when the
+// sandbox has no pod to back up and its spec.lifecycle has a preUpgrade: the
+// pod was deleted (or evicted) after the template changed, before the backup.
+// Going on would build the new pod and let postUpgrade restore an older
+// backup over what the volumes hold, as an ops's attempt refuses too
+// (noPodToBackUp). "" for a resume, whose stages decide on the pod there is
+// (upgrade.ResumeAt), and for an attempt without a preUpgrade.
+func directWithoutPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, d events.Data) string {
+	if _, direct := upgrade.DirectAttemptGeneration(d.Attempt); !direct || d.Ops.Name != "" || d.ResumedReason != "" || pod != nil ||
+		sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil {
+		return ""
+	}
+	return fmt.Sprintf("sandbox %s/%s has no pod (it was deleted or stopped after its template changed), so preUpgrade cannot back it up; this direct upgrade was not carried on (going on would let postUpgrade restore an older backup over what its volumes hold). The sandbox gets a pod from its new template by itself, with nothing of the old pod's workspace outside persistent volumes: restore that workspace from the backup first if it must be, then change spec.template again to clear this failure (that upgrade backs the pod up as usual)",
+		sb.Namespace, sb.Name)
+}
+
 // rebuiltSinceRequest returns a direct attempt's PreUpgrade failure when the
 // sandbox's pod already runs the template the attempt is for and this attempt
 // did not build it: the selector requested the attempt because the pod ran

@@ -47,18 +47,61 @@ func TestDirectUpgradeOfAPodRebuiltSinceItsRequestFails(t *testing.T) {
 	}
 }
 
+// A direct upgrade of a sandbox with a preUpgrade whose pod was deleted
+// before the patcher read it fails PreUpgrade: there is nothing to back up,
+// and going on would let postUpgrade restore an older backup over what the
+// volumes hold (as an ops's attempt does). Without a preUpgrade it goes on.
+// Before, both went on.
+func TestDirectUpgradeWithoutAPodToBackUpFails(t *testing.T) {
+	startPatcher(t)
+	ns := testenv.Get(t).Namespace(t)
+	hooked := directSandbox(t, ns, "hooked", &agentsv1alpha1.SandboxLifecycle{
+		PreUpgrade:  &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"true"}}},
+		PostUpgrade: &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"true"}}},
+	})
+	bare := directSandbox(t, ns, "bare", nil)
+	out := subscribe(t, ns)
+	publishDirect(t, hooked)
+	publishDirect(t, bare)
+	got := map[string]events.Event{}
+	deadline := time.After(30 * time.Second)
+	for len(got) < 2 {
+		select {
+		case ev := <-out:
+			got[ev.Data.Sandbox.Name] = ev
+		case <-deadline:
+			t.Fatalf("events within 30s: %v, want one for each sandbox", got)
+		}
+	}
+	if ev := got["hooked"]; ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(ev.Data.Message, "has no pod") {
+		t.Errorf("hooked: %s %s %q, want PreUpgradeFailed saying it has no pod to back up", ev.Type, ev.Data.Reason, ev.Data.Message)
+	}
+	if ev := got["bare"]; ev.Type != events.TypePatched {
+		t.Errorf("bare: %s %q, want patched (nothing to back up)", ev.Type, ev.Data.Message)
+	}
+}
+
+// directSandbox creates a sandbox with spec.upgradePolicy and lifecycle, and no pod.
+func directSandbox(t *testing.T, ns, name string, lifecycle *agentsv1alpha1.SandboxLifecycle) *agentsv1alpha1.Sandbox {
+	t.Helper()
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "registry.example/sandbox:v2"}}}}
+	sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+	sb.Spec.Lifecycle = lifecycle
+	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Create(context.Background(), sb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
 // directSandboxWithPod creates a sandbox with spec.upgradePolicy and its pod,
 // built from its template when rebuilt, from an older one otherwise.
 func directSandboxWithPod(t *testing.T, ns, name string, rebuilt bool) *agentsv1alpha1.Sandbox {
 	t.Helper()
 	ctx := context.Background()
-	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "registry.example/sandbox:v2"}}}}
-	sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
-	sb, err := client(t).AgentsV1alpha1().Sandboxes(ns).Create(ctx, sb, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := directSandbox(t, ns, name, nil)
+	var err error
 	hash := "older"
 	if rebuilt {
 		if hash, err = upgrade.Revision(sb.Spec.Template); err != nil {

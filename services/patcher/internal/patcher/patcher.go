@@ -200,6 +200,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			target = stored
 		}
 	} else {
+		if why := directWithoutPod(sb, pod, d); why != "" {
+			return p.fail(ctx, ev, why)
+		}
 		if revision, err := upgrade.Revision(sb.Spec.Template); err == nil {
 			if why := rebuiltSinceRequest(sb, pod, d, revision); why != "" {
 				return p.fail(ctx, ev, why)
