@@ -729,3 +729,68 @@ func recreatedOnce(t *testing.T, s *stack, ns string, names []string, oldUID map
 	}
 	return problems
 }
+
+// A preUpgrade that succeeds while NATS is down, on a pod that is deleted
+// before NATS is back, still counts: its report reaches the stream once NATS
+// is back (the client holds it through the outage, and hookrunner sends it
+// again while JetStream refuses it, up to 5 minutes), so the attempt goes on
+// from that backup and postUpgrade restores it into the new pod. Were the
+// report lost, the redelivery would find the pod, and the done mark on it,
+// gone and file PreUpgradeFailed, and a resume's preUpgrade would back the
+// empty pod built next up over the workspace's only backup.
+func TestBackupMadeDuringANATSOutageSurvivesItsPodsDeletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test: skipped with -short")
+	}
+	ctx := context.Background()
+	nc := natsProcess(t)
+	s := OwnStack(t, stackOptions{natsURL: nc.URL})
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "nb", "nb-pool", "/mnt/shared", "/data/"+ns+"/$NAME/shared", 1)
+	const name = "nb-00"
+	old, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := "sleep 4; " + backupHook + " && touch /mnt/shared/backed-up"
+	kubectl(t, hookOps("nb", "nb-pool", "my-registry/sandbox-image:v2", pre, restoreHook, 60), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, name+" in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, name)
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("Upgrading %+v", c)
+	})
+	if err := nc.Kill9(); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("nats-server killed while preUpgrade runs")
+	testenv.Eventually(t, time.Minute, "the backup of "+name, func() (bool, error) {
+		_, code := sh(t, s, ns, name, "test -e /mnt/shared/backed-up")
+		return code == 0, fmt.Errorf("test -e /mnt/shared/backed-up: exit %d", code)
+	})
+	// Past the 15s a report was tried for before: nothing shows that
+	// hookrunner gave up, so the test waits that long.
+	time.Sleep(20 * time.Second)
+	if err := s.env.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &old.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "pod "+name+" (uid "+string(old.UID)+") gone", func() (bool, error) {
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return pod.UID != old.UID, fmt.Errorf("pod uid %s", pod.UID)
+	})
+	if err := nc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("nats-server started again")
+	ops := waitEnded(t, s, ns, "nb", 3*time.Minute)
+	if ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted {
+		t.Fatalf("ops nb %s (Upgrading of %s: %+v), want Completed", ops.Status.Phase, name, upgradingCondition(t, s, ns, name))
+	}
+	if got := workspaceFile(t, s, ns, name); got != "data-"+name {
+		t.Fatalf("workspace of %s after the upgrade = %q, want the backed-up data-%s", name, got, name)
+	}
+}

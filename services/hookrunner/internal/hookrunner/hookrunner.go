@@ -183,7 +183,11 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		// the publish below makes unlikely, would miss the mark.
 		logger.Error(err, "Hook succeeded but its done mark was not written; passing the sandbox on", "pod", klog.KObj(pod))
 	}
-	report, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
+	// The report is the only word of the backup a pod deleted meanwhile
+	// leaves (its done mark goes with it): a redelivery would then file
+	// PreUpgradeFailed, and the resume back an empty pod up over it. So it
+	// is tried again through a NATS outage, up to reportWait.
+	report, cancelReport := finishing(ctx, finishWait, reportWait)
 	defer cancelReport()
 	// A redelivery after this check's error finds the done mark, and the pod
 	// gone or stopping (hookPod), or not.
@@ -193,7 +197,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		return h.fail(report, next, st, lost, &code)
 	}
-	return h.publish(report, next)
+	return h.publishPatiently(report, next)
 }
 
 // finishWait bounds the done mark, and then the report, of a hook that
@@ -381,26 +385,6 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 		return nil, "", events.Retry(fmt.Errorf("pod %s/%s (uid %s) is being deleted: postUpgrade is not run on a stopping pod", pod.Namespace, pod.Name, pod.UID), terminatingRetry)
 	}
 	return pod, "", nil
-}
-
-// lostDuringHook says why st's hook, which succeeded on pod, does not count
-// ("" when it does): for postUpgrade, the pod was deleted (or is being
-// deleted) while it ran, and what it restored went with it. preUpgrade's
-// backup is made outside the pod and stands.
-func (h *HookRunner) lostDuringHook(ctx context.Context, pod *corev1.Pod, st step) (string, error) {
-	if st != postStep {
-		return "", nil
-	}
-	now, err := h.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return "", fmt.Errorf("get pod %s/%s after postUpgrade: %w", pod.Namespace, pod.Name, err)
-	case now.UID == pod.UID && now.DeletionTimestamp == nil:
-		return "", nil
-	}
-	return fmt.Sprintf("pod %s/%s (uid %s) was deleted while postUpgrade ran in it: the hook exited 0, but what it restored went with the pod, so the upgrade does not count as done. Create a new SandboxUpdateOps to resume: it rebuilds the pod and runs postUpgrade again; if your postUpgrade deletes its backup once restored (as guide 000's does), restore it by hand instead, from wherever preUpgrade copied it",
-		pod.Namespace, pod.Name, pod.UID), nil
 }
 
 // hookTag names one run of a hook on the agent-runtime: a hookrunner that
