@@ -213,10 +213,14 @@ func TestResumeAfterAnAbandonedResume(t *testing.T) {
 	if !BuiltByResumed(builtByB, sb, "C", "A") {
 		t.Fatal("BuiltByResumed must name B's pod")
 	}
-	// The usual record (A itself continued Z) is unchanged.
+	// The usual record (A itself continued Z), with Z's reason kept: ResumedChain names Z alone.
 	sb.Annotations[AnnotationResumes] = ResumesValue("A", "Z", "PreUpgradeFailed")
-	if got := ChainBehind(sb, "A"); !slices.Equal(got, []string{"Z"}) {
-		t.Fatalf("ChainBehind(A) = %v, want [Z]", got)
+	if got := ChainBehind(sb, "A"); !slices.Equal(got, []string{"Z=PreUpgradeFailed"}) {
+		t.Fatalf("ChainBehind(A) = %v, want [Z=PreUpgradeFailed]", got)
+	}
+	sb.Annotations[AnnotationResumes] = ResumesValue("C", "A", "PreUpgradeFailed", ChainBehind(sb, "A")...)
+	if got := ResumedChain(sb, "C"); !slices.Equal(got, []string{"A", "Z"}) {
+		t.Fatalf("ResumedChain(C) = %v, want [A Z]", got)
 	}
 	if got := ChainBehind(&agentsv1alpha1.Sandbox{}, "A"); got != nil {
 		t.Fatalf("ChainBehind without a record = %v", got)

@@ -332,13 +332,16 @@ func ClaimedBy(sb *agentsv1alpha1.Sandbox, opsName, attempt string) bool {
 // AnnotationResumes is the Sandbox annotation selector writes, in the same
 // patch that admits the sandbox, when the new attempt continues a failed
 // one: "<attempt> <failed attempt> <failed reason> [<earlier failed
-// attempt>...]". It is the durable record of what the attempt resumes, so a
+// attempt>=<its reason>...]". It is the durable record of what the attempt resumes, so a
 // stage re-driven long after `requested` (the watchdog) still knows which
 // pod the failed attempt built and never backs that pod up. The earlier
 // attempts are the ones the failed attempt itself resumed: after a resume
 // fails again, the pod may still be the one an attempt before it built
 // (a PostUpgrade resume builds none), and that pod holds no workspace
-// either. Written by selector; read by patcher, hookrunner and statusagg.
+// either. An earlier attempt whose reason is not known (a record written
+// before reasons were kept, or an attempt abandoned before its outcome was
+// recorded) is named alone, and counts as one that may have replaced the
+// pod. Written by selector; read by patcher, hookrunner and statusagg.
 const AnnotationResumes = "molt.dev/resumes"
 
 // maxResumedChain bounds how many failed attempts one record names: a
@@ -373,7 +376,21 @@ func ResumedChain(sb *agentsv1alpha1.Sandbox, attempt string) []string {
 	if len(f) < 3 || f[0] != attempt {
 		return nil
 	}
-	return append([]string{f[1]}, f[3:]...)
+	chain := []string{f[1]}
+	for _, earlier := range f[3:] {
+		a, _, _ := strings.Cut(earlier, "=")
+		chain = append(chain, a)
+	}
+	return chain
+}
+
+// pastBackup reports whether an earlier attempt of a record
+// (AnnotationResumes: "<attempt>=<reason>", or "<attempt>" when its reason
+// is not known) may have got past its backup, and so replaced the pod: its
+// reason is not known, or is not a failure before the backup (BeforeBackup).
+func pastBackup(earlier string) bool {
+	_, reason, known := strings.Cut(earlier, "=")
+	return !known || !BeforeBackup(reason)
 }
 
 // ChainBehind returns the attempts whose pods a new attempt that continues
@@ -389,11 +406,17 @@ func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
 	case len(f) < 3:
 		return nil
 	case f[0] == failed:
-		return ResumedChain(sb, failed)
+		return append([]string{f[1] + "=" + f[2]}, f[3:]...)
 	case f[1] == failed:
-		return append([]string{f[0]}, f[3:]...)
+		return append([]string{f[0]}, f[3:]...) // f[0]'s outcome was never recorded
 	}
 	return nil
+}
+
+// ChainPastBackup reports whether an attempt of chain (ChainBehind's) may
+// have got past its backup and replaced the pod (pastBackup).
+func ChainPastBackup(chain []string) bool {
+	return slices.ContainsFunc(chain, pastBackup)
 }
 
 // MayHaveReplacedPod reports whether attempt, whose status shows the failed
@@ -403,7 +426,8 @@ func ChainBehind(sb *agentsv1alpha1.Sandbox, failed string) []string {
 // back up over that backup. It holds when
 //   - reason is UpgradePod's failure or later;
 //   - attempt continued a failed attempt that failed at UpgradePod or later,
-//     or one that continued others (their reasons are not kept);
+//     or one that continued others of which one failed past its backup, or
+//     whose reason the record does not keep (ChainPastBackup);
 //   - a later attempt continued attempt and was abandoned before its
 //     outcome was recorded (ChainBehind): it may have got that far. One the
 //     sandbox is claimed for now (admitted, not recorded yet, as a paused
@@ -425,7 +449,7 @@ func MayHaveReplacedPod(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool
 	case len(f) < 3:
 		return false
 	case f[0] == attempt:
-		return Rank(f[2]) >= upgradePod || len(f) > 3
+		return Rank(f[2]) >= upgradePod || ChainPastBackup(f[3:])
 	case f[1] == attempt:
 		if strings.HasPrefix(f[0], DirectAttemptPrefix) {
 			return false

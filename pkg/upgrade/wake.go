@@ -74,12 +74,13 @@ func KeepAwake(sb *agentsv1alpha1.Sandbox) bool {
 // before preUpgrade is the refusal of an image change, which touches
 // nothing: the pause stopped a pod that was never backed up.)
 //
-// Only the first failure of a chain wakes it, unless the template from
-// before the chain's first patch is still kept (OriginalTemplate: no
-// attempt of the chain got past PreUpgrade): an attempt that failed in
-// PreUpgrade after earlier failed attempts (ChainBehind) may follow one
-// that already replaced the pod, and the record keeps no reason but the
-// last one, so its backup may be the good one. Such a resume is not woken.
+// A later failure of a chain wakes it only when no attempt of the chain got
+// past PreUpgrade: the template from before the chain's first patch is
+// still kept (OriginalTemplate), or every earlier attempt the record names
+// failed before its backup (ChainPastBackup: each failed wake-up, say). An
+// attempt that failed in PreUpgrade after one that already replaced the
+// pod, or one whose reason the record does not keep, leaves that one's
+// backup as the good one. Such a resume is not woken.
 //
 // Woken while OriginalTemplate holds, the pod is built from that template
 // (podcycler), not from spec.template, which carries the failed patch.
@@ -89,7 +90,7 @@ func WakeAtAdmission(sb *agentsv1alpha1.Sandbox) bool {
 			return false
 		}
 		_, backupToTake := OriginalTemplate(sb)
-		return backupToTake || len(ChainBehind(sb, failed)) == 0
+		return backupToTake || !ChainPastBackup(ChainBehind(sb, failed))
 	}
 	return sb.Status.Phase == agentsv1alpha1.SandboxPaused
 }

@@ -105,6 +105,13 @@ func TestWakeAtAdmission(t *testing.T) {
 		// a1 failed in PreUpgrade resuming a0, which may have replaced the pod
 		// (the record keeps only a1's reason): a0's backup may be the good one.
 		{"paused, its preUpgrade failed resuming an earlier failure", resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonUpgradePodFailed), false},
+		// A chain whose every earlier attempt failed before its backup (the
+		// wake-up failed twice): nothing was backed up or replaced, so the
+		// resume wakes it and backs it up. Before, any chain was not woken,
+		// and the resume went on at UpgradePod: postUpgrade restored an
+		// older backup over the workspace.
+		{"paused, its wake-up failed twice", resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), true},
+		{"paused, its wake-up failed twice, then a resume of it was abandoned", resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a2", "a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), false},
 		// ...unless the template from before the chain's first patch is still
 		// kept for a1: no attempt of the chain got past PreUpgrade.
 		{"paused, its preUpgrade failed resuming an earlier one, the original template kept", kept(resumed(sandbox(true, "", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1", "a0", agentsv1alpha1.UpgradingReasonPreUpgradeFailed), "a1"), true},

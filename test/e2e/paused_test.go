@@ -322,3 +322,76 @@ func podIsReady(pod *corev1.Pod) bool {
 	}
 	return false
 }
+
+// TestPausedWakeFailedTwiceIsBackedUpOnItsResume (walk): a paused sandbox
+// whose template no longer starts fails its wake-up for an ops, then again
+// for the next one; its template set right, a third ops wakes it, backs its
+// workspace (on a persistent volume) up, and restores that. Before, the
+// third resume counted the chain of two failed attempts as one that may
+// have replaced the pod: it was not woken, skipped preUpgrade, and its
+// postUpgrade restored an older backup over the newer workspace.
+func TestPausedWakeFailedTwiceIsBackedUpOnItsResume(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	const (
+		pool  = "pw-pool"
+		v1    = "my-registry/sandbox-image:v1"
+		crash = "my-registry/sandbox-image:v1-crash"
+		v2    = "my-registry/sandbox-image:v2"
+	)
+	names := makeSandboxes(t, s, ns, "pw", 1, pool, func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/mnt/shared"}, {Name: "workspace", MountPath: "/home/user/workspace"}}
+		sb.Spec.Template.Spec.Volumes = []corev1.Volume{
+			{Name: "shared", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + ns + "/" + sb.Name + "/shared"}}},
+			{Name: "workspace", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + ns + "/" + sb.Name + "/workspace"}}},
+		}
+	})
+	name := names[0]
+	// An older backup where the hooks keep theirs, then newer work.
+	if _, code := sh(t, s, ns, name, "mkdir -p /home/user/workspace/sub && echo older > /home/user/workspace/sub/file.txt && tar czf /mnt/shared/ws-$(hostname).tgz -C /home/user/workspace . && echo newer > /home/user/workspace/sub/file.txt"); code != 0 {
+		t.Fatalf("seed the workspace of %s: exit %d", name, code)
+	}
+	pause(t, s, ns, names)
+	setImage := func(image string) {
+		t.Helper()
+		patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":%q}]`, image)
+		if _, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("set the image of %s to %s: %v", name, image, err)
+		}
+	}
+	pausedOps := func(opsName string) string {
+		y := hookOps(opsName, pool, v2, backupHook, restoreHook, 30)
+		return strings.Replace(y, "spec:\n", "spec:\n  stateFilter:\n    states: [Paused]\n", 1)
+	}
+	setImage(crash) // the template it was paused with no longer starts
+	for _, opsName := range []string{"pw-1", "pw-2"} {
+		kubectl(t, pausedOps(opsName), "apply", "-n", ns, "-f", "-")
+		waitOps(t, s, ns, opsName, agentsv1alpha1.SandboxUpdateOpsFailed, 3*time.Minute)
+		if c := upgradingCondition(t, s, ns, name); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+			t.Fatalf("after %s: Upgrading %+v, want PreUpgradeFailed (the wake-up failed)", opsName, c)
+		}
+		kubectl(t, "", "delete", "suo", opsName, "-n", ns, "--wait=true", "--timeout=60s")
+		testenv.Eventually(t, time.Minute, name+" stopped again", func() (bool, error) {
+			_, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Errorf("pod still there (%v)", err)
+		})
+	}
+	setImage(v1)
+	kubectl(t, pausedOps("pw-3"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "pw-3", agentsv1alpha1.SandboxUpdateOpsCompleted, 3*time.Minute)
+	waitPausedWithoutPod(t, s, ns, name, time.Minute)
+	if _, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"paused":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("unpause %s: %v", name, err)
+	}
+	testenv.Eventually(t, time.Minute, name+" has a Ready pod again", func() (bool, error) {
+		pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pod.DeletionTimestamp == nil && podIsReady(pod) && pod.Spec.Containers[0].Image == v2, fmt.Errorf("pod %s image %s phase %s", pod.UID, pod.Spec.Containers[0].Image, pod.Status.Phase)
+	})
+	if out, _ := sh(t, s, ns, name, "cat /home/user/workspace/sub/file.txt"); strings.TrimSpace(out) != "newer" {
+		t.Fatalf("workspace of %s after the upgrade = %q, want \"newer\" (the work since the older backup)", name, strings.TrimSpace(out))
+	}
+}
