@@ -52,8 +52,8 @@ func NothingSelected(namespace string, s Selection) string {
 	add(ExcludedPoolMember, "belongs to a SandboxSet, whose own rolling update upgrades it",
 		"belong to a SandboxSet, whose own rolling update upgrades them")
 	add(ExcludedOtherOps, "is claimed by another active ops ("+claimedBy+")", "are claimed by another active ops ("+claimedBy+")")
-	add(ExcludedDirectUpgrade, "is in a direct upgrade of its own (spec.upgradePolicy): apply this ops again once it ends",
-		"are in direct upgrades of their own (spec.upgradePolicy): apply this ops again once they end")
+	add(ExcludedDirectUpgrade, "is in a direct upgrade of its own (spec.upgradePolicy): once it ends, delete this ops and create it again (applying it again changes nothing: it has ended)",
+		"are in direct upgrades of their own (spec.upgradePolicy): once they end, delete this ops and create it again (applying it again changes nothing: it has ended)")
 	filtered := "in a phase spec.stateFilter leaves out (" + phaseCounts(phases) + ")"
 	add(ExcludedStateFilter, "is "+filtered, "are "+filtered)
 	add(ExcludedNoNeed, "already has the patched template", "already have the patched template")

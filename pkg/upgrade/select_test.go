@@ -249,7 +249,7 @@ func TestSelectLeavesOutASandboxInADirectUpgrade(t *testing.T) {
 	if sel.Total() != 0 || len(sel.Excluded) != 1 || sel.Excluded[0].Reason != ExcludedDirectUpgrade || sel.Excluded[0].Detail != agentsv1alpha1.UpgradingReasonPreUpgrade {
 		t.Fatalf("total %d, excluded %+v: want it left out as in a direct upgrade, in PreUpgrade", sel.Total(), sel.Excluded)
 	}
-	if msg := NothingSelected("ns", sel); !strings.Contains(msg, "1 is in a direct upgrade of its own (spec.upgradePolicy): apply this ops again once it ends") || strings.Contains(msg, "stateFilter") {
+	if msg := NothingSelected("ns", sel); !strings.Contains(msg, "1 is in a direct upgrade of its own (spec.upgradePolicy): once it ends, delete this ops and create it again") || strings.Contains(msg, "stateFilter") {
 		t.Errorf("NothingSelected = %q", msg)
 	}
 	if msg := LeftOutByStateFilter(sel); !strings.Contains(msg, "direct upgrade of its own") {
