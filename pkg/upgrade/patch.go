@@ -227,6 +227,28 @@ func AddedContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
 	return added
 }
 
+// AddedWithoutImage returns the containers and init containers that patch
+// adds to tpl (AddedContainers) with no image: a pod made from the patched
+// template is refused (its image is required), which is what a patch meant
+// for a container this sandbox names otherwise does (its template has `main`
+// where the patch says `sandbox`).
+func AddedWithoutImage(tpl *corev1.PodTemplateSpec, patch []byte) []string {
+	var bare []string
+	for _, list := range containerLists(tpl, patch) {
+		for _, e := range list.entries {
+			var name, image string
+			if _, directive := e["$patch"]; directive || json.Unmarshal(e["name"], &name) != nil || name == "" ||
+				slices.ContainsFunc(list.have, func(c corev1.Container) bool { return c.Name == name }) {
+				continue
+			}
+			if raw, ok := e["image"]; !ok || json.Unmarshal(raw, &image) != nil || image == "" {
+				bare = append(bare, list.field+"/"+name)
+			}
+		}
+	}
+	return bare
+}
+
 // containerList is one of a patch's container lists beside tpl's.
 type containerList struct {
 	field   string // "containers" or "initContainers"

@@ -252,3 +252,26 @@ func TestMergeKeyProblem(t *testing.T) {
 		t.Fatalf("MergeKeyProblem(nil) = %q", got)
 	}
 }
+
+// A patch entry that adds a container with no image (meant for a container
+// this template names otherwise) would make a pod the API server refuses; one
+// that updates a container the template has, or adds one with its image,
+// is fine.
+func TestAddedWithoutImage(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "v1"}}}}
+	for _, tc := range []struct {
+		patch string
+		want  []string
+	}{
+		{`{"spec":{"containers":[{"name":"sandbox","env":[{"name":"A","value":"1"}]}]}}`, []string{"containers/sandbox"}},
+		{`{"spec":{"containers":[{"name":"sandbox","image":""}]}}`, []string{"containers/sandbox"}},
+		{`{"spec":{"initContainers":[{"name":"setup","command":["true"]}]}}`, []string{"initContainers/setup"}},
+		{`{"spec":{"containers":[{"name":"main","env":[{"name":"A","value":"1"}]}]}}`, nil},
+		{`{"spec":{"containers":[{"name":"sidecar","image":"side:v1"}]}}`, nil},
+		{`{"spec":{"containers":[{"name":"gone","$patch":"delete"}]}}`, nil},
+	} {
+		if got := AddedWithoutImage(tpl, []byte(tc.patch)); !slices.Equal(got, tc.want) {
+			t.Errorf("AddedWithoutImage(%s) = %v, want %v", tc.patch, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package molt
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
@@ -39,4 +40,27 @@ func withoutAgentRuntime(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selec
 		out = append(out, c.Sandbox.Name)
 	}
 	return out
+}
+
+// imagelessAdds names the sandboxes sel would start whose template the patch
+// adds a container with no image to (upgrade.AddedWithoutImage: their pod
+// would be refused, and the patcher fails them before their backup), and
+// those containers.
+func imagelessAdds(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (names, added []string) {
+	for _, c := range sel.Candidates {
+		if (c.State != upgrade.NotStarted && !c.Resume) || c.Sandbox.Spec.Template == nil {
+			continue
+		}
+		bare := upgrade.AddedWithoutImage(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw)
+		if len(bare) == 0 {
+			continue
+		}
+		names = append(names, c.Sandbox.Name)
+		for _, b := range bare {
+			if !slices.Contains(added, b) {
+				added = append(added, b)
+			}
+		}
+	}
+	return names, added
 }

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
@@ -48,5 +51,29 @@ func TestWithoutAgentRuntime(t *testing.T) {
 	ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{}}
 	if got := strings.Join(withoutAgentRuntime(ops, sel), ","); got != "misspelt,none" {
 		t.Errorf("an ops with a preUpgrade: %q, want misspelt,none", got)
+	}
+}
+
+// A plan names every sandbox to start whose template the patch would add a
+// container with no image to (its container is named otherwise), not only
+// the first sandbox's.
+func TestImagelessAdds(t *testing.T) {
+	sandbox := func(name, container string, state upgrade.State) upgrade.Candidate {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Name = name
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: container, Image: "v1"}}}}
+		return upgrade.Candidate{Sandbox: sb, State: state}
+	}
+	sel := upgrade.Selection{Candidates: []upgrade.Candidate{
+		sandbox("s-0", "sandbox", upgrade.NotStarted),
+		sandbox("s-2", "main", upgrade.NotStarted),
+		sandbox("s-4", "main", upgrade.NotStarted),
+		sandbox("s-5", "main", upgrade.Failed),
+	}}
+	ops := &agentsv1alpha1.SandboxUpdateOps{}
+	ops.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","env":[{"name":"A","value":"1"}]}]}}`)}
+	names, added := imagelessAdds(ops, sel)
+	if strings.Join(names, ",") != "s-2,s-4" || strings.Join(added, ",") != "containers/sandbox" {
+		t.Errorf("imagelessAdds = %v, %v; want [s-2 s-4] [containers/sandbox]", names, added)
 	}
 }

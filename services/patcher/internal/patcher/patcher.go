@@ -179,6 +179,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		if err != nil {
 			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
 		}
+		if why := addedWithoutImage(sb, ops); why != "" {
+			return p.fail(ctx, ev, why)
+		}
 		// The template it replaces is kept only when there is a pod to
 		// back up: a sandbox with no pod (and no preUpgrade to take a
 		// backup) gets its first one from the patched template.
