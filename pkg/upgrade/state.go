@@ -354,7 +354,16 @@ const maxResumedChain = 16
 // failedAttempt itself continued (its ResumedChain), newest first.
 func ResumesValue(attempt, failedAttempt, failedReason string, earlier ...string) string {
 	f := append([]string{attempt, failedAttempt, failedReason}, earlier...)
-	return strings.Join(f[:min(len(f), 2+maxResumedChain)], " ")
+	if keep := 2 + maxResumedChain; len(f) > keep {
+		if ChainPastBackup(f[keep:]) {
+			// An attempt left out may have replaced the pod: the last one
+			// kept loses its reason, so the chain still counts as past
+			// its backup.
+			f[keep-1], _, _ = strings.Cut(f[keep-1], "=")
+		}
+		f = f[:keep]
+	}
+	return strings.Join(f, " ")
 }
 
 // Resumes returns the failed attempt and reason that attempt continues, from

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -325,4 +326,27 @@ func claimedFor(sb *agentsv1alpha1.Sandbox, opsName, attempt string) *agentsv1al
 	sb.Labels = map[string]string{agentsv1alpha1.LabelUpdateOps: opsName}
 	sb.Annotations[AnnotationClaim] = ClaimValue(opsName, attempt)
 	return sb
+}
+
+// A chain longer than a record keeps still counts as past its backup when an
+// attempt left out got past it (an UpgradePodFailed long ago, then many
+// failures before their backup).
+func TestResumesValueKeepsALeftOutReplacement(t *testing.T) {
+	pre := agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+	var earlier []string
+	for i := range maxResumedChain + 3 {
+		earlier = append(earlier, fmt.Sprintf("a%d=%s", i, pre))
+	}
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationResumes: ResumesValue("n", "f", pre, earlier...)}}}
+	if MayHaveReplacedPod(sb, "n", pre) {
+		t.Errorf("a chain of failures before their backup only: may have replaced the pod")
+	}
+	earlier[len(earlier)-1] = "old=" + agentsv1alpha1.UpgradingReasonUpgradePodFailed
+	sb.Annotations[AnnotationResumes] = ResumesValue("n", "f", pre, earlier...)
+	if !MayHaveReplacedPod(sb, "n", pre) {
+		t.Errorf("the UpgradePodFailed left out of %q is forgotten", sb.Annotations[AnnotationResumes])
+	}
+	if got := len(strings.Fields(sb.Annotations[AnnotationResumes])); got != 2+maxResumedChain {
+		t.Errorf("%d fields, want %d", got, 2+maxResumedChain)
+	}
 }

@@ -66,18 +66,21 @@ func (h *HookRunner) publishPatiently(ctx context.Context, ev events.Event) erro
 // ("" when it does): for postUpgrade, the pod was deleted (or is being
 // deleted) while it ran, and what it restored went with it. preUpgrade's
 // backup is made outside the pod and stands.
-func (h *HookRunner) lostDuringHook(ctx context.Context, pod *corev1.Pod, st step) (string, error) {
+func (h *HookRunner) lostDuringHook(ctx context.Context, pod *corev1.Pod, st step) string {
 	if st != postStep {
-		return "", nil
+		return ""
 	}
 	now, err := h.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return "", fmt.Errorf("get pod %s/%s after postUpgrade: %w", pod.Namespace, pod.Name, err)
+		// Not known: the hook ran to success, and a redelivery would have to
+		// wait for the API server too (hookPod). Reported as it ran.
+		klog.FromContext(ctx).Info("Could not look at the pod again after postUpgrade; reporting it done", "pod", klog.KObj(pod), "err", err)
+		return ""
 	case now.UID == pod.UID && now.DeletionTimestamp == nil:
-		return "", nil
+		return ""
 	}
-	return fmt.Sprintf("pod %s/%s (uid %s) was deleted while postUpgrade ran in it: the hook exited 0, but what it restored went with the pod, so the upgrade does not count as done. Create a new SandboxUpdateOps to resume: it rebuilds the pod and runs postUpgrade again; if your postUpgrade deletes its backup once restored (as guide 000's does), restore it by hand instead, from wherever preUpgrade copied it",
-		pod.Namespace, pod.Name, pod.UID), nil
+	return fmt.Sprintf("pod %s/%s (uid %s) was deleted while postUpgrade ran in it: the hook exited 0, but what it restored went with the pod, so the upgrade does not count as done. Create a new SandboxUpdateOps to resume: it runs postUpgrade again, on a rebuilt pod; if your postUpgrade deletes its backup once restored (as guide 000's does), restore it by hand instead, from wherever preUpgrade copied it",
+		pod.Namespace, pod.Name, pod.UID)
 }

@@ -189,12 +189,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	// is tried again through a NATS outage, up to reportWait.
 	report, cancelReport := finishing(ctx, finishWait, reportWait)
 	defer cancelReport()
-	// A redelivery after this check's error finds the done mark, and the pod
-	// gone or stopping (hookPod), or not.
-	if lost, err := h.lostDuringHook(report, pod, st); err != nil || lost != "" {
-		if err != nil {
-			return err
-		}
+	if lost := h.lostDuringHook(report, pod, st); lost != "" {
 		return h.fail(report, next, st, lost, &code)
 	}
 	return h.publishPatiently(report, next)
@@ -329,13 +324,9 @@ func (h *HookRunner) hookPod(ctx context.Context, sb *agentsv1alpha1.Sandbox, st
 			return nil, "", nil
 		}
 		if st == preStep {
-			from := "the template it ran before the patch"
-			if d.Ops.Name == "" {
-				from = "its template"
-			}
-			return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, before molt knew of a backup of it: what it held outside its persistent volumes is gone with it. The sandbox gets a pod again from %s, and the upgrade that resumes it runs preUpgrade on that new pod, which backs it up where the last backup is: if a backup there must be kept (an earlier upgrade's, or this one's, when its preUpgrade ran before a crash or a NATS outage kept its report), copy it away first", sb.Namespace, sb.Name, from), nil
+			return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, before molt knew of a backup of it: what it held outside its persistent volumes is gone with it. The upgrade that resumes the sandbox may run preUpgrade on the pod it gets next, backing that new pod up where the last backup is: if a backup there must be kept (an earlier upgrade's, or this one's, when its preUpgrade ran before a crash or a NATS outage kept its report), copy it away first", sb.Namespace, sb.Name), nil
 		}
-		return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, so %s was not run: a new SandboxUpdateOps resumes the sandbox", sb.Namespace, sb.Name, st.hook), nil
+		return nil, fmt.Sprintf("pod %s/%s was deleted during the upgrade, before its %s was reported done: a new SandboxUpdateOps resumes the sandbox", sb.Namespace, sb.Name, st.hook), nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("get pod %s/%s to run %s: %w", sb.Namespace, sb.Name, st.hook, err)

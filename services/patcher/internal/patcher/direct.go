@@ -17,12 +17,19 @@ import (
 // backup over what the volumes hold, as an ops's attempt refuses too
 // (noPodToBackUp). "" for a resume, whose stages decide on the pod there is
 // (upgrade.ResumeAt), and for an attempt without a preUpgrade.
-func directWithoutPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, d events.Data) string {
+//
+// Only on the request's first delivery: a direct attempt leaves no mark of
+// its patch (the user wrote the template), so a redelivery or a re-drive
+// cannot tell a pod gone before the patcher from one podcycler deleted after
+// an earlier delivery passed the sandbox on (its failure could overtake that
+// attempt's prehook-done to statusagg, and end it behind its new pod). Those
+// go on as before this check.
+func directWithoutPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, d events.Data, firstDelivery bool) string {
 	if _, direct := upgrade.DirectAttemptGeneration(d.Attempt); !direct || d.Ops.Name != "" || d.ResumedReason != "" || pod != nil ||
-		sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil {
+		!firstDelivery || d.Redrive > 0 || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil {
 		return ""
 	}
-	return fmt.Sprintf("sandbox %s/%s has no pod (it was deleted or stopped after its template changed), so preUpgrade cannot back it up; this direct upgrade was not carried on (going on would let postUpgrade restore an older backup over what its volumes hold). The sandbox gets a pod from its new template by itself, with nothing of the old pod's workspace outside persistent volumes: restore that workspace from the backup first if it must be, then change spec.template again to clear this failure (that upgrade backs the pod up as usual)",
+	return fmt.Sprintf("sandbox %s/%s has no pod (it was deleted or stopped after its template changed), so preUpgrade cannot back it up; this direct upgrade was not carried on (going on would let postUpgrade restore an older backup over what its volumes hold). The sandbox gets a pod from its new template once it runs (not while it is paused), with nothing of the old pod's workspace outside persistent volumes: restore that workspace from the backup first if it must be, then change spec.template again to clear this failure (that upgrade backs the pod up as usual)",
 		sb.Namespace, sb.Name)
 }
 

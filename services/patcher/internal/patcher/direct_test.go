@@ -81,6 +81,29 @@ func TestDirectUpgradeWithoutAPodToBackUpFails(t *testing.T) {
 	}
 }
 
+// Only a request's first delivery fails for the missing pod: a redelivery or
+// a re-drive may come after an earlier delivery passed the sandbox on and
+// podcycler deleted its pod, and its failure could end that attempt.
+func TestDirectWithoutPodOnlyOnTheFirstDelivery(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns"}}
+	sb.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{}}
+	d := events.Data{Attempt: upgrade.DirectAttemptPrefix + "rev-3"}
+	if _, ok := upgrade.DirectAttemptGeneration(d.Attempt); !ok {
+		t.Fatalf("%q is not a direct attempt id", d.Attempt)
+	}
+	if why := directWithoutPod(sb, nil, d, true); why == "" {
+		t.Error("first delivery, no pod: want the failure")
+	}
+	if why := directWithoutPod(sb, nil, d, false); why != "" {
+		t.Errorf("redelivery: %q, want none", why)
+	}
+	redriven := d
+	redriven.Redrive = 1
+	if why := directWithoutPod(sb, nil, redriven, true); why != "" {
+		t.Errorf("re-drive: %q, want none", why)
+	}
+}
+
 // directSandbox creates a sandbox with spec.upgradePolicy and lifecycle, and no pod.
 func directSandbox(t *testing.T, ns, name string, lifecycle *agentsv1alpha1.SandboxLifecycle) *agentsv1alpha1.Sandbox {
 	t.Helper()

@@ -203,7 +203,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			target = stored
 		}
 	} else {
-		if why := directWithoutPod(sb, pod, d); why != "" {
+		if why := directWithoutPod(sb, pod, d, msg.NumDelivered <= 1); why != "" {
 			return p.fail(ctx, ev, why)
 		}
 		if revision, err := upgrade.Revision(sb.Spec.Template); err == nil {
