@@ -29,16 +29,7 @@ func TestDirectUpgradeOfAPodRebuiltSinceItsRequestFails(t *testing.T) {
 	out := subscribe(t, ns)
 	publishDirect(t, rebuilt)
 	publishDirect(t, kept)
-	got := map[string]events.Event{}
-	deadline := time.After(30 * time.Second)
-	for len(got) < 2 {
-		select {
-		case ev := <-out:
-			got[ev.Data.Sandbox.Name] = ev
-		case <-deadline:
-			t.Fatalf("events within 30s: %v, want one for each sandbox", got)
-		}
-	}
+	got := oneEach(t, out, 2)
 	if ev := got["rebuilt"]; ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(ev.Data.Message, "preUpgrade was not run") {
 		t.Errorf("rebuilt: %s %s %q, want PreUpgradeFailed saying preUpgrade was not run", ev.Type, ev.Data.Reason, ev.Data.Message)
 	}
@@ -63,16 +54,7 @@ func TestDirectUpgradeWithoutAPodToBackUpFails(t *testing.T) {
 	out := subscribe(t, ns)
 	publishDirect(t, hooked)
 	publishDirect(t, bare)
-	got := map[string]events.Event{}
-	deadline := time.After(30 * time.Second)
-	for len(got) < 2 {
-		select {
-		case ev := <-out:
-			got[ev.Data.Sandbox.Name] = ev
-		case <-deadline:
-			t.Fatalf("events within 30s: %v, want one for each sandbox", got)
-		}
-	}
+	got := oneEach(t, out, 2)
 	if ev := got["hooked"]; ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed || !strings.Contains(ev.Data.Message, "has no pod") {
 		t.Errorf("hooked: %s %s %q, want PreUpgradeFailed saying it has no pod to back up", ev.Type, ev.Data.Reason, ev.Data.Message)
 	}
@@ -102,6 +84,25 @@ func TestDirectWithoutPodOnlyOnTheFirstDelivery(t *testing.T) {
 	if why := directWithoutPod(sb, nil, redriven, true); why != "" {
 		t.Errorf("re-drive: %q, want none", why)
 	}
+}
+
+// oneEach returns the first event of each of n sandboxes from out, by
+// sandbox name, within 30s.
+func oneEach(t *testing.T, out <-chan events.Event, n int) map[string]events.Event {
+	t.Helper()
+	got := map[string]events.Event{}
+	deadline := time.After(30 * time.Second)
+	for len(got) < n {
+		select {
+		case ev := <-out:
+			if _, seen := got[ev.Data.Sandbox.Name]; !seen {
+				got[ev.Data.Sandbox.Name] = ev
+			}
+		case <-deadline:
+			t.Fatalf("events within 30s: %v, want one for each of %d sandboxes", got, n)
+		}
+	}
+	return got
 }
 
 // directSandbox creates a sandbox with spec.upgradePolicy and lifecycle, and no pod.
