@@ -497,6 +497,12 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 	case agentsv1alpha1.UpgradingReasonPostUpgrade:
 		return "hookrunner did not report the postUpgrade hook; check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner-post`; create a SandboxUpdateOps with only postUpgrade to run it again"
 	default:
-		return "statusagg received no report that the preUpgrade hook ended (the patcher or hookrunner did not send one, or NATS did not deliver it); check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); the old pod is untouched: create a new SandboxUpdateOps to resume"
+		pod := "the old pod is untouched"
+		if w.s.podOf(sb) == nil {
+			// Deleted meanwhile (a backup may have been taken before, its
+			// report lost with the pod's done mark).
+			pod = "the sandbox has no pod now, and the resume may back up the pod it gets next where the last backup is: copy a backup that must be kept away first"
+		}
+		return "statusagg received no report that the preUpgrade hook ended (the patcher or hookrunner did not send one, or NATS did not deliver it); check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); " + pod + ": create a new SandboxUpdateOps to resume"
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -245,5 +246,25 @@ func TestDriverOfASandboxThatLostItsLabel(t *testing.T) {
 	}
 	if got, why := w.driver(sandbox("", agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != nil || why == "" {
 		t.Errorf("driver of an unlabelled, unclaimed sandbox = %v, %q; want no longer claimed", got, why)
+	}
+}
+
+// A PreUpgrade the watchdog fails says the old pod is untouched only while
+// the sandbox has one: a pod deleted meanwhile may have taken the mark of a
+// backup with it, and the resume may back the next pod up over it.
+func TestMissingPreUpgradeSaysWhetherThePodIsThere(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "sb"}}
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	w := &watchdog{s: &server{pods: corelisters.NewPodLister(pods)}}
+	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "the sandbox has no pod now") || strings.Contains(got, "untouched") {
+		t.Errorf("no pod: %q, want it to say there is none", got)
+	}
+	controller := true
+	if err := pods.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "box", UID: "sb", Controller: &controller}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "the old pod is untouched") {
+		t.Errorf("with its pod: %q, want the old pod untouched", got)
 	}
 }
