@@ -23,6 +23,12 @@ const (
 	reportRetry = time.Second
 )
 
+// reportTry bounds one send of the report: a send whose answer was lost (NATS
+// died after it took the message) would otherwise wait the whole reportWait,
+// holding the sandbox, while a send again is answered at once (the stream
+// drops the duplicate). A variable for the tests.
+var reportTry = 5 * time.Second
+
 // finishing returns the context of what must follow a hook that succeeded:
 // it ends max after now, or wait after ctx ends (the process shuts down),
 // whichever comes first.
@@ -45,11 +51,13 @@ func finishing(ctx context.Context, wait, max time.Duration) (context.Context, c
 	return out, cancel
 }
 
-// publishPatiently publishes ev, again every reportRetry while NATS does not
-// take it, until ctx ends.
+// publishPatiently publishes ev, each send bounded by reportTry, again
+// every reportRetry while NATS does not take it, until ctx ends.
 func (h *HookRunner) publishPatiently(ctx context.Context, ev events.Event) error {
 	for {
-		err := h.publish(ctx, ev)
+		try, cancel := context.WithTimeout(ctx, reportTry)
+		err := h.publish(try, ev)
+		cancel()
 		if err == nil {
 			return nil
 		}

@@ -92,3 +92,52 @@ func TestReportIsSentAgainWhileNATSRefusesIt(t *testing.T) {
 		t.Fatalf("publishPatiently with NATS refusing past its context = %v, published %v; want the error", err, js.published)
 	}
 }
+
+// hangingJS never answers the first publish (NATS died after taking it),
+// then records.
+type hangingJS struct {
+	recordingJS
+	hung bool
+}
+
+func (h *hangingJS) Conn() *nats.Conn { return nil }
+
+func (h *hangingJS) Stream(context.Context, string) (jetstream.Stream, error) {
+	return nil, nats.ErrNoResponders
+}
+
+func (h *hangingJS) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if !h.hung {
+		h.hung = true
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.recordingJS.PublishMsg(ctx, msg, opts...)
+}
+
+// A send whose answer never comes is given up after reportTry and sent
+// again, not waited on for the whole report window (the CI run where NATS
+// was killed right after a postUpgrade: the report waited 5 minutes, and the
+// watchdog failed the attempt).
+func TestReportWhoseAnswerIsLostIsSentAgain(t *testing.T) {
+	was := reportTry
+	reportTry = 200 * time.Millisecond
+	defer func() { reportTry = was }()
+	ev := events.Event{Type: events.TypePostHookDone, Data: events.Data{Ops: events.OpsRef{Name: "ops1", UID: "a1"},
+		Sandbox: events.SandboxRef{Namespace: "ns", Name: "box", UID: "sb"}, Attempt: "a1"}}
+	js := &hangingJS{}
+	pub, err := events.NewPublisher(js, "hookrunner", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &HookRunner{publisher: pub}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := h.publishPatiently(ctx, ev); err != nil || len(js.published) != 1 {
+		t.Fatalf("publishPatiently = %v, published %v; want the report sent again", err, js.published)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("took %s: the lost send was waited on", took)
+	}
+}
