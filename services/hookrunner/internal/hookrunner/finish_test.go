@@ -45,13 +45,19 @@ func TestFinishingOutlivesItsContextByWaitOnly(t *testing.T) {
 // refusingJS answers the first refusals publishes with no responders (JetStream
 // not back yet after NATS restarted: nothing is stored), then records.
 type refusingJS struct {
-	recordingJS
+	unreachableJS
 	refusals int
 }
 
-func (r *refusingJS) Conn() *nats.Conn { return nil }
+// unreachableJS records what is published, and has no connection or stream to
+// tell of (a publish error asks for both).
+type unreachableJS struct {
+	recordingJS
+}
 
-func (r *refusingJS) Stream(context.Context, string) (jetstream.Stream, error) {
+func (*unreachableJS) Conn() *nats.Conn { return nil }
+
+func (*unreachableJS) Stream(context.Context, string) (jetstream.Stream, error) {
 	return nil, nats.ErrNoResponders
 }
 
@@ -96,14 +102,8 @@ func TestReportIsSentAgainWhileNATSRefusesIt(t *testing.T) {
 // hangingJS never answers the first publish (NATS died after taking it),
 // then records.
 type hangingJS struct {
-	recordingJS
+	unreachableJS
 	hung bool
-}
-
-func (h *hangingJS) Conn() *nats.Conn { return nil }
-
-func (h *hangingJS) Stream(context.Context, string) (jetstream.Stream, error) {
-	return nil, nats.ErrNoResponders
 }
 
 func (h *hangingJS) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
