@@ -33,7 +33,10 @@ type cycler struct {
 	gone podGone
 	// created holds back a second create of a pod this process just created while
 	// the pod cache does not show it yet (see createMissingPod).
-	created   createdPods
+	created createdPods
+	// builders remembers which attempt built each sandbox's last pod seen, also
+	// after it is deleted (see unshownDirectPodGone).
+	builders  podBuilders
 	kube      kubernetes.Interface
 	agents    agentsclient.Interface
 	sandboxes agentslisters.SandboxLister
@@ -95,6 +98,7 @@ func (c *cycler) sync(ctx context.Context, key string) error {
 		c.redrives.Delete(key)
 		c.gone.forget(key)
 		c.created.forget(key)
+		c.builders.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -175,6 +179,9 @@ func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.San
 //     stages own the pod, as below once it is recorded;
 //   - the attempt in status is in PreUpgrade, Checkpointing or PostUpgrade → nothing, that
 //     stage owns the pod and fails by itself without it;
+//   - the pod that went was built by a direct attempt the status does not show yet
+//     (deleted a moment after its handler built it) → as for an attempt in UpgradePod,
+//     below, with that attempt (unshownDirectPodGone);
 //   - the attempt is in UpgradePod → nothing while the stage is young (handlerGrace after
 //     the later of the stage's start and the old pod's delete seen here): the handler,
 //     in this replica or another, creates the pod a moment after the old one is gone,
@@ -230,6 +237,15 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.V(2).Info("Skip for now: pod missing while an admitted attempt is not recorded yet", "attempt", admitted)
 		c.ctl.EnqueueAfter(key, c.handlerGrace)
 		return nil
+	}
+	if unshown := c.unshownDirectPodGone(key, sb); unshown != "" {
+		// Its handler built that pod, and it was deleted (by hand, a
+		// moment after) before the status showed the attempt: a plain pod
+		// now would never be reported on (it is not the attempt's), and
+		// the stage would wait for the watchdog. The attempt's pod is
+		// built instead, as once the status shows it in UpgradePod.
+		logger.V(2).Info("The pod a direct attempt built is gone before the status shows the attempt; its pod is built again", "attempt", unshown)
+		attempt, reason = unshown, agentsv1alpha1.UpgradingReasonUpgradePod
 	}
 	if reason == agentsv1alpha1.UpgradingReasonUpgradePod {
 		if wait := c.leaveToHandler(key, sb); wait > 0 {
@@ -390,6 +406,7 @@ func (c *cycler) enqueueOwner(obj any) {
 		return
 	}
 	if key, ok := ownerSandbox(pod); ok {
+		c.builders.saw(key, pod)
 		c.created.forget(key)
 		c.ctl.EnqueueKey(key)
 	}
@@ -402,6 +419,21 @@ func (c *cycler) podHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
 		DeleteFunc: c.enqueueOwner,
 	}
+}
+
+// unshownDirectPodGone returns the direct attempt that built sb's last pod
+// seen, now missing (podBuilders), when sb's status does not show that attempt
+// yet and it is still sb's (no ops label, not superseded: upgrade.ClaimedBy);
+// "" otherwise.
+func (c *cycler) unshownDirectPodGone(key string, sb *agentsv1alpha1.Sandbox) string {
+	attempt, ops := c.builders.of(key)
+	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || ops != "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
+		return ""
+	}
+	if _, shown := upgrade.ReasonFor(sb, attempt); shown || !upgrade.ClaimedBy(sb, "", attempt) {
+		return ""
+	}
+	return attempt
 }
 
 // admittedNotShown returns the attempt an ops admitted sb for (its claim
