@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	kjson "sigs.k8s.io/json"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // ApplyPatch applies an ops patch (raw JSON bytes, a Strategic Merge Patch on
@@ -270,4 +272,32 @@ func containerLists(tpl *corev1.PodTemplateSpec, patch []byte) []containerList {
 		return nil
 	}
 	return []containerList{{"containers", doc.Spec.Containers, tpl.Spec.Containers}, {"initContainers", doc.Spec.InitContainers, tpl.Spec.InitContainers}}
+}
+
+// ImagelessAdds names the sandboxes of sbs whose template patch adds a
+// container with no image to (AddedWithoutImage), and those containers, each
+// once.
+func ImagelessAdds(patch []byte, sbs []*agentsv1alpha1.Sandbox) (names, added []string) {
+	for _, sb := range sbs {
+		bare := AddedWithoutImage(sb.Spec.Template, patch)
+		if len(bare) == 0 {
+			continue
+		}
+		names = append(names, sb.Name)
+		for _, b := range bare {
+			if !slices.Contains(added, b) {
+				added = append(added, b)
+			}
+		}
+	}
+	return names, added
+}
+
+// ImagelessRetryHint is what to do next about sandboxes (named) an ops
+// failed because its patch adds containers (added) with no image to their
+// template (ImagelessAdds): a retry keeps the patch and fails at once.
+func ImagelessRetryHint(named string, added []string) string {
+	return fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): `kubectl molt retry`, which keeps the patch, would fail at once (InvalidPatch), so "+
+		"create a new SandboxUpdateOps whose patch names their container (`kubectl get sbx NAME -o jsonpath='{.spec.template.spec.containers[*].name}'`), selecting them with `agents.kruise.io/upgrade-failed: \"true\"`; `kubectl molt plan -f FILE` checks it first",
+		strings.Join(added, ", "), named)
 }

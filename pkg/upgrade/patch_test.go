@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
 // seedPatch reads the spec.patch of a seed manifest as JSON bytes.
@@ -273,5 +275,21 @@ func TestAddedWithoutImage(t *testing.T) {
 		if got := AddedWithoutImage(tpl, []byte(tc.patch)); !slices.Equal(got, tc.want) {
 			t.Errorf("AddedWithoutImage(%s) = %v, want %v", tc.patch, got, tc.want)
 		}
+	}
+}
+
+// ImagelessAdds names only the sandboxes the patch does not fit, and each
+// container once.
+func TestImagelessAdds(t *testing.T) {
+	box := func(name, container string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Name = name
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: container, Image: "v1"}}}}
+		return sb
+	}
+	patch := []byte(`{"spec":{"containers":[{"name":"sandbox","env":[{"name":"A","value":"1"}]}]}}`)
+	names, added := ImagelessAdds(patch, []*agentsv1alpha1.Sandbox{box("a", "main"), box("b", "sandbox"), box("c", "main"), {}})
+	if !slices.Equal(names, []string{"a", "c"}) || !slices.Equal(added, []string{"containers/sandbox"}) {
+		t.Errorf("ImagelessAdds = %v, %v; want [a c], [containers/sandbox]", names, added)
 	}
 }

@@ -807,6 +807,55 @@ func TestPluginRetryLeavesSandboxesUpgradedSince(t *testing.T) {
 	}
 }
 
+// TestPluginRetryOfAnImagelessAddIsRefused: an ops whose patch is meant for a
+// container the sandboxes name otherwise (it adds `main`, with no image, to
+// sandboxes whose container is `sandbox`, and fits another) fails them before anything is
+// changed; its failure and `kubectl molt retry` say that a retry, which keeps
+// the patch, would fail at once, and send the user to a new ops. Before, the
+// message offered the retry, which was created and failed InvalidPatch.
+func TestPluginRetryOfAnImagelessAddIsRefused(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	// nm-00's container is main, as the patch says (the ops's patch check,
+	// made on the first sandbox, passes); nm-01's and nm-02's is sandbox.
+	makeSandboxes(t, s, ns, "nm", 3, "nm-pool", func(sb *agentsv1alpha1.Sandbox) {
+		if sb.Name == "nm-00" {
+			sb.Spec.Template.Spec.Containers[0].Name = "main"
+		}
+	})
+	kubectl(t, `apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxUpdateOps
+metadata: {name: env}
+spec:
+  selector: {matchLabels: {`+poolLabel+`: nm-pool}}
+  updateStrategy: {maxUnavailable: 1}
+  patch:
+    spec:
+      containers: [{name: main, env: [{name: MODE, value: fast}]}]
+`, "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "env", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	var said []string
+	for _, c := range ops.Status.Conditions {
+		said = append(said, c.Message)
+	}
+	if all := strings.Join(said, "\n"); !strings.Contains(all, "adds containers/main with no image") || !strings.Contains(all, "would fail at once") {
+		t.Errorf("the failed ops's conditions do not say a retry would fail:\n%s", all)
+	}
+	out, errOut, code := molt(t, "", "retry", "env", "-n", ns)
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 2 || !strings.Contains(errOut, "cannot be retried, nothing was changed") || !strings.Contains(errOut, "adds containers/main with no image to nm-01") {
+		t.Errorf("retry of an ops whose patch adds an imageless container: exit %d, want 2 saying why:\n%s%s", code, out, errOut)
+	}
+	list, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("the refused retry left %d ops, want only env", len(list.Items))
+	}
+}
+
 // The Completed message of an ops whose stateFilter left sandboxes out sends
 // the user to `kubectl molt plan -f <ops file>`: with that ops there, ended,
 // the plan is made of the file as a new ops (not refused for its name) and

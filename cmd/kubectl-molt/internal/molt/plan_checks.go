@@ -3,7 +3,6 @@ package molt
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
@@ -43,24 +42,15 @@ func withoutAgentRuntime(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selec
 }
 
 // imagelessAdds names the sandboxes sel would start whose template the patch
-// adds a container with no image to (upgrade.AddedWithoutImage: their pod
-// would be refused, and the patcher fails them before their backup), and
-// those containers.
+// adds a container with no image to (upgrade.ImagelessAdds: their pod would
+// be refused, and the patcher fails them before their backup), and those
+// containers.
 func imagelessAdds(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (names, added []string) {
+	var starts []*agentsv1alpha1.Sandbox
 	for _, c := range sel.Candidates {
-		if (c.State != upgrade.NotStarted && !c.Resume) || c.Sandbox.Spec.Template == nil {
-			continue
-		}
-		bare := upgrade.AddedWithoutImage(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw)
-		if len(bare) == 0 {
-			continue
-		}
-		names = append(names, c.Sandbox.Name)
-		for _, b := range bare {
-			if !slices.Contains(added, b) {
-				added = append(added, b)
-			}
+		if c.State == upgrade.NotStarted || c.Resume {
+			starts = append(starts, c.Sandbox)
 		}
 	}
-	return names, added
+	return upgrade.ImagelessAdds(ops.Spec.Patch.Raw, starts)
 }

@@ -125,6 +125,7 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	}
 	reasons := map[string][]string{}
 	var failedReasons []string
+	var failed []*agentsv1alpha1.Sandbox
 	for i := range claimed {
 		sb := &claimed[i]
 		if upgrade.StateFor(sb, ops.Name, ops.UID) != upgrade.Failed {
@@ -133,6 +134,11 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		r, _ := upgrade.ReasonFor(sb, string(ops.UID))
 		reasons[r] = append(reasons[r], sb.Name)
 		failedReasons = append(failedReasons, r)
+		failed = append(failed, sb)
+	}
+	if names, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, failed); len(names) > 0 {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be retried, nothing was changed: %s",
+			ns, name, upgrade.ImagelessRetryHint(strings.Join(names, ", "), added))}
 	}
 	// What the retry would start is read from the sandboxes as they are now,
 	// not from the failed ops's last status: another ops may have upgraded

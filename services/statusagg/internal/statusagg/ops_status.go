@@ -270,9 +270,11 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 // many were not started, and what to do next.
 func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) string {
 	var names, messages []string
+	var failed []*agentsv1alpha1.Sandbox
 	for _, c := range sel.Candidates {
 		if c.State == upgrade.Failed {
 			names = append(names, c.Sandbox.Name)
+			failed = append(failed, c.Sandbox)
 			if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
 				messages = append(messages, up.Message)
 			}
@@ -282,6 +284,9 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 	head := fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): ", sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted)
 	if hint := upgrade.ImageNotPulledHint(ops.Spec.Patch.Raw, messages); hint != "" {
 		return head + hint
+	}
+	if bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, failed); len(bare) > 0 {
+		return head + upgrade.ImagelessRetryHint(namedList(bare), added)
 	}
 	return head + fmt.Sprintf("read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 		ops.Namespace, ops.Name, ops.Namespace)

@@ -101,6 +101,31 @@ func TestFailureMessageNamesUpToTen(t *testing.T) {
 	}
 }
 
+// A patch that adds a container with no image to the failed sandboxes (their
+// container is named otherwise) fails them before anything is changed, and a
+// retry, which keeps the patch, fails at once: the message says to create a
+// new ops instead, and names the container.
+func TestFailureMessageOfAnImagelessAddSaysNotToRetry(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "team"}}
+	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","env":[{"name":"A","value":"1"}]}]}}`)
+	sel := selection(1, upgrade.Failed, upgrade.NotStarted)
+	sel.Candidates[0].Sandbox.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "img:v1"}}}}
+	msg := failureMessage(ops, sel)
+	for _, want := range []string{"adds containers/sandbox with no image to sb-00", "would fail at once (InvalidPatch)", "create a new SandboxUpdateOps"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "then `kubectl molt retry") {
+		t.Errorf("message %q still sends the user to a retry", msg)
+	}
+	// The same patch on a sandbox whose container it names: the usual advice.
+	sel.Candidates[0].Sandbox.Spec.Template.Spec.Containers[0].Name = "sandbox"
+	if msg := failureMessage(ops, sel); !strings.Contains(msg, "then `kubectl molt retry up -n team`") {
+		t.Errorf("message %q, want the retry for a sandbox the patch fits", msg)
+	}
+}
+
 func TestDeletedNotes(t *testing.T) {
 	var d deletedNotes
 	const key, uid = "ns/ops", types.UID("ops-uid")
