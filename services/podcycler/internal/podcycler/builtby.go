@@ -2,8 +2,11 @@ package podcycler
 
 import (
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/pkg/upgrade"
 )
@@ -20,25 +23,33 @@ type podBuilders struct {
 	m sync.Map // key → podBuilder
 }
 
-type podBuilder struct{ attempt, ops string }
+// podBuilder is what podBuilders keeps of a pod: the attempt that built it and its ops,
+// the sandbox that controlled it (a sandbox deleted and created again under the same
+// name is another), and when it was created.
+type podBuilder struct {
+	attempt, ops string
+	sandbox      types.UID
+	created      time.Time
+}
 
 // saw records pod, the latest the informer showed under key.
 func (b *podBuilders) saw(key string, pod *corev1.Pod) {
-	if attempt := pod.Annotations[upgrade.AnnotationPodAttempt]; attempt != "" {
-		b.m.Store(key, podBuilder{attempt: attempt, ops: pod.Annotations[upgrade.AnnotationPodOps]})
+	ref := metav1.GetControllerOf(pod)
+	if attempt := pod.Annotations[upgrade.AnnotationPodAttempt]; attempt != "" && ref != nil {
+		b.m.Store(key, podBuilder{attempt: attempt, ops: pod.Annotations[upgrade.AnnotationPodOps], sandbox: ref.UID, created: pod.CreationTimestamp.Time})
 		return
 	}
 	b.m.Delete(key)
 }
 
-// of returns the attempt that built the last pod seen under key, and its ops.
-func (b *podBuilders) of(key string) (attempt, ops string) {
+// of returns what was kept of the last pod seen under key; ok is false when
+// none was built by an attempt.
+func (b *podBuilders) of(key string) (p podBuilder, ok bool) {
 	v, ok := b.m.Load(key)
 	if !ok {
-		return "", ""
+		return podBuilder{}, false
 	}
-	p := v.(podBuilder)
-	return p.attempt, p.ops
+	return v.(podBuilder), true
 }
 
 // forget drops key (its sandbox is gone).

@@ -423,17 +423,34 @@ func (c *cycler) podHandler() cache.ResourceEventHandler {
 
 // unshownDirectPodGone returns the direct attempt that built sb's last pod
 // seen, now missing (podBuilders), when sb's status does not show that attempt
-// yet and it is still sb's (no ops label, not superseded: upgrade.ClaimedBy);
-// "" otherwise.
+// yet and the pod can only be that attempt's new pod; "" otherwise:
+//   - the pod was sb's (not a pod of an earlier sandbox of that name);
+//   - sb is claimed by no ops and the attempt is not superseded (upgrade.ClaimedBy);
+//   - no other attempt is in a stage, and none was recorded after the pod was built
+//     (the status is newer than the pod: the pod is an older attempt's);
+//   - the attempt does not checkpoint: a pod of a CheckpointRestore attempt must
+//     restore the checkpoint its handler takes, onto the image the checkpoint was
+//     taken from, which only that handler checks (the stage waits for it, or for the
+//     watchdog, as before).
 func (c *cycler) unshownDirectPodGone(key string, sb *agentsv1alpha1.Sandbox) string {
-	attempt, ops := c.builders.of(key)
-	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || ops != "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
+	b, ok := c.builders.of(key)
+	if !ok || b.sandbox != sb.UID || !strings.HasPrefix(b.attempt, upgrade.DirectAttemptPrefix) || b.ops != "" || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
 		return ""
 	}
-	if _, shown := upgrade.ReasonFor(sb, attempt); shown || !upgrade.ClaimedBy(sb, "", attempt) {
+	if _, shown := upgrade.ReasonFor(sb, b.attempt); shown || !upgrade.ClaimedBy(sb, "", b.attempt) || upgrade.ChecksPoint(sb, b.attempt) {
 		return ""
 	}
-	return attempt
+	if cur := upgrade.CurrentAttempt(sb); cur != "" {
+		if reason, _ := upgrade.ReasonFor(sb, cur); upgrade.InProgress(reason) {
+			return ""
+		}
+	}
+	for _, t := range []string{agentsv1alpha1.ConditionUpgrading, upgrade.ConditionAttempt} {
+		if c := meta.FindStatusCondition(sb.Status.Conditions, t); c != nil && b.created.Before(c.LastTransitionTime.Time) {
+			return ""
+		}
+	}
+	return b.attempt
 }
 
 // admittedNotShown returns the attempt an ops admitted sb for (its claim
