@@ -55,6 +55,8 @@ type consumerState struct {
 	moved               time.Time
 	// floorMoved is when the watchdog last saw ackFloor move.
 	floorMoved time.Time
+	// lookedAt is when the watchdog asked.
+	lookedAt time.Time
 }
 
 // Where a stage's input event is, for the watchdog.
@@ -265,12 +267,12 @@ func (l *queueLook) consumer(ctx context.Context, name string) (consumerState, e
 		now := l.q.now()
 		l.q.mu.Lock()
 		prev, ok := l.q.seen[name]
-		c.moved, c.floorMoved = prev.moved, prev.floorMoved
+		c.moved, c.floorMoved, c.lookedAt = prev.moved, prev.floorMoved, now
 		if !ok || prev.ackFloor != c.ackFloor || prev.delivered != c.delivered {
-			c.moved = now
+			c.moved = movedAt(now, prev, ok, info.Delivered.Last, info.AckFloor.Last)
 		}
 		if !ok || prev.ackFloor != c.ackFloor {
-			c.floorMoved = now
+			c.floorMoved = movedAt(now, prev, ok, info.AckFloor.Last)
 		}
 		l.q.seen[name] = c
 		l.q.mu.Unlock()
@@ -279,4 +281,27 @@ func (l *queueLook) consumer(ctx context.Context, name string) (consumerState, e
 	}
 	l.consumers[name], l.errs[name] = c, err
 	return c, err
+}
+
+// movedAt is when a consumer's sequences moved, seen changed at now (or seen for the
+// first time: ok false; prev is the look before): the latest of the server's times
+// of its last activity (a delivery, an acknowledgement), between the look before and
+// now. Without them, now. A consumer whose service died before the watchdog first
+// looked at it (no earlier look in this process) is then not given a whole deadline
+// more, from that first look, to move again.
+func movedAt(now time.Time, prev consumerState, ok bool, lastActive ...*time.Time) time.Time {
+	var at time.Time
+	for _, t := range lastActive {
+		if t != nil && t.After(at) {
+			at = *t
+		}
+	}
+	switch {
+	case at.IsZero() || at.After(now):
+		return now
+	case ok && at.Before(prev.lookedAt):
+		// It moved since the look before, whatever the server's clock says.
+		return prev.lookedAt
+	}
+	return at
 }

@@ -179,6 +179,55 @@ func TestQueueLookOnJetStream(t *testing.T) {
 	}
 }
 
+// A consumer whose service died (it took and finished a message, then nothing
+// for two deadlines while another waits) is seen stuck at the watchdog's first
+// look at it, from the server's time of its last activity: before, that first
+// look counted as a move, and a dead hookrunner's stage was re-driven only a
+// deadline later (walk: 2m17s for a 65 s deadline).
+func TestFirstLookAtAConsumerThatStoppedLongAgo(t *testing.T) {
+	connect := startNATS(t)
+	ctx := context.Background()
+	admin := connect("admin")
+	if _, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	hookrunner, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := publisher(t, admin)
+	publish(events.TypePatched, "a", "att")
+	batch, err := hookrunner.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(events.TypePatched, "b", "att")
+	testenv.Eventually(t, 10*time.Second, "consumer "+events.ConsumerHookRunner+" counts b pending", func() (bool, error) {
+		info, err := hookrunner.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		return info.NumPending == 1 && info.AckFloor.Stream == 1, fmt.Errorf("%d pending, ack floor %d", info.NumPending, info.AckFloor.Stream)
+	})
+	const limit = 30 * time.Second
+	now := time.Now().Add(2 * limit) // two deadlines since its last move
+	q := newQueues(connect("statusagg"), func() time.Time { return now })
+	l := q.look()
+	defer l.done()
+	where, ok, err := l.waiting(ctx, "ns", "b", "att", agentsv1alpha1.UpgradingReasonPreUpgrade, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		t.Errorf("b's patched is seen waiting (%s) at a consumer that has not moved for two deadlines", where)
+	}
+}
+
 // TestQueueLookOnADirectGetStream: on a stream that allows direct gets (set outside molt:
 // `nats stream edit MOLT_EVENTS --allow-direct`, or a stream made with `nats stream add`),
 // nats.go reads the last message of a subject from $JS.API.DIRECT.GET.MOLT_EVENTS.<subject>
