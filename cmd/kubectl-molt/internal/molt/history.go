@@ -468,6 +468,11 @@ func detail(ev events.Event) string {
 	if d.TargetRevision != "" && ev.Type == events.TypePatched {
 		parts = append(parts, "target revision "+d.TargetRevision)
 	}
+	if d.TargetRevision != "" && ev.Type == events.TypeStageStarted && d.Stage == agentsv1alpha1.UpgradingReasonUpgradePod {
+		// The template as it is when the pod is replaced: a direct
+		// attempt's template edited again before then builds the edit.
+		parts = append(parts, "builds revision "+d.TargetRevision)
+	}
 	if d.OldPodUID != "" && (ev.Type == events.TypePatched || ev.Type == events.TypePreHookDone) {
 		parts = append(parts, "old pod "+string(d.OldPodUID))
 	}

@@ -140,3 +140,16 @@ func TestHistorySplitsAnAttemptOfTwoSandboxesOfTheName(t *testing.T) {
 		t.Errorf("the new sandbox's events are printed as late events of the deleted one's attempt:\n%s", got)
 	}
 }
+
+// The UpgradePod row names the revision the new pod is built from: a direct
+// attempt whose template was edited again before its pod was replaced builds
+// that edit, not the revision it was patched to.
+func TestHistoryNamesTheRevisionUpgradePodBuilds(t *testing.T) {
+	got := detail(events.Event{Type: events.TypeStageStarted, Data: events.Data{Stage: agentsv1alpha1.UpgradingReasonUpgradePod, TargetRevision: "def"}})
+	if got != "builds revision def" {
+		t.Errorf("detail = %q, want %q", got, "builds revision def")
+	}
+	if got := detail(events.Event{Type: events.TypeStageStarted, Data: events.Data{Stage: agentsv1alpha1.UpgradingReasonPreUpgrade, TargetRevision: "def"}}); got != "" {
+		t.Errorf("detail of PreUpgrade's start = %q, want none", got)
+	}
+}
