@@ -163,7 +163,11 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return err // shutting down: redeliver to the next runner
 	case err != nil:
-		return h.fail(ctx, next, st, withRuntimesNote(sb, err, agentruntime.ErrorMessageWithOutput(err, res)), nil)
+		message := withRuntimesNote(sb, err, agentruntime.ErrorMessageWithOutput(err, res))
+		if st == preStep && errors.As(err, new(podGoneError)) {
+			message = upgrade.WithNote(message, backupCutShort(d))
+		}
+		return h.fail(ctx, next, st, message, nil)
 	case !res.Succeeded():
 		code := res.ExitCode
 		return h.fail(ctx, next, st, res.FailureMessage(), &code)
@@ -423,7 +427,7 @@ func (h *HookRunner) run(ctx context.Context, sb *agentsv1alpha1.Sandbox, pod *c
 			// belong to another pod by now, whose runtime would refuse the
 			// token, and the message would blame the token.
 			if gone := h.podGone(ctx, pod); gone != "" {
-				return res, fmt.Errorf("%s, so the hook was cut short: %w", gone, err)
+				return res, podGoneError{fmt.Errorf("%s, so the hook was cut short: %w", gone, err)}
 			}
 			if req.Deadline.IsZero() {
 				// The run may have started in this call: timeoutSeconds
@@ -496,6 +500,23 @@ func (h *HookRunner) kill(ctx context.Context, req agentruntime.ExecRequest) err
 		return errors.New("no way to kill it")
 	}
 	return h.killRun(ctx, req)
+}
+
+// podGoneError is a hook's call cut short because its pod went away (podGone).
+type podGoneError struct{ error }
+
+func (e podGoneError) Unwrap() error { return e.error }
+
+// backupCutShort is what a preUpgrade cut short by its pod's deletion adds to
+// its failure, for attempt d: what is left and the way on, which then needs no
+// other next step.
+func backupCutShort(d events.Data) string {
+	next := "then create a new SandboxUpdateOps that selects the sandbox to resume"
+	if d.Ops.Name == "" {
+		next = "then change spec.template again to go on"
+	}
+	return "nothing was backed up by this run, and what it wrote may be partial; the sandbox gets a new pod from its template, holding only what its persistent volumes keep. " +
+		"The next upgrade runs preUpgrade on that pod, backing it up where the last backup is: copy a backup that must be kept away first, " + next
 }
 
 // podGone says how pod went away ("" while it is still there and not being

@@ -14,6 +14,7 @@ import (
 
 	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
 )
 
 // errReset is what agentruntime.Exec returns when the runtime reset the connection.
@@ -137,6 +138,29 @@ func TestRunStopsFollowingAHookWhosePodWasDeleted(t *testing.T) {
 	_, err := h.run(context.Background(), &agentsv1alpha1.Sandbox{}, pod, hook, "molt/a/PreUpgrade", time.Time{})
 	if err == nil || !strings.Contains(err.Error(), "was deleted while the hook ran") || calls != 1 {
 		t.Fatalf("run = %v after %d calls; want the deletion named after the first", err, calls)
+	}
+	if !errors.As(err, new(podGoneError)) {
+		t.Errorf("run = %v, not a podGoneError: a preUpgrade cut short would not say what is left", err)
+	}
+}
+
+// A preUpgrade cut short by its pod's deletion says nothing was backed up,
+// that the next pod is backed up where the last backup is, and the way on:
+// an ops for an ops's attempt, another template edit for a direct one.
+func TestBackupCutShortSaysTheWayOn(t *testing.T) {
+	for _, tc := range []struct {
+		d    events.Data
+		want string
+	}{
+		{events.Data{Ops: events.OpsRef{Name: "up"}}, "create a new SandboxUpdateOps"},
+		{events.Data{}, "change spec.template again"},
+	} {
+		got := backupCutShort(tc.d)
+		for _, want := range []string{"nothing was backed up by this run", "copy a backup that must be kept away first", tc.want} {
+			if !strings.Contains(got, want) {
+				t.Errorf("backupCutShort(ops %q) = %q, lacks %q", tc.d.Ops.Name, got, want)
+			}
+		}
 	}
 }
 
