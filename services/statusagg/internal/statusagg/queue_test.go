@@ -53,16 +53,8 @@ func TestLocate(t *testing.T) {
 // permissions are proven too), where a stage's input is: queued behind others, in flight,
 // acknowledged, of another attempt, or never published.
 func TestQueueLookOnJetStream(t *testing.T) {
-	connect := startNATS(t)
+	connect, admin, hookrunner := hookrunnerQueue(t)
 	ctx := context.Background()
-	admin := connect("admin")
-	if _, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	hookrunner, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	self, err := events.EnsureConsumer(ctx, admin, events.ConsumerStatusAgg, events.ConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -185,16 +177,8 @@ func TestQueueLookOnJetStream(t *testing.T) {
 // look counted as a move, and a dead hookrunner's stage was re-driven only a
 // deadline later (walk: 2m17s for a 65 s deadline).
 func TestFirstLookAtAConsumerThatStoppedLongAgo(t *testing.T) {
-	connect := startNATS(t)
+	connect, admin, hookrunner := hookrunnerQueue(t)
 	ctx := context.Background()
-	admin := connect("admin")
-	if _, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	hookrunner, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	publish := publisher(t, admin)
 	publish(events.TypePatched, "a", "att")
 	batch, err := hookrunner.Fetch(1)
@@ -285,6 +269,23 @@ func TestQueueLookOnADirectGetStream(t *testing.T) {
 
 // startNATS starts an in-process NATS with JetStream and deploy/nats/auth.conf's users and
 // permissions, and returns how to connect to it as one of them; both end with the test.
+// hookrunnerQueue starts NATS with molt's stream and hookrunner's consumer:
+// how to connect as a user, the admin's connection, and the consumer.
+func hookrunnerQueue(t *testing.T) (connect func(user string) jetstream.JetStream, admin jetstream.JetStream, hookrunner jetstream.Consumer) {
+	t.Helper()
+	ctx := context.Background()
+	connect = startNATS(t)
+	admin = connect("admin")
+	if _, err := events.EnsureStream(ctx, admin, events.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	hookrunner, err := events.EnsureConsumer(ctx, admin, events.ConsumerHookRunner, events.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connect, admin, hookrunner
+}
+
 func startNATS(t *testing.T) (connect func(user string) jetstream.JetStream) {
 	t.Helper()
 	root, err := devcluster.RepoRoot()
