@@ -293,11 +293,25 @@ func ImagelessAdds(patch []byte, sbs []*agentsv1alpha1.Sandbox) (names, added []
 	return names, added
 }
 
-// ImagelessRetryHint is what to do next about sandboxes (named) an ops
-// failed because its patch adds containers (added) with no image to their
-// template (ImagelessAdds): a retry keeps the patch and fails at once.
-func ImagelessRetryHint(named string, added []string) string {
-	return fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): `kubectl molt retry`, which keeps the patch, would fail at once (InvalidPatch), so "+
-		"create a new SandboxUpdateOps whose patch names their container (`kubectl get sbx NAME -o jsonpath='{.spec.template.spec.containers[*].name}'`), selecting them with `agents.kruise.io/upgrade-failed: \"true\"`; `kubectl molt plan -f FILE` checks it first",
-		strings.Join(added, ", "), named)
+// ImagelessRetryHint is what to do next about sandboxes (named, of
+// namespace) an ops failed because its patch adds containers (added) with no
+// image to their template (ImagelessAdds), when they are all a retry would
+// start: it keeps the patch, and fails at once.
+func ImagelessRetryHint(named, namespace string, added []string) string {
+	return fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): `kubectl molt retry`, which keeps the patch, would fail at once (InvalidPatch), so %s",
+		strings.Join(added, ", "), named, imagelessWayOn(namespace))
+}
+
+// ImagelessNote says of sandboxes (named, of namespace) among others that
+// ops's patch adds containers (added) with no image to: a retry fails them
+// again, and how to upgrade them.
+func ImagelessNote(named, namespace string, added []string) string {
+	return fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): a retry, which keeps the patch, fails them again before their backup; %s",
+		strings.Join(added, ", "), named, imagelessWayOn(namespace))
+}
+
+// imagelessWayOn is how to upgrade sandboxes of namespace whose container a
+// patch names otherwise.
+func imagelessWayOn(namespace string) string {
+	return fmt.Sprintf("create a new SandboxUpdateOps for them whose patch names their container (`kubectl get sbx NAME -n %s -o jsonpath='{.spec.template.spec.containers[*].name}'`), with a selector that takes only them; `kubectl molt plan -f FILE` checks it first", namespace)
 }

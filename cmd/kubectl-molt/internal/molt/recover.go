@@ -125,7 +125,6 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	}
 	reasons := map[string][]string{}
 	var failedReasons []string
-	var failed []*agentsv1alpha1.Sandbox
 	for i := range claimed {
 		sb := &claimed[i]
 		if upgrade.StateFor(sb, ops.Name, ops.UID) != upgrade.Failed {
@@ -134,11 +133,6 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		r, _ := upgrade.ReasonFor(sb, string(ops.UID))
 		reasons[r] = append(reasons[r], sb.Name)
 		failedReasons = append(failedReasons, r)
-		failed = append(failed, sb)
-	}
-	if names, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, failed); len(names) > 0 {
-		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be retried, nothing was changed: %s",
-			ns, name, upgrade.ImagelessRetryHint(strings.Join(names, ", "), added))}
 	}
 	// What the retry would start is read from the sandboxes as they are now,
 	// not from the failed ops's last status: another ops may have upgraded
@@ -156,6 +150,11 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("a retry of SandboxUpdateOps %s/%s would start again, with its patch, %d sandboxes that another upgrade went through since %s began (%s): %s's patch would be applied to them again and their pod replaced; nothing was changed. "+
 			"To finish only the others, create a new SandboxUpdateOps whose selector leaves those out; if %s's patch should go to them too, apply it as a new SandboxUpdateOps (`kubectl molt plan -f FILE` shows what it would do)",
 			ns, name, len(targets.since), name, strings.Join(targets.since, ", "), name, name)}
+	}
+	bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, targets.starts)
+	if len(bare) > 0 && len(bare) == len(targets.starts) {
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be retried, nothing was changed: %s",
+			ns, name, upgrade.ImagelessRetryHint(strings.Join(bare, ", "), ns, added))}
 	}
 	if len(failedReasons) == 0 && targets.notStarted == 0 {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s has no failed or not-started sandbox left to retry (none is left failed by it, and the sandboxes it selects need nothing, or another ops took them): nothing was changed; read `kubectl describe suo %s -n %s` for why it Failed", ns, name, name, ns)}
@@ -215,6 +214,9 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		parts = append(parts, fmt.Sprintf("%d not started", targets.notStarted))
 	}
 	fmt.Fprintf(a.out, "created SandboxUpdateOps %s/%s %s: retries %s\n", ns, newName, how, strings.Join(parts, "; and "))
+	if len(bare) > 0 && !postOnly {
+		fmt.Fprintf(a.out, "note: %s\n", upgrade.ImagelessNote(strings.Join(bare, ", "), ns, added))
+	}
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
 		// The retry runs all the same: the failed ops left behind is final
 		// and holds nothing.
@@ -263,6 +265,8 @@ func retryOps(ops *agentsv1alpha1.SandboxUpdateOps, newName string, spec agentsv
 type retryPlan struct {
 	notStarted int
 	since      []string
+	// starts are the sandboxes the retry would start or resume.
+	starts []*agentsv1alpha1.Sandbox
 }
 
 // retryTargets selects, as the selector would for a retry of ops with its
@@ -307,6 +311,7 @@ func retryTargets(ops *agentsv1alpha1.SandboxUpdateOps, all []agentsv1alpha1.San
 		if c.State == upgrade.NotStarted {
 			plan.notStarted++
 		}
+		plan.starts = append(plan.starts, sb)
 	}
 	return plan
 }

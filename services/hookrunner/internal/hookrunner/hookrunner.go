@@ -164,13 +164,10 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		return err // shutting down: redeliver to the next runner
 	case err != nil:
 		message := withRuntimesNote(sb, err, agentruntime.ErrorMessageWithOutput(err, res))
-		if st == preStep && errors.As(err, new(podGoneError)) {
-			message = upgrade.WithNote(message, backupCutShort(d))
-		}
-		return h.fail(ctx, next, st, message, nil)
+		return h.fail(ctx, next, st, h.withCutShortNote(ctx, st, pod, d, err, message), nil)
 	case !res.Succeeded():
 		code := res.ExitCode
-		return h.fail(ctx, next, st, res.FailureMessage(), &code)
+		return h.fail(ctx, next, st, h.withCutShortNote(ctx, st, pod, d, nil, res.FailureMessage()), &code)
 	}
 	code := res.ExitCode
 	next.Data.HookExitCode = &code
@@ -507,16 +504,35 @@ type podGoneError struct{ error }
 
 func (e podGoneError) Unwrap() error { return e.error }
 
+// withCutShortNote is message, the failure of st's hook on pod (err, the call's
+// error, if any), with backupCutShort added when it was preUpgrade and the pod
+// went away while it ran: said by the call (podGoneError), or found now (the
+// runtime may report the hook killed, or stop answering, as its pod stops).
+func (h *HookRunner) withCutShortNote(ctx context.Context, st step, pod *corev1.Pod, d events.Data, err error, message string) string {
+	if st != preStep {
+		return message
+	}
+	if errors.As(err, new(podGoneError)) {
+		return upgrade.WithNote(message, backupCutShort(d))
+	}
+	if gone := h.podGone(ctx, pod); gone != "" {
+		return upgrade.WithNote(message, gone+": "+backupCutShort(d))
+	}
+	return message
+}
+
 // backupCutShort is what a preUpgrade cut short by its pod's deletion adds to
 // its failure, for attempt d: what is left and the way on, which then needs no
 // other next step.
 func backupCutShort(d events.Data) string {
-	next := "then create a new SandboxUpdateOps that selects the sandbox to resume"
-	if d.Ops.Name == "" {
-		next = "then change spec.template again to go on"
+	from := "its template"
+	next := "then change spec.template again to go on"
+	if d.Ops.Name != "" {
+		from = "the template it ran before the patch"
+		next = fmt.Sprintf("then, once SandboxUpdateOps %s has ended, `kubectl molt retry %s -n %s` (or a new SandboxUpdateOps that selects the sandbox) resumes it", d.Ops.Name, d.Ops.Name, d.Sandbox.Namespace)
 	}
-	return "nothing was backed up by this run, and what it wrote may be partial; the sandbox gets a new pod from its template, holding only what its persistent volumes keep. " +
-		"The next upgrade runs preUpgrade on that pod, backing it up where the last backup is: copy a backup that must be kept away first, " + next
+	return "nothing was backed up by this run, and it may have overwritten the last backup with a partial one: check that backup is intact. The sandbox gets a new pod from " + from + ", holding only what its persistent volumes keep; " +
+		"the next upgrade runs preUpgrade on that pod, backing it up where the last backup is: copy a backup that must be kept away first, " + next
 }
 
 // podGone says how pod went away ("" while it is still there and not being

@@ -152,11 +152,11 @@ func TestBackupCutShortSaysTheWayOn(t *testing.T) {
 		d    events.Data
 		want string
 	}{
-		{events.Data{Ops: events.OpsRef{Name: "up"}}, "create a new SandboxUpdateOps"},
+		{events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "team"}}, "once SandboxUpdateOps up has ended, `kubectl molt retry up -n team`"},
 		{events.Data{}, "change spec.template again"},
 	} {
 		got := backupCutShort(tc.d)
-		for _, want := range []string{"nothing was backed up by this run", "copy a backup that must be kept away first", tc.want} {
+		for _, want := range []string{"nothing was backed up by this run", "check that backup is intact", "copy a backup that must be kept away first", tc.want} {
 			if !strings.Contains(got, want) {
 				t.Errorf("backupCutShort(ops %q) = %q, lacks %q", tc.d.Ops.Name, got, want)
 			}
@@ -188,5 +188,24 @@ func TestUnreachableSaysWhereTheAddressCameFrom(t *testing.T) {
 				t.Errorf("run error = %v, want ErrUnreachable saying %q and what to check", err, tc.want)
 			}
 		})
+	}
+}
+
+// A preUpgrade that failed while its pod went away (the runtime reports the
+// hook killed, or stops answering, as the pod stops) gets the note too; one
+// whose pod is still there, or a postUpgrade, does not.
+func TestCutShortNoteWhenThePodWentAway(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
+	d := events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "ns", Name: "box"}}
+	gone := &HookRunner{kube: fake.NewClientset()}
+	if got := gone.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") || !strings.Contains(got, "nothing was backed up by this run") {
+		t.Errorf("preUpgrade whose pod went: %q, want the deletion and the note", got)
+	}
+	if got := gone.withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 143"); got != "hook exited with code 143" {
+		t.Errorf("postUpgrade: %q, want the message alone", got)
+	}
+	there := &HookRunner{kube: fake.NewClientset(pod)}
+	if got := there.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 1"); got != "hook exited with code 1" {
+		t.Errorf("preUpgrade whose pod is there: %q, want the message alone", got)
 	}
 }

@@ -44,7 +44,7 @@ func (s *Selector) checkPatch(ctx context.Context, ops *agentsv1alpha1.SandboxUp
 // "" when it passed (or no candidate could decide).
 func (s *Selector) decidePatch(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, candidates []*agentsv1alpha1.Sandbox) (string, error) {
 	problem := ""
-	for i, sb := range candidates {
+	for i, sb := range fitFirst(ops, candidates) {
 		if i == patchCheckTries {
 			break
 		}
@@ -77,6 +77,25 @@ func (s *Selector) recordPatchCheck(ctx context.Context, ops *agentsv1alpha1.San
 		klog.FromContext(ctx).Info("Refused the ops: its patch cannot work; no sandbox was touched", "problem", problem)
 	}
 	return nil
+}
+
+// fitFirst is candidates with the ones the patch adds a container with no image to
+// (upgrade.AddedWithoutImage: their template names its containers otherwise) moved to
+// the end: the patcher fails each of those alone, before anything of theirs is changed,
+// so the patch is judged on a sandbox it fits while there is one. Otherwise a retry of
+// an ops that failed only those, whose resumes sort first, would fail whole
+// (InvalidPatch) and leave the sandboxes the patch fits unretried.
+func fitFirst(ops *agentsv1alpha1.SandboxUpdateOps, candidates []*agentsv1alpha1.Sandbox) []*agentsv1alpha1.Sandbox {
+	fit := make([]*agentsv1alpha1.Sandbox, 0, len(candidates))
+	var bare []*agentsv1alpha1.Sandbox
+	for _, sb := range candidates {
+		if len(upgrade.AddedWithoutImage(sb.Spec.Template, ops.Spec.Patch.Raw)) > 0 {
+			bare = append(bare, sb)
+		} else {
+			fit = append(fit, sb)
+		}
+	}
+	return append(fit, bare...)
 }
 
 // patchCheckTries is how many candidates the patch check tries before it lets the patch

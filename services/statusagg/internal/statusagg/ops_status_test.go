@@ -108,7 +108,7 @@ func TestFailureMessageNamesUpToTen(t *testing.T) {
 func TestFailureMessageOfAnImagelessAddSaysNotToRetry(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "team"}}
 	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","env":[{"name":"A","value":"1"}]}]}}`)
-	sel := selection(1, upgrade.Failed, upgrade.NotStarted)
+	sel := selection(1, upgrade.Failed)
 	sel.Candidates[0].Sandbox.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "img:v1"}}}}
 	msg := failureMessage(ops, sel)
 	for _, want := range []string{"adds containers/sandbox with no image to sb-00", "would fail at once (InvalidPatch)", "create a new SandboxUpdateOps"} {
@@ -118,6 +118,20 @@ func TestFailureMessageOfAnImagelessAddSaysNotToRetry(t *testing.T) {
 	}
 	if strings.Contains(msg, "then `kubectl molt retry") {
 		t.Errorf("message %q still sends the user to a retry", msg)
+	}
+	// Beside a sandbox the patch fits, failed for another cause: the usual
+	// advice, and a note on the one the retry fails again.
+	mixed := selection(2, upgrade.Failed, upgrade.Failed)
+	mixed.Candidates[0].Sandbox.Spec.Template = sel.Candidates[0].Sandbox.Spec.Template
+	mixed.Candidates[1].Sandbox.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
+	msg = failureMessage(ops, mixed)
+	for _, want := range []string{"then `kubectl molt retry up -n team`", "of the failed, the patch adds containers/sandbox with no image to sb-00", "fails them again", "-n team -o jsonpath"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("mixed: message %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "sb-01,") || strings.Contains(msg, "to sb-00, sb-01") {
+		t.Errorf("mixed: message %q names the sandbox the patch fits as imageless", msg)
 	}
 	// The same patch on a sandbox whose container it names: the usual advice.
 	sel.Candidates[0].Sandbox.Spec.Template.Spec.Containers[0].Name = "sandbox"

@@ -49,6 +49,30 @@ func TestLocate(t *testing.T) {
 	}
 }
 
+// movedAt takes the server's time of the consumer's last activity, but never
+// later than now, and never before the look before when it moved since.
+func TestMovedAt(t *testing.T) {
+	now := time.Unix(1000, 0)
+	at := func(s int) *time.Time { t := now.Add(time.Duration(s) * time.Second); return &t }
+	prev := consumerState{lookedAt: now.Add(-10 * time.Second)}
+	for _, tc := range []struct {
+		name string
+		ok   bool
+		last []*time.Time
+		want time.Time
+	}{
+		{"first look, no activity known", false, []*time.Time{nil, nil}, now},
+		{"first look, the latest activity", false, []*time.Time{at(-300), at(-120)}, *at(-120)},
+		{"a server clock ahead of ours", false, []*time.Time{at(5)}, now},
+		{"moved since the look before, the server says earlier", true, []*time.Time{at(-60)}, prev.lookedAt},
+		{"moved since the look before, after it", true, []*time.Time{at(-3)}, *at(-3)},
+	} {
+		if got := movedAt(now, prev, tc.ok, tc.last...); !got.Equal(tc.want) {
+			t.Errorf("%s: movedAt = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestQueueLookOnJetStream asks a real JetStream, as the NATS user statusagg (so auth.conf's
 // permissions are proven too), where a stage's input is: queued behind others, in flight,
 // acknowledged, of another attempt, or never published.
