@@ -294,24 +294,17 @@ func ImagelessAdds(patch []byte, sbs []*agentsv1alpha1.Sandbox) (names, added []
 }
 
 // ImagelessRetryHint is what to do next about sandboxes (named, of
-// namespace) an ops failed because its patch adds containers (added) with no
-// image to their template (ImagelessAdds), when they are all a retry would
-// start: it keeps the patch, and fails at once.
-func ImagelessRetryHint(named, namespace string, added []string) string {
-	return fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): `kubectl molt retry`, which keeps the patch, would fail at once (InvalidPatch), so %s",
-		strings.Join(added, ", "), named, imagelessWayOn(namespace))
-}
-
-// ImagelessNote says of sandboxes (named, of namespace) among others that
-// ops's patch adds containers (added) with no image to: a retry fails them
-// again, and how to upgrade them.
-func ImagelessNote(named, namespace string, added []string) string {
-	return fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): a retry, which keeps the patch, fails them again before their backup; %s",
-		strings.Join(added, ", "), named, imagelessWayOn(namespace))
-}
-
-// imagelessWayOn is how to upgrade sandboxes of namespace whose container a
-// patch names otherwise.
-func imagelessWayOn(namespace string) string {
-	return fmt.Sprintf("create a new SandboxUpdateOps for them whose patch names their container (`kubectl get sbx NAME -n %s -o jsonpath='{.spec.template.spec.containers[*].name}'`), with a selector that takes only them; `kubectl molt plan -f FILE` checks it first", namespace)
+// namespace) an ops failed, or would start, whose template its patch adds
+// containers (added) with no image to (ImagelessAdds): a retry keeps the
+// patch, and fails them again before their backup, each taking a place of
+// maxUnavailable (or fails whole, InvalidPatch, when the patch is checked on
+// one of them). others is true when the retry would start other sandboxes,
+// which the patch fits.
+func ImagelessRetryHint(named, namespace string, added []string, others bool) string {
+	hint := fmt.Sprintf("the patch adds %s with no image to %s, whose template names its containers otherwise (nothing of theirs was changed): `kubectl molt retry`, which keeps the patch, would fail them again before their backup (each taking a place of maxUnavailable), so upgrade them with a new SandboxUpdateOps whose patch names their container (`kubectl get sbx NAME -n %s -o jsonpath='{.spec.template.spec.containers[*].name}'`) and whose selector takes only them",
+		strings.Join(added, ", "), named, namespace)
+	if others {
+		hint += "; for the others, create a SandboxUpdateOps with this patch whose selector leaves those out (label them, `kubectl label sbx NAME -n " + namespace + " molt-skip=true`, and add `{key: molt-skip, operator: DoesNotExist}` to its selector's matchExpressions)"
+	}
+	return hint + "; `kubectl molt plan -f FILE` checks each first"
 }

@@ -811,7 +811,7 @@ func TestPluginRetryLeavesSandboxesUpgradedSince(t *testing.T) {
 // container the sandboxes name otherwise (it adds `main`, with no image, to
 // sandboxes whose container is `sandbox`, and fits another) fails them before anything is
 // changed; its failure and `kubectl molt retry` say that a retry, which keeps
-// the patch, would fail at once, and send the user to a new ops. Before, the
+// the patch, would fail them again, and send the user to a new ops. Before, the
 // message offered the retry, which was created and failed InvalidPatch.
 func TestPluginRetryOfAnImagelessAddIsRefused(t *testing.T) {
 	s := Stack(t)
@@ -839,7 +839,7 @@ spec:
 	for _, c := range ops.Status.Conditions {
 		said = append(said, c.Message)
 	}
-	if all := strings.Join(said, "\n"); !strings.Contains(all, "adds containers/main with no image") || !strings.Contains(all, "would fail at once") {
+	if all := strings.Join(said, "\n"); !strings.Contains(all, "adds containers/main with no image") || !strings.Contains(all, "would fail them again before their backup") {
 		t.Errorf("the failed ops's conditions do not say a retry would fail:\n%s", all)
 	}
 	out, errOut, code := molt(t, "", "retry", "env", "-n", ns)
@@ -853,6 +853,58 @@ spec:
 	}
 	if len(list.Items) != 1 {
 		t.Errorf("the refused retry left %d ops, want only env", len(list.Items))
+	}
+}
+
+// TestPluginRetryBesideAnImagelessAddSaysTheWayOnForBoth: when the patch fits
+// some of the sandboxes a retry would start and adds a container with no image
+// to others, `kubectl molt retry` changes nothing (the others would fail again,
+// each taking a place of maxUnavailable) and says the way on for both groups;
+// followed literally (the others labelled and left out of an ops with the same
+// patch), the sandbox the patch fits is upgraded and the others are untouched.
+func TestPluginRetryBesideAnImagelessAddSaysTheWayOnForBoth(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	// mx-00 and mx-02's container is main, as the patch says; mx-01's is sandbox.
+	makeSandboxes(t, s, ns, "mx", 3, "mx-pool", func(sb *agentsv1alpha1.Sandbox) {
+		if sb.Name != "mx-01" {
+			sb.Spec.Template.Spec.Containers[0].Name = "main"
+		}
+	})
+	ops := func(name, extra string) string {
+		return `apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxUpdateOps
+metadata: {name: ` + name + `}
+spec:
+  selector: {matchLabels: {` + poolLabel + `: mx-pool}` + extra + `}
+  updateStrategy: {maxUnavailable: 1}
+  patch:
+    spec:
+      containers: [{name: main, env: [{name: MODE, value: fast}]}]
+`
+	}
+	kubectl(t, ops("mix", ""), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "mix", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	out, errOut, code := molt(t, "", "retry", "mix", "-n", ns)
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 2 || !strings.Contains(errOut, "cannot be retried, nothing was changed") || !strings.Contains(errOut, "no image to mx-01,") ||
+		!strings.Contains(errOut, "for the others, create a SandboxUpdateOps with this patch whose selector leaves those out") {
+		t.Fatalf("retry beside an imageless add: exit %d, want 2 naming mx-01 and the way on for the others:\n%s%s", code, out, errOut)
+	}
+	// The way on, as the message says it.
+	kubectl(t, "", "label", "sbx", "mx-01", "-n", ns, "molt-skip=true")
+	kubectl(t, "", "delete", "suo", "mix", "-n", ns)
+	kubectl(t, ops("rest", ", matchExpressions: [{key: molt-skip, operator: DoesNotExist}]"), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "rest", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	for name, want := range map[string]int{"mx-02": 1, "mx-01": 0} {
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env := sb.Spec.Template.Spec.Containers[0].Env; len(env) != want {
+			t.Errorf("%s's template env %v after the ops that leaves mx-01 out, want %d entries", name, env, want)
+		}
 	}
 }
 

@@ -151,10 +151,9 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 			"To finish only the others, create a new SandboxUpdateOps whose selector leaves those out; if %s's patch should go to them too, apply it as a new SandboxUpdateOps (`kubectl molt plan -f FILE` shows what it would do)",
 			ns, name, len(targets.since), name, strings.Join(targets.since, ", "), name, name)}
 	}
-	bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, targets.starts)
-	if len(bare) > 0 && len(bare) == len(targets.starts) {
+	if bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, targets.starts); len(bare) > 0 {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be retried, nothing was changed: %s",
-			ns, name, upgrade.ImagelessRetryHint(strings.Join(bare, ", "), ns, added))}
+			ns, name, upgrade.ImagelessRetryHint(strings.Join(bare, ", "), ns, added, len(bare) < len(targets.starts)))}
 	}
 	if len(failedReasons) == 0 && targets.notStarted == 0 {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s has no failed or not-started sandbox left to retry (none is left failed by it, and the sandboxes it selects need nothing, or another ops took them): nothing was changed; read `kubectl describe suo %s -n %s` for why it Failed", ns, name, name, ns)}
@@ -214,9 +213,6 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		parts = append(parts, fmt.Sprintf("%d not started", targets.notStarted))
 	}
 	fmt.Fprintf(a.out, "created SandboxUpdateOps %s/%s %s: retries %s\n", ns, newName, how, strings.Join(parts, "; and "))
-	if len(bare) > 0 && !postOnly {
-		fmt.Fprintf(a.out, "note: %s\n", upgrade.ImagelessNote(strings.Join(bare, ", "), ns, added))
-	}
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
 		// The retry runs all the same: the failed ops left behind is final
 		// and holds nothing.

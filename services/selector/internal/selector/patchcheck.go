@@ -82,9 +82,10 @@ func (s *Selector) recordPatchCheck(ctx context.Context, ops *agentsv1alpha1.San
 // fitFirst is candidates with the ones the patch adds a container with no image to
 // (upgrade.AddedWithoutImage: their template names its containers otherwise) moved to
 // the end: the patcher fails each of those alone, before anything of theirs is changed,
-// so the patch is judged on a sandbox it fits while there is one. Otherwise a retry of
-// an ops that failed only those, whose resumes sort first, would fail whole
-// (InvalidPatch) and leave the sandboxes the patch fits unretried.
+// so the patch is judged on a sandbox it fits while there is one. Otherwise an ops
+// whose first candidates are such sandboxes (resumes of ones an earlier ops failed so
+// sort first) would fail whole (InvalidPatch), and the sandboxes it fits would not be
+// upgraded.
 func fitFirst(ops *agentsv1alpha1.SandboxUpdateOps, candidates []*agentsv1alpha1.Sandbox) []*agentsv1alpha1.Sandbox {
 	fit := make([]*agentsv1alpha1.Sandbox, 0, len(candidates))
 	var bare []*agentsv1alpha1.Sandbox

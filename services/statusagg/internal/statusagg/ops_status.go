@@ -270,14 +270,13 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 // many were not started, and what to do next.
 func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) string {
 	var names, messages []string
-	var failed, starts []*agentsv1alpha1.Sandbox // starts: what a retry would start
+	var starts []*agentsv1alpha1.Sandbox // what a retry would start
 	for _, c := range sel.Candidates {
 		if c.State == upgrade.NotStarted {
 			starts = append(starts, c.Sandbox)
 		}
 		if c.State == upgrade.Failed {
 			names = append(names, c.Sandbox.Name)
-			failed = append(failed, c.Sandbox)
 			starts = append(starts, c.Sandbox)
 			if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
 				messages = append(messages, up.Message)
@@ -289,16 +288,11 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 	if hint := upgrade.ImageNotPulledHint(ops.Spec.Patch.Raw, messages); hint != "" {
 		return head + hint
 	}
-	if bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, starts); len(bare) > 0 && len(bare) == len(starts) {
-		return head + upgrade.ImagelessRetryHint(namedList(bare), ops.Namespace, added)
+	if bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, starts); len(bare) > 0 {
+		return head + upgrade.ImagelessRetryHint(namedList(bare), ops.Namespace, added, len(bare) < len(starts))
 	}
-	bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, failed)
-	next := fmt.Sprintf("read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
+	return head + fmt.Sprintf("read a failed sandbox's reason with `kubectl describe sbx -n %s NAME`, fix the cause, then `kubectl molt retry %s -n %s` (it keeps this ops's patch and hooks: if one of them is the cause, create a new SandboxUpdateOps with it fixed instead)",
 		ops.Namespace, ops.Name, ops.Namespace)
-	if len(bare) > 0 {
-		next += "; of the failed, " + upgrade.ImagelessNote(namedList(bare), ops.Namespace, added)
-	}
-	return head + next
 }
 
 // waitForStarting is want, a Completed status, held back while n sandboxes

@@ -111,7 +111,7 @@ func TestFailureMessageOfAnImagelessAddSaysNotToRetry(t *testing.T) {
 	sel := selection(1, upgrade.Failed)
 	sel.Candidates[0].Sandbox.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "img:v1"}}}}
 	msg := failureMessage(ops, sel)
-	for _, want := range []string{"adds containers/sandbox with no image to sb-00", "would fail at once (InvalidPatch)", "create a new SandboxUpdateOps"} {
+	for _, want := range []string{"adds containers/sandbox with no image to sb-00", "would fail them again before their backup", "new SandboxUpdateOps whose patch names their container"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}
@@ -119,19 +119,22 @@ func TestFailureMessageOfAnImagelessAddSaysNotToRetry(t *testing.T) {
 	if strings.Contains(msg, "then `kubectl molt retry") {
 		t.Errorf("message %q still sends the user to a retry", msg)
 	}
-	// Beside a sandbox the patch fits, failed for another cause: the usual
-	// advice, and a note on the one the retry fails again.
+	// Beside a sandbox the patch fits, failed for another cause: the way on
+	// for both, and the sandbox it fits not named as imageless.
 	mixed := selection(2, upgrade.Failed, upgrade.Failed)
 	mixed.Candidates[0].Sandbox.Spec.Template = sel.Candidates[0].Sandbox.Spec.Template
 	mixed.Candidates[1].Sandbox.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "img:v1"}}}}
 	msg = failureMessage(ops, mixed)
-	for _, want := range []string{"then `kubectl molt retry up -n team`", "of the failed, the patch adds containers/sandbox with no image to sb-00", "fails them again", "-n team -o jsonpath"} {
+	for _, want := range []string{"adds containers/sandbox with no image to sb-00,", "-n team -o jsonpath", "for the others, create a SandboxUpdateOps with this patch whose selector leaves those out"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("mixed: message %q lacks %q", msg, want)
 		}
 	}
-	if strings.Contains(msg, "sb-01,") || strings.Contains(msg, "to sb-00, sb-01") {
+	if strings.Contains(msg, "no image to sb-00, sb-01") || strings.Contains(msg, "no image to sb-01") {
 		t.Errorf("mixed: message %q names the sandbox the patch fits as imageless", msg)
+	}
+	if strings.Contains(msg, "then `kubectl molt retry") {
+		t.Errorf("mixed: message %q sends the user to a retry", msg)
 	}
 	// The same patch on a sandbox whose container it names: the usual advice.
 	sel.Candidates[0].Sandbox.Spec.Template.Spec.Containers[0].Name = "sandbox"
