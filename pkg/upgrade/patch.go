@@ -308,3 +308,13 @@ func ImagelessRetryHint(named, namespace string, added []string, others bool) st
 	}
 	return hint + "; `kubectl molt plan -f FILE` checks each first"
 }
+
+// AddedOutcome says what a patch that adds containers to tpl (AddedContainers)
+// does to a sandbox of that template: each upgraded pod gets them beside the
+// others, unless one has no image (AddedWithoutImage), whose pod is refused.
+func AddedOutcome(tpl *corev1.PodTemplateSpec, patch []byte) string {
+	if bare := AddedWithoutImage(tpl, patch); len(bare) > 0 {
+		return fmt.Sprintf("%s has no image, so such a sandbox's pod would be refused and its upgrade fails before its backup (PreUpgradeFailed), touching nothing", strings.Join(bare, ", "))
+	}
+	return "every upgraded pod gets it beside the others"
+}

@@ -884,6 +884,14 @@ spec:
       containers: [{name: main, env: [{name: MODE, value: fast}]}]
 `
 	}
+	file := filepath.Join(t.TempDir(), "mix.yaml")
+	if err := os.WriteFile(file, []byte(ops("mix", "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns); code != 0 || !regexp.MustCompile(`mx-01\s.*fails: adds containers/main with no image`).MatchString(out) ||
+		regexp.MustCompile(`mx-0[02]\s.*fails:`).MatchString(out) {
+		t.Errorf("plan exit %d, want 0 marking mx-01 alone as failing for the imageless add:\n%s\n%s", code, out, errOut)
+	}
 	kubectl(t, ops("mix", ""), "apply", "-n", ns, "-f", "-")
 	waitOps(t, s, ns, "mix", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
 	out, errOut, code := molt(t, "", "retry", "mix", "-n", ns)

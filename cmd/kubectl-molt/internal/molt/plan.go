@@ -224,7 +224,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			continue
 		}
 		if added := upgrade.AddedContainers(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw); len(added) > 0 {
-			fmt.Fprintf(w, "  warning: the patch adds %s, which sandbox %s's template does not have: every upgraded pod gets it beside the others; if you meant an existing container, fix the name\n", strings.Join(added, ", "), c.Sandbox.Name)
+			fmt.Fprintf(w, "  warning: the patch adds %s, which sandbox %s's template does not have: %s; if you meant an existing container, fix the name\n", strings.Join(added, ", "), c.Sandbox.Name, upgrade.AddedOutcome(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw))
 		}
 		if typos := upgrade.MisspeltContainers(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw); len(typos) > 0 {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox: %s looks like a misspelt container name; resume it if the new container is meant\n", strings.Join(typos, ", "))
@@ -286,6 +286,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		}
 		if slices.Contains(unbacked, c.Sandbox.Name) {
 			note = strings.TrimPrefix(note+"; ", "; ") + "no backup: new pod with no preUpgrade"
+		}
+		if bare := upgrade.AddedWithoutImage(c.Sandbox.Spec.Template, ops.Spec.Patch.Raw); len(bare) > 0 && (c.State == upgrade.NotStarted || c.Resume) {
+			note = strings.TrimPrefix(note+"; ", "; ") + "fails: adds " + strings.Join(bare, ", ") + " with no image"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", c.Sandbox.Name, c.Sandbox.Status.Phase, batch, note)
 	}

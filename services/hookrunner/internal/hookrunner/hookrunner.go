@@ -531,7 +531,7 @@ func backupCutShort(d events.Data) string {
 		from = "the template it ran before the patch"
 		next = fmt.Sprintf("then, once SandboxUpdateOps %s has ended, `kubectl molt retry %s -n %s` (or a new SandboxUpdateOps that selects the sandbox) resumes it", d.Ops.Name, d.Ops.Name, d.Sandbox.Namespace)
 	}
-	return "nothing was backed up by this run, and it may have overwritten the last backup with a partial one: check that backup is intact. The sandbox gets a new pod from " + from + ", holding only what its persistent volumes keep; " +
+	return "molt has no word of a backup by this run: cut short, it may have written none, a partial one or a whole one where the last backup is (its output says how far it got): check that backup is intact before relying on it. The sandbox gets a new pod from " + from + ", holding only what its persistent volumes keep; " +
 		"the next upgrade runs preUpgrade on that pod, backing it up where the last backup is: copy a backup that must be kept away first, " + next
 }
 

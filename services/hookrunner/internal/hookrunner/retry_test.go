@@ -156,7 +156,7 @@ func TestBackupCutShortSaysTheWayOn(t *testing.T) {
 		{events.Data{}, "change spec.template again"},
 	} {
 		got := backupCutShort(tc.d)
-		for _, want := range []string{"nothing was backed up by this run", "check that backup is intact", "copy a backup that must be kept away first", tc.want} {
+		for _, want := range []string{"molt has no word of a backup by this run", "check that backup is intact", "copy a backup that must be kept away first", tc.want} {
 			if !strings.Contains(got, want) {
 				t.Errorf("backupCutShort(ops %q) = %q, lacks %q", tc.d.Ops.Name, got, want)
 			}
@@ -198,7 +198,7 @@ func TestCutShortNoteWhenThePodWentAway(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
 	d := events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "ns", Name: "box"}}
 	gone := &HookRunner{kube: fake.NewClientset()}
-	if got := gone.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") || !strings.Contains(got, "nothing was backed up by this run") {
+	if got := gone.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") || !strings.Contains(got, "molt has no word of a backup by this run") {
 		t.Errorf("preUpgrade whose pod went: %q, want the deletion and the note", got)
 	}
 	if got := gone.withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 143"); got != "hook exited with code 143" {

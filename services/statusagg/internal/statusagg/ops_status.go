@@ -216,9 +216,9 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 			have = append(have, ctr.Name)
 		}
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionPatchAddsContainers, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.AddsReasonNotInTemplate, ObservedGeneration: ops.Generation,
-			Message: fmt.Sprintf("spec.patch adds %s, which sandbox %s's template does not have (its containers: %s): every upgraded pod gets it beside the others. "+
+			Message: fmt.Sprintf("spec.patch adds %s, which sandbox %s's template does not have (its containers: %s): %s. "+
 				"If the patch was meant to change an existing container, the name is misspelt: delete this ops and create one with the right name (molt pauses, before its first sandbox, an ops whose added container looks like a misspelt name; otherwise pause it first: kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}')",
-				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), ops.Name, ops.Namespace)})
+				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), upgrade.AddedOutcome(tpl, ops.Spec.Patch.Raw), ops.Name, ops.Namespace)})
 		return
 	}
 }
