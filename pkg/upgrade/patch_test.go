@@ -293,3 +293,15 @@ func TestImagelessAdds(t *testing.T) {
 		t.Errorf("ImagelessAdds = %v, %v; want [a c], [containers/sandbox]", names, added)
 	}
 }
+
+// An added container joins every upgraded pod, unless it has no image: then
+// the sandbox's pod is refused, and its upgrade fails before its backup.
+func TestAddedOutcome(t *testing.T) {
+	tpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "v1"}}}}
+	if got := AddedOutcome(tpl, []byte(`{"spec":{"containers":[{"name":"sidecar","image":"side:v1"}]}}`)); got != "every upgraded pod gets it beside the others" {
+		t.Errorf("a sidecar with its image: %q", got)
+	}
+	if got := AddedOutcome(tpl, []byte(`{"spec":{"containers":[{"name":"sandbox","env":[{"name":"A","value":"1"}]}]}}`)); !strings.Contains(got, "containers/sandbox has no image") || !strings.Contains(got, "PreUpgradeFailed") {
+		t.Errorf("an imageless add: %q", got)
+	}
+}
