@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +88,41 @@ func TestDirectRollbackAfterAFailureLeavesIt(t *testing.T) {
 	if after.UID != before.UID {
 		t.Errorf("rb-00's pod replaced by the rollback: uid %s, was %s; want it kept", after.UID, before.UID)
 	}
+}
+
+// A sandbox labelled update-ops by hand while its direct upgrade is in a
+// stage is left by every stage to the ops the label names (there is none
+// here). Before, the watchdog's failure of the attempt was dropped too, as
+// claimed by that ops, and the sandbox stayed in PreUpgrade for good. Now the
+// attempt fails, its message says why and the way on, and following it (a
+// new template edit) upgrades the sandbox.
+func TestDirectAttemptLabelledByHandFailsWithTheWayOn(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	makeSandboxes(t, s, ns, "hl", 1, "hl-pool", func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+		sb.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+			Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "sleep 6"}}, TimeoutSeconds: 15}}
+	})
+	kubectl(t, "", "patch", "sandbox", "hl-00", "-n", ns, "--type=merge", "-p",
+		`{"spec":{"template":{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v2"}]}}}}`)
+	testenv.Eventually(t, 2*time.Minute, "hl-00's direct upgrade in PreUpgrade", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, "hl-00")
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonPreUpgrade, fmt.Errorf("Upgrading %+v", c)
+	})
+	kubectl(t, "", "label", "sandbox", "hl-00", "-n", ns, agentsv1alpha1.LabelUpdateOps+"=nobody")
+	var failed *metav1.Condition
+	testenv.Eventually(t, 3*time.Minute, "hl-00's direct upgrade failed", func() (bool, error) {
+		failed = upgradingCondition(t, s, ns, "hl-00")
+		return failed != nil && agentsv1alpha1.IsUpgradingFailedReason(failed.Reason), fmt.Errorf("Upgrading %+v", failed)
+	})
+	for _, want := range []string{"labelled " + agentsv1alpha1.LabelUpdateOps + "=nobody", "change spec.template again"} {
+		if !strings.Contains(failed.Message, want) {
+			t.Errorf("failure message %q does not say %q", failed.Message, want)
+		}
+	}
+	// The way on, as the message says.
+	kubectl(t, "", "patch", "sandbox", "hl-00", "-n", ns, "--type=merge", "-p",
+		`{"spec":{"template":{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v3"}]}}}}`)
+	waitDirectUpgraded(t, s, ns, "hl-00", "my-registry/sandbox-image:v3")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -118,7 +119,8 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != d.Ops.Name &&
 		// Its label removed while the attempt is in a stage: still the
 		// ops's (the selector puts the label back).
-		!(d.Ops.Name != "" && upgrade.LostLabelMidAttempt(sb, d.Ops.Name, types.UID(d.Attempt))) {
+		!(d.Ops.Name != "" && upgrade.LostLabelMidAttempt(sb, d.Ops.Name, types.UID(d.Attempt))) &&
+		!endsDirectAttemptInStage(ev, sb) {
 		// A direct attempt's event too: the selector removes a finished
 		// ops's label before it starts one, so an ops claimed the sandbox
 		// since, and drives it now.
@@ -254,4 +256,19 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 // Event: the stage's words with what to do next (failureWithNextStep).
 func failureEventMessage(sb *agentsv1alpha1.Sandbox, tr transition) string {
 	return failureWithNextStep(sb, tr.Attempt, tr.Message)
+}
+
+// endsDirectAttemptInStage reports whether ev fails the direct attempt sb's
+// status shows in a stage. It is recorded whatever ops label sb carries: one
+// added by hand mid-attempt makes every stage leave sb to that ops, and
+// dropped, the failure (the watchdog's, as nothing drives the attempt) would
+// leave sb in its stage for ever. An ops admits no sandbox whose direct
+// attempt is in a stage (upgrade.Select), so no ops attempt is overwritten.
+func endsDirectAttemptInStage(ev events.Event, sb *agentsv1alpha1.Sandbox) bool {
+	if ev.Type != events.TypeFailed || ev.Data.Ops.Name != "" || !strings.HasPrefix(ev.Data.Attempt, upgrade.DirectAttemptPrefix) ||
+		ev.Data.Attempt != upgrade.CurrentAttempt(sb) {
+		return false
+	}
+	reason, _ := upgrade.ReasonFor(sb, ev.Data.Attempt)
+	return upgrade.InProgress(reason)
 }

@@ -199,8 +199,12 @@ func (w *watchdog) check(ctx context.Context) {
 		var err error
 		switch {
 		case orphan != "":
-			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: %s, so nothing drives this attempt any more; the sandbox is left as it is: create a new SandboxUpdateOps to resume it",
-				stage, stalled.Round(time.Second), orphan))
+			wayOn := "create a new SandboxUpdateOps to resume it"
+			if strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
+				wayOn = fmt.Sprintf("change spec.template again to upgrade it directly (the selector takes the label off first unless SandboxUpdateOps %s runs, which then takes the sandbox instead)", sb.Labels[agentsv1alpha1.LabelUpdateOps])
+			}
+			err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s: %s, so nothing drives this attempt any more; the sandbox is left as it is: %s",
+				stage, stalled.Round(time.Second), orphan, wayOn))
 		default:
 			uncertain := false
 			if look != nil {
@@ -326,6 +330,12 @@ func (w *watchdog) deadline(sb *agentsv1alpha1.Sandbox, stage string) time.Durat
 // the attempt any more.
 func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1alpha1.SandboxUpdateOps, string) {
 	name := sb.Labels[agentsv1alpha1.LabelUpdateOps]
+	if name != "" && strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
+		// Labelled by hand mid-attempt: every stage leaves a sandbox with the
+		// label to the ops it names, and this attempt is no ops's.
+		return nil, fmt.Sprintf("sandbox %s/%s was labelled %s=%s during this direct upgrade, and molt's services leave a sandbox with that label to the SandboxUpdateOps it names",
+			sb.Namespace, sb.Name, agentsv1alpha1.LabelUpdateOps, name)
+	}
 	if name == "" {
 		if strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) {
 			return nil, ""
