@@ -368,18 +368,20 @@ func (p *Patcher) stillAsRead(ctx context.Context, sb *agentsv1alpha1.Sandbox, o
 // woken with the template from before that patch, and the message says how
 // to give that up.
 func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, resumed string) (*corev1.Pod, string, error) {
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.wakeTimeout)
 	defer cancel()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	_, original := upgrade.OriginalTemplate(sb)
-	// A sandbox its user unpaused meanwhile is not paused again: it keeps
-	// the pod it gets.
-	again := "it is paused again"
-	if !sb.Spec.Paused {
-		again = "it was unpaused meanwhile and is not paused again"
-	}
 	failed := func(why string) string {
+		// A sandbox its user unpaused meanwhile is not paused again: it
+		// keeps the pod it gets. Told as it is now, after a wait of up to
+		// the wake timeout.
+		again := "it is paused again"
+		if !p.pausedNow(outer, sb) {
+			again = "it was unpaused meanwhile and is not paused again"
+		}
 		if original {
 			return fmt.Sprintf("the paused sandbox was woken for its upgrade with the template its pods ran before the patch of the failed upgrade this one resumes (attempt %s), as no preUpgrade has backed it up since (annotation %s), and its pod will not be Ready: %s; nothing was patched and %s: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps; or, to give up that backup and wake it with its spec.template instead, remove the annotation (kubectl annotate sbx %s -n %s %s-), then create a new SandboxUpdateOps",
 				resumed, upgrade.AnnotationOriginalTemplate, why, again, sb.Name, sb.Namespace, upgrade.AnnotationOriginalTemplateFor)
@@ -414,6 +416,18 @@ func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, res
 		case <-tick.C:
 		}
 	}
+}
+
+// pausedNow reports whether sb is paused as the API server has it now (as
+// read before, when it cannot be read).
+func (p *Patcher) pausedNow(ctx context.Context, sb *agentsv1alpha1.Sandbox) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cur, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	if err != nil || cur.UID != sb.UID {
+		return sb.Spec.Paused
+	}
+	return cur.Spec.Paused
 }
 
 // failWake files a failed wake-up under Resuming's failure reason.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	agentsfake "molt.dev/pkg/generated/clientset/versioned/fake"
 	"molt.dev/pkg/upgrade"
 )
 
@@ -36,7 +37,7 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}
 
 	t.Run("image does not pull", func(t *testing.T) {
-		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		p := &Patcher{agents: agentsfake.NewSimpleClientset(), kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
 		start := time.Now()
 		got, why, err := p.waitAwake(context.Background(), sb, "")
 		if err != nil || got != nil {
@@ -52,7 +53,7 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 		}
 	})
 	t.Run("a resumed upgrade's wake says the template may carry the failed patch", func(t *testing.T) {
-		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		p := &Patcher{agents: agentsfake.NewSimpleClientset(), kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
 		_, why, err := p.waitAwake(context.Background(), sb, "failed-attempt")
 		if err != nil || !strings.Contains(why, "attempt failed-attempt") || !strings.Contains(why, "kubectl edit sbx "+sb.Name) {
 			t.Fatalf("waitAwake = %q, %v; want it to name the resumed attempt and how to fix the template", why, err)
@@ -64,24 +65,50 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 			upgrade.AnnotationOriginalTemplate:    `{"spec":{"containers":[{"name":"sandbox","image":"v1"}]}}`,
 			upgrade.AnnotationOriginalTemplateFor: "failed-attempt",
 		}
-		p := &Patcher{kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		p := &Patcher{agents: agentsfake.NewSimpleClientset(), kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
 		_, why, err := p.waitAwake(context.Background(), kept, "failed-attempt")
 		if err != nil || !strings.Contains(why, "before the patch of the failed upgrade") || !strings.Contains(why, "kubectl annotate sbx box-0 -n default "+upgrade.AnnotationOriginalTemplateFor+"-") {
 			t.Fatalf("waitAwake = %q, %v; want it to say the pod runs the kept template and how to give it up", why, err)
 		}
 	})
 	t.Run("ready", func(t *testing.T) {
-		p := &Patcher{kube: fake.NewClientset(pod(ready)), wakeTimeout: time.Minute}
+		p := &Patcher{agents: agentsfake.NewSimpleClientset(), kube: fake.NewClientset(pod(ready)), wakeTimeout: time.Minute}
 		got, why, err := p.waitAwake(context.Background(), sb, "")
 		if err != nil || got == nil || why != "" {
 			t.Fatalf("waitAwake = %v, %q, %v; want the pod", got, why, err)
 		}
 	})
 	t.Run("still starting at the deadline", func(t *testing.T) {
-		p := &Patcher{kube: fake.NewClientset(pod(starting)), wakeTimeout: time.Second}
+		p := &Patcher{agents: agentsfake.NewSimpleClientset(), kube: fake.NewClientset(pod(starting)), wakeTimeout: time.Second}
 		got, why, err := p.waitAwake(context.Background(), sb, "")
 		if err != nil || got != nil || !strings.Contains(why, "not Ready within 1s") || !strings.Contains(why, "ContainerCreating") {
 			t.Fatalf("waitAwake = %v, %q, %v; want the timeout with what the pod waited for", got, why, err)
 		}
 	})
+	t.Run("unpaused during the wait: says it is not paused again", func(t *testing.T) {
+		paused := sb.DeepCopy()
+		paused.Spec.Paused = true
+		now := sb.DeepCopy() // as the user left it meanwhile
+		p := &Patcher{agents: sandboxesAsNow(t, now), kube: fake.NewClientset(pod(pulling)), wakeTimeout: time.Minute}
+		_, why, err := p.waitAwake(context.Background(), paused, "")
+		if err != nil || !strings.Contains(why, "unpaused meanwhile and is not paused again") {
+			t.Fatalf("waitAwake = %q, %v; want it to say the sandbox, unpaused meanwhile, is not paused again", why, err)
+		}
+		p.agents = sandboxesAsNow(t, paused)
+		if _, why, _ := p.waitAwake(context.Background(), sb, ""); !strings.Contains(why, "it is paused again") {
+			t.Errorf("waitAwake of a sandbox paused again during the wait = %q; want it to say it is paused again", why)
+		}
+	})
+}
+
+// sandboxesAsNow is an agents clientset that holds sb. (Created through the
+// typed client: the fake's tracker would file an object it is given under
+// the resource "sandboxs".)
+func sandboxesAsNow(t *testing.T, sb *agentsv1alpha1.Sandbox) *agentsfake.Clientset {
+	t.Helper()
+	c := agentsfake.NewSimpleClientset()
+	if _, err := c.AgentsV1alpha1().Sandboxes(sb.Namespace).Create(context.Background(), sb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

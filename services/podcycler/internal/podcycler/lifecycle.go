@@ -63,7 +63,14 @@ type cycler struct {
 // upgradeStagesOwningPod are the Upgrading reasons during which a missing pod must not be
 // recreated by the lifecycle loop: the hooks run against a specific pod (a preUpgrade
 // hook must never reach a new one), and their stage fails by itself when the pod is gone.
+//
+// ResumeSucceed is one: the woken pod was reported Ready, and the patcher goes
+// on with it (or with no pod, failing the stage when preUpgrade needs one). A
+// status that lags (statusagg coalesces fast stages, or fails over) still shows
+// it while UpgradePod replaces the woken pod; a pod built here in that gap would
+// be replaced too, a second pod of the attempt (rule 2).
 var upgradeStagesOwningPod = map[string]bool{
+	agentsv1alpha1.UpgradingReasonResumeSucceed: true,
 	agentsv1alpha1.UpgradingReasonPreUpgrade:    true,
 	agentsv1alpha1.UpgradingReasonCheckpointing: true,
 	agentsv1alpha1.UpgradingReasonPostUpgrade:   true,
@@ -177,8 +184,9 @@ func (c *cycler) syncPod(ctx context.Context, key string, sb *agentsv1alpha1.San
 //   - an ops admitted it for an attempt the status does not show yet, and it is not a
 //     paused sandbox woken for it → nothing for now (admittedNotShown): that attempt's
 //     stages own the pod, as below once it is recorded;
-//   - the attempt in status is in PreUpgrade, Checkpointing or PostUpgrade → nothing, that
-//     stage owns the pod and fails by itself without it;
+//   - the attempt in status is in ResumeSucceed, PreUpgrade, Checkpointing or PostUpgrade,
+//     or in Resuming once the patcher patched it (the status lags) → nothing, that stage
+//     owns the pod and fails by itself without it;
 //   - the pod that went was built by a direct attempt the status does not show yet
 //     (deleted a moment after its handler built it) → as for an attempt in UpgradePod,
 //     below, with that attempt (unshownDirectPodGone);
@@ -221,6 +229,13 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	reason, _ := upgrade.ReasonFor(sb, attempt)
 	if upgradeStagesOwningPod[reason] {
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
+		return nil
+	}
+	if reason == agentsv1alpha1.UpgradingReasonResuming && upgrade.PatchedForFresh(sb, attempt) {
+		// The status lags: the patcher patched the woken sandbox, so the
+		// woken pod was Ready, and the attempt's stages own the pod as in
+		// ResumeSucceed above.
+		logger.V(2).Info("Skip: pod missing while the status shows Resuming of an attempt the patcher has patched", "attempt", attempt)
 		return nil
 	}
 	// A sandbox admitted to be woken gets its pod here, from its template

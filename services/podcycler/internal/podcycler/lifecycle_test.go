@@ -3,9 +3,11 @@ package podcycler_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"molt.dev/dev/testenv"
@@ -246,4 +248,58 @@ func TestPauseLeavesThePodOfAnAdmittedAttempt(t *testing.T) {
 
 	updateSandbox(t, ns, sb.Name, func(s *agentsv1alpha1.Sandbox) { delete(s.Labels, agentsv1alpha1.LabelUpdateOps) })
 	waitPodGone(t, ns, sb.Name)
+}
+
+// A paused sandbox woken for an upgrade whose pod goes once the patcher has
+// patched it gets no pod from the lifecycle loop while the status shows
+// ResumeSucceed, or Resuming with the patch's mark (a status that lags while
+// UpgradePod replaces the woken pod): a pod built then would be replaced as
+// well, a second pod of the attempt. Once the attempt ends (failed here) it
+// gets one as any sandbox does.
+func TestWokenPodPastItsPatchIsLeftToTheStages(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+	const v1, v2 = "registry.example/sandbox:v1", "registry.example/sandbox:v2"
+
+	for _, reason := range []string{agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed} {
+		name := "sbx-woken-" + strings.ToLower(reason)
+		sb := createSandbox(t, ns, name, v1)
+		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) {
+			s.Spec.Paused = true
+			metav1.SetMetaDataLabel(&s.ObjectMeta, agentsv1alpha1.LabelUpdateOps, "ops1")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationClaim, upgrade.ClaimValue("ops1", "a1"))
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, agentsv1alpha1.AnnotationUpgradeResumeTrigger, "true")
+		})
+		setUpgradeStatus(t, ns, name, "a1", reason)
+		woken := waitPodReady(t, ns, name, "")
+		// What the patcher writes once the woken pod is Ready.
+		original, ok := upgrade.OriginalTemplateValue(sb.Spec.Template)
+		if !ok {
+			t.Fatal("the template cannot be kept")
+		}
+		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) {
+			s.Spec.Template.Spec.Containers[0].Image = v2
+			s.Annotations[upgrade.AnnotationOriginalTemplate] = original
+			s.Annotations[upgrade.AnnotationOriginalTemplateFor] = "a1"
+		})
+		// UpgradePod deletes the woken pod while the status still shows reason.
+		if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &woken.UID}}); err != nil {
+			t.Fatal(err)
+		}
+		waitPodGone(t, ns, name)
+		testenv.Consistently(t, 3*time.Second, "no pod built for "+name+" in "+reason+" past its patch", func() (bool, error) {
+			p, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			return false, fmt.Errorf("pod %s (uid %s, image %s) built", p.Name, p.UID, p.Spec.Containers[0].Image)
+		})
+		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = false })
+		setUpgradeStatus(t, ns, name, "a1", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+		waitPodReady(t, ns, name, string(woken.UID))
+	}
 }

@@ -62,7 +62,10 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 	}
 
 	ready := metav1.Condition{Type: agentsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: sb.Generation}
-	paused := sb.Spec.Paused && pod == nil
+	// A paused sandbox whose pod is kept for an upgrade (woken for it, or
+	// paused mid-stage) is not stopped for the pause when it has no pod for
+	// a moment: UpgradePod replaces it.
+	paused := sb.Spec.Paused && pod == nil && !upgrade.KeepAwake(sb)
 	switch {
 	case pod == nil && paused:
 		st.Phase = agentsv1alpha1.SandboxPaused

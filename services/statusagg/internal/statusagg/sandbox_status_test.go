@@ -343,3 +343,21 @@ func TestUnschedulableNewPodIsSaidAtOnce(t *testing.T) {
 		t.Errorf("in PostUpgrade: message %q, want none", st.Message)
 	}
 }
+
+// A paused sandbox woken for an upgrade has no pod for a moment in
+// UpgradePod: its SandboxPaused condition does not turn True ("stopped for a
+// pause") and back. Once the attempt ends with no pod, it is paused again.
+func TestWokenSandboxBetweenItsPodsIsNotCalledPaused(t *testing.T) {
+	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePod, "")
+	sb.Spec.Paused = true
+	sb.Annotations = map[string]string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: "true"}
+	st := desiredSandboxStatus(sb, nil)
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused); c != nil && c.Status == metav1.ConditionTrue {
+		t.Errorf("SandboxPaused mid-upgrade with no pod = %+v; want it not True", c)
+	}
+	done := withUpgrade(sb.DeepCopy(), agentsv1alpha1.UpgradingReasonSucceeded, "")
+	st = desiredSandboxStatus(done, nil)
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused); st.Phase != agentsv1alpha1.SandboxPaused || c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("after the attempt: phase %s, SandboxPaused %+v; want Paused, True", st.Phase, c)
+	}
+}
