@@ -384,7 +384,8 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 	w.driven[driveKey(sb, attempt, stage)] = drives{n: n, last: w.now()}
 	w.mu.Unlock()
 	w.s.metrics.redrives.WithLabelValues(stage).Inc()
-	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again", stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type)
+	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again; %s",
+		stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type, stageHandledBy(stage))
 	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
 	return nil
 }
@@ -473,6 +474,21 @@ func (w *watchdog) fail(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt
 	}
 	klog.FromContext(ctx).Info("Failed a stalled attempt", "reason", d.Reason, "message", message)
 	return nil
+}
+
+// stageHandledBy says, for a person, which of molt's services takes stage's
+// input, and where to look if the stage stalls again.
+func stageHandledBy(stage string) string {
+	consumers := "patcher` (then `hookrunner`, once it is patched)"
+	switch stage {
+	case agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed:
+		consumers = "patcher`"
+	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing:
+		consumers = "podcycler`"
+	case agentsv1alpha1.UpgradingReasonPostUpgrade:
+		consumers = "hookrunner-post`"
+	}
+	return "if it stalls again, check that the service behind the consumer runs and reaches NATS (`make status` or `kubectl get pods -n molt-system`, its /readyz and log; `nats consumer info MOLT_EVENTS " + consumers + ")"
 }
 
 // missing says, for a person, which report did not arrive for stage.

@@ -268,3 +268,19 @@ func TestMissingPreUpgradeSaysWhetherThePodIsThere(t *testing.T) {
 		t.Errorf("with its pod: %q, want the old pod untouched", got)
 	}
 }
+
+// A re-drive's StageStalled Event names the consumer whose service takes
+// the stage's input (a walk found it said only what was published again).
+func TestStageHandledByNamesTheConsumer(t *testing.T) {
+	for stage, want := range map[string]string{
+		agentsv1alpha1.UpgradingReasonPreUpgrade:    "MOLT_EVENTS patcher` (then `hookrunner`",
+		agentsv1alpha1.UpgradingReasonResuming:      "MOLT_EVENTS patcher`",
+		agentsv1alpha1.UpgradingReasonUpgradePod:    "MOLT_EVENTS podcycler`",
+		agentsv1alpha1.UpgradingReasonCheckpointing: "MOLT_EVENTS podcycler`",
+		agentsv1alpha1.UpgradingReasonPostUpgrade:   "MOLT_EVENTS hookrunner-post`",
+	} {
+		if got := stageHandledBy(stage); !strings.Contains(got, want) {
+			t.Errorf("stageHandledBy(%s) = %q; want it to name %q", stage, got, want)
+		}
+	}
+}
