@@ -63,9 +63,13 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 
 	ready := metav1.Condition{Type: agentsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: sb.Generation}
 	// A paused sandbox whose pod is kept for an upgrade (woken for it, or
-	// paused mid-stage) is not stopped for the pause when it has no pod for
-	// a moment: UpgradePod replaces it.
-	paused := sb.Spec.Paused && pod == nil && !upgrade.KeepAwake(sb)
+	// paused mid-stage) and was seen running is not stopped for the pause
+	// when it has no pod for a moment: UpgradePod replaces it. (Before its
+	// woken pod runs, it is still the paused sandbox it was.)
+	paused := sb.Spec.Paused && pod == nil
+	if c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionSandboxPaused); paused && upgrade.KeepAwake(sb) && c != nil && c.Status == metav1.ConditionFalse {
+		paused = false
+	}
 	switch {
 	case pod == nil && paused:
 		st.Phase = agentsv1alpha1.SandboxPaused

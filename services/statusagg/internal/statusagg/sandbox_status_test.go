@@ -351,6 +351,12 @@ func TestWokenSandboxBetweenItsPodsIsNotCalledPaused(t *testing.T) {
 	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePod, "")
 	sb.Spec.Paused = true
 	sb.Annotations = map[string]string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: "true"}
+	// Stopped for its pause, then its woken pod was seen running.
+	meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionTrue, Reason: PausedReasonPodStopped})
+	sb.Status = desiredSandboxStatus(sb, testPod(true))
+	if c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionSandboxPaused); c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("SandboxPaused with the woken pod running = %+v; want False", c)
+	}
 	st := desiredSandboxStatus(sb, nil)
 	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("SandboxPaused mid-upgrade with no pod = %+v; want it not True", c)
