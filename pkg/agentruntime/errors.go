@@ -148,6 +148,20 @@ func (r Result) FailureMessage() string {
 	}
 }
 
+// SuccessNote is the note on a hook that succeeded but wrote to stderr
+// ("" when it wrote nothing there): a script whose last command succeeds
+// exits 0 even when a command before it failed (a backup's tar that found
+// no directory), and its stderr is the only word of it. hook names the hook
+// (preUpgrade, postUpgrade). Its tail is cut to fit a condition's message.
+func (r Result) SuccessNote(hook string) string {
+	stderr := strings.ToValidUTF8(strings.TrimSpace(r.Stderr), "\uFFFD")
+	if !r.Succeeded() || stderr == "" {
+		return ""
+	}
+	head := hook + " exited 0 but wrote to stderr (a command before its last may have failed: check what it backs up or restores): "
+	return head + lastBytes(stderr, max(0, agentsv1alpha1.MaxConditionMessageLength/2-len(head)))
+}
+
 // classify turns a failed call into the error Exec returns. callCtx is the
 // context of the call (carrying timeout), parent the caller's.
 func classify(parent, callCtx context.Context, err error, baseURL string, timeout time.Duration) error {

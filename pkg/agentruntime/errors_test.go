@@ -110,3 +110,21 @@ func TestErrorMessageWithOutputOfALongCause(t *testing.T) {
 		t.Error("HookOutput read output from an error message without any")
 	}
 }
+
+// A hook that exits 0 with stderr is noted (its stderr tail, within half a
+// condition's message); one with no stderr, or that failed, is not.
+func TestSuccessNote(t *testing.T) {
+	ok := Result{Exited: true, Stderr: "tar: /mnt/shared: Cannot open: No such file or directory\n"}
+	if got := ok.SuccessNote("preUpgrade"); !strings.HasPrefix(got, "preUpgrade exited 0 but wrote to stderr") || !strings.HasSuffix(got, "No such file or directory") {
+		t.Errorf("SuccessNote = %q", got)
+	}
+	long := Result{Exited: true, Stderr: strings.Repeat("x", 5000) + "the end"}
+	if got := long.SuccessNote("postUpgrade"); len(got) > agentsv1alpha1.MaxConditionMessageLength/2 || !strings.HasSuffix(got, "the end") {
+		t.Errorf("SuccessNote of a long stderr: %d bytes, ends %q", len(got), got[max(0, len(got)-10):])
+	}
+	for _, r := range []Result{{Exited: true}, {Exited: true, Stderr: "  \n"}, {Exited: true, ExitCode: 2, Stderr: "boom"}} {
+		if got := r.SuccessNote("preUpgrade"); got != "" {
+			t.Errorf("SuccessNote(%+v) = %q, want none", r, got)
+		}
+	}
+}

@@ -633,3 +633,26 @@ func TestOpsDeletedAfterALabelRemovedMidUpgrade(t *testing.T) {
 		t.Errorf("ld-00 still labelled %s=%s after its ops was released", agentsv1alpha1.LabelUpdateOps, v)
 	}
 }
+
+// A backup script whose last command succeeds exits 0 even when its archive
+// could not be written (here /mnt/none is no volume: the mistake a walk made
+// with seed 000 on sandboxes without /mnt/shared). molt cannot tell, but it
+// no longer hides what the hooks wrote to stderr: the history's prehook-done
+// row and the sandbox's Succeeded condition (postUpgrade) carry it.
+func TestHookThatSucceedsWithStderrSaysSo(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "se", "se-pool", "/backup", "/data/$NAME/backup", 1)
+	kubectl(t, hookOps("se-up", "se-pool", "my-registry/sandbox-image:v2",
+		`tar czf /mnt/none/ws.tgz -C /home/user/workspace . ; echo "backup done"`,
+		`tar xzf /mnt/none/ws.tgz -C /home/user/workspace ; echo "restore done"`, 30), "apply", "-n", ns, "-f", "-")
+	waitOps(t, s, ns, "se-up", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	c := upgradingCondition(t, s, ns, "se-00")
+	if c == nil || c.Reason != agentsv1alpha1.UpgradingReasonSucceeded || !strings.Contains(c.Message, "postUpgrade exited 0 but wrote to stderr") || !strings.Contains(c.Message, "/mnt/none/ws.tgz") {
+		t.Errorf("Upgrading condition %+v; want Succeeded saying postUpgrade wrote to stderr, with its words", c)
+	}
+	out, errOut, code := molt(t, "", append([]string{"history", ns + "/se-00"}, natsViewerFlags(t)...)...)
+	if code != 0 || !strings.Contains(out, "preUpgrade exited 0 but wrote to stderr") {
+		t.Errorf("history (exit %d) does not show preUpgrade's stderr:\n%s%s", code, out, errOut)
+	}
+}

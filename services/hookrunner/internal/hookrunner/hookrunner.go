@@ -171,7 +171,9 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	code := res.ExitCode
 	next.Data.HookExitCode = &code
-	logger.Info("hook succeeded", "reattached", res.Reattached)
+	// Shown in the history, and for postUpgrade in the Succeeded condition.
+	next.Data.Message = res.SuccessNote(st.hook)
+	logger.Info("hook succeeded", "reattached", res.Reattached, "stderr", res.Stderr)
 	// The hook ran to success: a redelivery would only call the agent-runtime
 	// again, and one that no longer knows the ended run (a real one forgets
 	// a process once it exits) would run the hook a second time. So the mark
