@@ -22,20 +22,32 @@ type podGoneError struct{ error }
 func (e podGoneError) Unwrap() error { return e.error }
 
 // withCutShortNote is message, the failure of st's hook on pod (err, the call's
-// error, if any), with backupCutShort added when it was preUpgrade and the pod
-// went away while it ran: said by the call (podGoneError), or found now (the
+// error, if any), with backupCutShort (preUpgrade) or restoreCutShort
+// (postUpgrade) added when the pod went away while it ran: said by the call (podGoneError), or found now (the
 // runtime may report the hook killed, or stop answering, as its pod stops).
 func (h *HookRunner) withCutShortNote(ctx context.Context, st step, pod *corev1.Pod, d events.Data, err error, message string) string {
+	note := backupCutShort(d)
 	if st != preStep {
-		return message
+		note = restoreCutShort(d)
 	}
 	if errors.As(err, new(podGoneError)) {
-		return upgrade.WithNote(message, backupCutShort(d))
+		return upgrade.WithNote(message, note)
 	}
 	if gone := h.podGone(ctx, pod); gone != "" {
-		return upgrade.WithNote(message, gone+": "+backupCutShort(d))
+		return upgrade.WithNote(message, gone+": "+note)
 	}
 	return message
+}
+
+// restoreCutShort is what a postUpgrade cut short by its new pod's deletion
+// adds to its failure, for attempt d: the restore went with the pod, the
+// backup may not be whole any more, and the way on.
+func restoreCutShort(d events.Data) string {
+	next := "a SandboxUpdateOps with this postUpgrade alone that selects the sandbox resumes it from PostUpgrade (or change spec.template again)"
+	if d.Ops.Name != "" {
+		next = fmt.Sprintf("once SandboxUpdateOps %s has ended, `kubectl molt retry %s -n %s` (or a new SandboxUpdateOps that selects the sandbox) resumes it from PostUpgrade", d.Ops.Name, d.Ops.Name, d.Sandbox.Namespace)
+	}
+	return "what the restore wrote went with the pod; the sandbox gets a new pod of this upgrade, which is never backed up over the backup. Check that the backup is still whole (a restore that removes its archive once done may have removed it before the pod went), then restore it again: " + next
 }
 
 // backupCutShort is what a preUpgrade cut short by its pod's deletion adds to

@@ -195,17 +195,25 @@ func TestUnreachableSaysWhereTheAddressCameFrom(t *testing.T) {
 // hook killed, or stops answering, as the pod stops) gets the note too; one
 // whose pod is still there, or a postUpgrade, does not.
 func TestCutShortNoteWhenThePodWentAway(t *testing.T) {
+	there := func(pod *corev1.Pod) *HookRunner { return &HookRunner{kube: fake.NewClientset(pod)} }
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
 	d := events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "ns", Name: "box"}}
 	gone := &HookRunner{kube: fake.NewClientset()}
 	if got := gone.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") || !strings.Contains(got, "molt has no word of a backup by this run") {
 		t.Errorf("preUpgrade whose pod went: %q, want the deletion and the note", got)
 	}
-	if got := gone.withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 143"); got != "hook exited with code 143" {
-		t.Errorf("postUpgrade: %q, want the message alone", got)
+	if got := gone.withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") ||
+		!strings.Contains(got, "Check that the backup is still whole") || !strings.Contains(got, "`kubectl molt retry up -n ns`") {
+		t.Errorf("postUpgrade whose pod went: %q, want the deletion, the backup to check and the retry", got)
 	}
-	there := &HookRunner{kube: fake.NewClientset(pod)}
-	if got := there.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 1"); got != "hook exited with code 1" {
+	direct := events.Data{Sandbox: d.Sandbox}
+	if got := gone.withCutShortNote(context.Background(), postStep, pod, direct, nil, "hook exited with code 143"); !strings.Contains(got, "change spec.template again") {
+		t.Errorf("direct postUpgrade whose pod went: %q, want the way on of a direct upgrade", got)
+	}
+	if got := there(pod).withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 1"); got != "hook exited with code 1" {
+		t.Errorf("postUpgrade whose pod is there: %q, want the message alone", got)
+	}
+	if got := there(pod).withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 1"); got != "hook exited with code 1" {
 		t.Errorf("preUpgrade whose pod is there: %q, want the message alone", got)
 	}
 }
