@@ -52,6 +52,10 @@ const (
 	// EventSandboxDeletedDuringUpgrade (Warning, on the ops): a sandbox the
 	// ops was upgrading was deleted mid-attempt.
 	EventSandboxDeletedDuringUpgrade = "SandboxDeletedDuringUpgrade"
+	// EventNewPodDeleted (Warning, on the sandbox): the new pod an attempt
+	// built was deleted while the status shows it in UpgradePod; podcycler
+	// builds it again, and nothing else would tell of it.
+	EventNewPodDeleted = "NewPodDeleted"
 	// EventStageStalled (Warning, on the sandbox): the watchdog found a stage
 	// without progress past its deadline and re-drove it.
 	EventStageStalled = "StageStalled"

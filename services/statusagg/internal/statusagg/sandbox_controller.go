@@ -217,8 +217,33 @@ func (s *server) podHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.enqueuePodOwner,
 		UpdateFunc: func(_, obj any) { s.enqueuePodOwner(obj) },
-		DeleteFunc: s.enqueuePodOwner,
+		DeleteFunc: func(obj any) {
+			s.newPodDeleted(obj)
+			s.enqueuePodOwner(obj)
+		},
 	}
+}
+
+// newPodDeleted tells of a pod deleted that its sandbox's attempt built, while
+// the status shows the attempt in UpgradePod (EventNewPodDeleted): podcycler
+// builds it again, and the stage would otherwise only take longer.
+func (s *server) newPodDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	sb, err := s.sandboxes.Sandboxes(pod.Namespace).Get(pod.Name)
+	if err != nil || sb.DeletionTimestamp != nil || !upgrade.ControlledBy(pod, sb.UID) {
+		return
+	}
+	attempt := upgrade.CurrentAttempt(sb)
+	if reason, _ := upgrade.ReasonFor(sb, attempt); reason != agentsv1alpha1.UpgradingReasonUpgradePod || !upgrade.NewPodOf(pod, attempt) {
+		return
+	}
+	s.recorder.Eventf(sb, corev1.EventTypeWarning, EventNewPodDeleted, "pod %s (uid %s), the new pod of upgrade attempt %s, was deleted before the upgrade went past UpgradePod (by hand, an eviction, or its node going away); podcycler builds it again, and the upgrade goes on with that pod", pod.Name, pod.UID, attempt)
 }
 
 // refusalNews is the message of a Warning Event when want's condition
