@@ -344,7 +344,7 @@ func TestPluginHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut, code = molt(t, "", "history", ns+"/hi-00", "--nats-url="+s.env.NATSURL, "--nats-user=viewer", "--nats-password-file="+bad)
-	if code != 2 || !strings.Contains(errOut, "--nats-password-file") {
+	if code != 2 || !strings.Contains(errOut, "with the password from --nats-password-file "+bad) {
 		t.Errorf("history with a wrong password: exit %d, stderr %s", code, errOut)
 	}
 }

@@ -61,11 +61,13 @@ func envOr(key, def string) string {
 func (o natsOptions) connect() (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("kubectl-molt"), nats.Timeout(5 * time.Second)}
 	noPassword := false
+	from := "--nats-creds " + o.creds // where the login's secret came from
 	switch {
 	case o.creds != "":
 		opts = append(opts, nats.UserCredentials(o.creds))
 	case o.user != "":
-		pw, err := o.password()
+		pw, source, err := o.password()
+		from = source
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +91,7 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 			hint = fmt.Sprintf("NATS refused the login, and no password was sent: none of --nats-password-file, $NATS_PASSWORD, or %s in the current directory (the local stack's, read from the repository's root) gave one; pass one of them, or --nats-creds",
 				filepath.Join(".molt", "nats-auth", o.user+".password"))
 		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
-			hint = "NATS refused the login: check --nats-user and --nats-password-file (or --nats-creds)"
+			hint = fmt.Sprintf("NATS refused the login with the password from %s: check --nats-user and --nats-password-file (or --nats-creds)", from)
 		case service.IsTLSError(err):
 			hint = "TLS failed: check --nats-tls-ca (the CA of the server's certificate, which must name the host of --nats-url), and --nats-tls-cert and --nats-tls-key if the server verifies its clients"
 		}
@@ -104,24 +106,28 @@ func (o natsOptions) tls() service.NATSTLS {
 }
 
 // password is the user's password: --nats-password-file, else $NATS_PASSWORD,
-// else the local stack's file when it exists, else none.
-func (o natsOptions) password() (string, error) {
+// else the local stack's file when it exists, else none. source says which,
+// for a refused login (a local stack's file in the current directory may be
+// another stack's).
+func (o natsOptions) password() (pw, source string, err error) {
 	file := o.passwordFile
+	source = "--nats-password-file " + file
 	if file == "" {
 		if pw := os.Getenv("NATS_PASSWORD"); pw != "" {
-			return pw, nil
+			return pw, "$NATS_PASSWORD", nil
 		}
 		local := filepath.Join(".molt", "nats-auth", o.user+".password")
 		if _, err := os.Stat(local); err != nil {
-			return "", nil
+			return "", "", nil
 		}
 		file = local
+		source = "the local stack's file " + local + " in the current directory (pass --nats-password-file if that stack is not the one at --nats-url)"
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("read the NATS password of %q (flag --nats-password-file): %w", o.user, err)
+		return "", "", fmt.Errorf("read the NATS password of %q (flag --nats-password-file): %w", o.user, err)
 	}
-	return strings.TrimRight(string(b), "\r\n"), nil
+	return strings.TrimRight(string(b), "\r\n"), source, nil
 }
 
 // redact hides any user information in a URL.

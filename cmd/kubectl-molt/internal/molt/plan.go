@@ -381,6 +381,11 @@ func why(e upgrade.Exclusion, ops *agentsv1alpha1.SandboxUpdateOps) string {
 		for _, p := range ops.Spec.StateFilter.EligiblePhases() {
 			states = append(states, string(p))
 		}
+		if e.Detail == "" {
+			// statusagg has written no status yet: just created, or no
+			// statusagg leads (one restarted waits for its lease).
+			return fmt.Sprintf("no phase yet (the sandbox was just created, or no statusagg has written its status: is one running and leading?), so it is not in spec.stateFilter.states [%s]", strings.Join(states, ", "))
+		}
 		return fmt.Sprintf("phase %s is not in spec.stateFilter.states [%s]", e.Detail, strings.Join(states, ", "))
 	case upgrade.ExcludedNoNeed:
 		return "its template already equals the patched one (no need to update)"

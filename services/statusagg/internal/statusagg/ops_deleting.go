@@ -110,7 +110,11 @@ func deletingCondition(ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agents
 	slices.Sort(labelled)
 	what := fmt.Sprintf("molt's finalizer %s is still on it", agentsv1alpha1.FinalizerSandboxUpdateOpsProtection)
 	if len(labelled) > 0 {
-		what = fmt.Sprintf("%s still carry its label %s=%s", namedCount(labelled), agentsv1alpha1.LabelUpdateOps, ops.Name)
+		verb := "carry"
+		if len(labelled) == 1 {
+			verb = "carries"
+		}
+		what = fmt.Sprintf("%s still %s its label %s=%s", namedCount(labelled), verb, agentsv1alpha1.LabelUpdateOps, ops.Name)
 	}
 	cond.Reason = agentsv1alpha1.DeletingReasonReleasePending
 	cond.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("being deleted, and no sandbox is in an attempt of it, but %s, unchanged for %s or more: the selector removes the label from each sandbox, then the finalizer. Is a selector running (%s)? If one is, its log says why the API server refuses the write (an admission policy or webhook on sandboxes or ops, its RBAC): fix that, and the delete goes on by itself",

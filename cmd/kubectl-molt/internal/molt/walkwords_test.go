@@ -1,0 +1,53 @@
+package molt
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// The password's source is named, so a refused login says which one was
+// sent: the local stack's file in the current directory may be another
+// stack's (a walk ran history from a second checkout).
+func TestPasswordSaysWhereItCameFrom(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("NATS_PASSWORD", "")
+	o := natsOptions{user: "viewer"}
+	if pw, source, err := o.password(); err != nil || pw != "" || source != "" {
+		t.Fatalf("no password anywhere: %q, %q, %v; want none", pw, source, err)
+	}
+	local := filepath.Join(".molt", "nats-auth", "viewer.password")
+	if err := os.MkdirAll(filepath.Dir(local), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(local, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pw, source, err := o.password(); err != nil || pw != "s3cret" || !strings.Contains(source, "the local stack's file "+local+" in the current directory") {
+		t.Errorf("local file: %q, %q, %v", pw, source, err)
+	}
+	t.Setenv("NATS_PASSWORD", "fromenv")
+	if pw, source, _ := o.password(); pw != "fromenv" || source != "$NATS_PASSWORD" {
+		t.Errorf("environment: %q, %q", pw, source)
+	}
+	o.passwordFile = local
+	if pw, source, _ := o.password(); pw != "s3cret" || source != "--nats-password-file "+local {
+		t.Errorf("flag: %q, %q", pw, source)
+	}
+}
+
+// A sandbox with no phase yet is said to have none (a walk saw "phase  is
+// not in …" for sandboxes created while statusagg waited for its lease).
+func TestWhyOfASandboxWithNoPhaseYet(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{}
+	if got := why(upgrade.Exclusion{Reason: upgrade.ExcludedStateFilter}, ops); !strings.HasPrefix(got, "no phase yet") || !strings.Contains(got, "[Running]") {
+		t.Errorf("why = %q", got)
+	}
+	if got := why(upgrade.Exclusion{Reason: upgrade.ExcludedStateFilter, Detail: "Paused"}, ops); got != "phase Paused is not in spec.stateFilter.states [Running]" {
+		t.Errorf("why = %q", got)
+	}
+}
