@@ -656,3 +656,29 @@ func TestHookThatSucceedsWithStderrSaysSo(t *testing.T) {
 		t.Errorf("history (exit %d) does not show preUpgrade's stderr:\n%s%s", code, out, errOut)
 	}
 }
+
+// Seed 000's upgrade-with-backup applied verbatim to sandboxes with no
+// volume at /mnt/shared (a walk's mistake): the backup cannot outlive the
+// pod. kubectl molt plan warns, and the ops says so in its condition
+// BackupNotOnVolume and a Warning Event of that name, before its first
+// sandbox is upgraded; it goes on (the hooks might send the backup elsewhere).
+func TestSeedBackupWithNoVolumeThereIsWarned(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	workspaceSandboxes(t, s, ns, "nv", "my-sandbox-pool", "/elsewhere", "/data/$NAME/elsewhere", 1)
+	ops := strings.Replace(seed(t, "000-02-sandboxupdateops-upgrade-with-backup.yaml"), "  namespace: default\n", "", 1)
+	out, errOut, code := molt(t, ops, "plan", "-f", "-", "-n", ns)
+	if code != 0 || !strings.Contains(out, "warning: the preUpgrade and postUpgrade hooks name /mnt/shared/backup-, /home/user/workspace, none of which is on a volume of sandbox nv-00's template that outlives its pod") {
+		t.Errorf("plan (exit %d) does not warn of the backup off any volume:\n%s%s", code, out, errOut)
+	}
+	kubectl(t, ops, "apply", "-n", ns, "-f", "-")
+	done := waitOps(t, s, ns, "upgrade-with-backup", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
+	if c := meta.FindStatusCondition(done.Status.Conditions, agentsv1alpha1.ConditionBackupNotOnVolume); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "/mnt/shared") {
+		t.Errorf("ops condition %s = %+v; want True naming /mnt/shared", agentsv1alpha1.ConditionBackupNotOnVolume, c)
+	}
+	testenv.Eventually(t, 30*time.Second, "Warning Event BackupNotOnVolume on the ops", func() (bool, error) {
+		list, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + agentsv1alpha1.ConditionBackupNotOnVolume})
+		return err == nil && len(list.Items) == 1 && list.Items[0].Type == "Warning" && list.Items[0].InvolvedObject.Name == "upgrade-with-backup", err
+	})
+}

@@ -235,6 +235,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		fmt.Fprintf(w, "  warning: the patch adds %s with no image to %d sandboxes (%s), whose template has no container of that name: their pod would be refused, so their upgrade fails before its backup (PreUpgradeFailed), touching nothing; fix the container's name in the patch, or select only the sandboxes it fits\n",
 			strings.Join(added, ", "), len(names), strings.Join(names[:min(len(names), 5)], ", ")+more(len(names)-5))
 	}
+	if name, paths := upgrade.SelectedBackupOffVolumes(ops, sel); len(paths) > 0 {
+		fmt.Fprintf(w, "  warning: %s\n", upgrade.BackupOffVolumesNote(name, paths))
+	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
 		fmt.Fprintf(w, "  warning: this ops has hooks, and %d sandboxes (%s) do not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where their pods run no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
 			len(bare), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5))

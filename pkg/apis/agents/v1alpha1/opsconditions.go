@@ -117,6 +117,16 @@ const (
 	// NoBackupReasonNoPreUpgrade: PostUpgradeWithoutBackup=True.
 	NoBackupReasonNoPreUpgrade = "NoPreUpgrade"
 
+	// ConditionBackupNotOnVolume is True when the ops's preUpgrade and
+	// postUpgrade name paths none of which is on a volume of a selected
+	// sandbox's template that outlives its pod (upgrade.BackupOffVolumes): a
+	// backup written there goes with the old pod. A warning, with an Event of
+	// the same name: the ops goes on (the hooks may send the backup out of the
+	// pod another way).
+	ConditionBackupNotOnVolume = "BackupNotOnVolume"
+	// BackupReasonNoPersistentVolume: BackupNotOnVolume=True.
+	BackupReasonNoPersistentVolume = "NoPersistentVolume"
+
 	// ConditionClaimRefused is True when the API server refused for good the
 	// write that claims sandboxes for the ops (upgrade.AnnotationClaimRefused):
 	// the message names them with the server's words. They are not tried

@@ -142,7 +142,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			s.recorder.Event(written, corev1.EventTypeWarning, c.Reason, c.Message)
 		}
 	}
-	for _, warning := range []string{agentsv1alpha1.ConditionPatchAddsContainers, agentsv1alpha1.ConditionPostUpgradeWithoutBackup, agentsv1alpha1.ConditionClaimRefused} {
+	for _, warning := range []string{agentsv1alpha1.ConditionPatchAddsContainers, agentsv1alpha1.ConditionPostUpgradeWithoutBackup, agentsv1alpha1.ConditionBackupNotOnVolume, agentsv1alpha1.ConditionClaimRefused} {
 		if c := meta.FindStatusCondition(want.Conditions, warning); c != nil && meta.FindStatusCondition(ops.Status.Conditions, warning) == nil {
 			s.recorder.Event(written, corev1.EventTypeWarning, warning, c.Message)
 		}

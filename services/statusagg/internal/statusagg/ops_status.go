@@ -95,6 +95,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 
 	warnOfAddedContainers(&st, ops, sel)
 	warnOfNoBackup(&st, ops, sel)
+	warnOfBackupOffVolumes(&st, ops, sel)
 	if refused := upgrade.ClaimRefused(ops); len(refused) > 0 {
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionClaimRefused, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.ClaimRefusedReasonAPIServer,
 			Message: upgrade.ClaimRefusedNote(ops.Namespace, ops.Name, refused), ObservedGeneration: gen})
@@ -220,6 +221,19 @@ func warnOfAddedContainers(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agent
 				"If the patch was meant to change an existing container, the name is misspelt: delete this ops and create one with the right name (molt pauses, before its first sandbox, an ops whose added container looks like a misspelt name; otherwise pause it first: kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":true}}')",
 				strings.Join(added, ", "), c.Sandbox.Name, strings.Join(have, ", "), upgrade.AddedOutcome(tpl, ops.Spec.Patch.Raw), ops.Name, ops.Namespace)})
 		return
+	}
+}
+
+// warnOfBackupOffVolumes sets BackupNotOnVolume, once, when the hooks name no
+// path on a volume of the first selected sandbox not started yet's patched
+// template that outlives its pod (upgrade.BackupOffVolumes).
+func warnOfBackupOffVolumes(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) {
+	if meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionBackupNotOnVolume) != nil {
+		return
+	}
+	if name, paths := upgrade.SelectedBackupOffVolumes(ops, sel); len(paths) > 0 {
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionBackupNotOnVolume, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.BackupReasonNoPersistentVolume, ObservedGeneration: ops.Generation,
+			Message: agentsv1alpha1.TruncateConditionMessage(upgrade.BackupOffVolumesNote(name, paths))})
 	}
 }
 

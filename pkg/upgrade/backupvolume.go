@@ -1,0 +1,135 @@
+package upgrade
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// A backup outlives the pod only where a volume does: preUpgrade writes it
+// from the old pod, postUpgrade reads it in the new one. A walk applied seed
+// 000's hooks (backup to /mnt/shared) to sandboxes with no volume there: the
+// archive could not be written, the script's last command exited 0, and every
+// workspace was lost with the upgrade reported Succeeded.
+
+// absPath finds the absolute paths a hook's command names: a "/" that starts
+// a word (or follows = or a quote), up to a space, quote or shell operator.
+var absPath = regexp.MustCompile(`(?:^|[\s='"])(/[^\s'";|&<>()]*)`)
+
+// systemDirs hold programs and the system's own files, which a hook names
+// without backing anything up there.
+var systemDirs = []string{"/bin", "/sbin", "/usr", "/lib", "/lib64", "/dev", "/proc", "/sys", "/etc"}
+
+// HookPaths returns the absolute paths action's command names, outside the
+// system's own directories, with a shell substitution ($…) cut off, in order
+// and once each.
+func HookPaths(action *agentsv1alpha1.UpgradeAction) []string {
+	if action == nil || action.Exec == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range absPath.FindAllStringSubmatch(strings.Join(action.Exec.Command, "\n"), -1) {
+		p := m[1]
+		if i := strings.IndexAny(p, "$`{*"); i >= 0 {
+			p = p[:i]
+		}
+		if p == "" || p == "/" || onAny(p, systemDirs) || slices.Contains(out, p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// BackupOffVolumes returns the paths the ops's preUpgrade and postUpgrade name
+// when none of them is on a volume of tpl that outlives the pod (a
+// PersistentVolumeClaim, a hostPath, NFS, CSI…; not an emptyDir, a configMap,
+// a secret, a generic ephemeral volume): a backup written inside the pod goes
+// with it, unless the hooks send it out of the pod some other way (object
+// storage). nil when the ops lacks either hook, they name no path, or one is
+// on such a volume.
+func BackupOffVolumes(tpl *corev1.PodTemplateSpec, lc *agentsv1alpha1.SandboxLifecycle) []string {
+	if tpl == nil || lc == nil || lc.PreUpgrade == nil || lc.PostUpgrade == nil {
+		return nil
+	}
+	paths := HookPaths(lc.PreUpgrade)
+	for _, p := range HookPaths(lc.PostUpgrade) {
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	durable := map[string]bool{}
+	for _, v := range tpl.Spec.Volumes {
+		durable[v.Name] = outlivesPod(v)
+	}
+	var mounts []string
+	for _, c := range slices.Concat(tpl.Spec.InitContainers, tpl.Spec.Containers) {
+		for _, m := range c.VolumeMounts {
+			if durable[m.Name] {
+				mounts = append(mounts, strings.TrimRight(m.MountPath, "/"))
+			}
+		}
+	}
+	for _, p := range paths {
+		// On such a volume, or above one (a relative path from a `cd` there
+		// may lead into it).
+		if onAny(p, mounts) || slices.ContainsFunc(mounts, func(m string) bool { return onAny(m, []string{p}) }) {
+			return nil
+		}
+	}
+	return paths
+}
+
+// SelectedBackupOffVolumes is BackupOffVolumes for the ops's hooks on the
+// patched template of the first sandbox of sel not started yet, with its
+// name; "" and nil when that finds nothing.
+func SelectedBackupOffVolumes(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) (string, []string) {
+	for _, c := range sel.Candidates {
+		tpl := c.Sandbox.Spec.Template
+		if c.State != NotStarted || tpl == nil {
+			continue
+		}
+		if patched, err := ApplyPatch(tpl, ops.Spec.Patch.Raw); err == nil {
+			tpl = patched
+		}
+		if paths := BackupOffVolumes(tpl, ops.Spec.Lifecycle); len(paths) > 0 {
+			return c.Sandbox.Name, paths
+		}
+		break
+	}
+	return "", nil
+}
+
+// BackupOffVolumesNote says what BackupOffVolumes found for sandbox name.
+func BackupOffVolumesNote(name string, paths []string) string {
+	return fmt.Sprintf("the preUpgrade and postUpgrade hooks name %s, none of which is on a volume of sandbox %s's template that outlives its pod (a PersistentVolumeClaim, a hostPath, NFS, CSI; an emptyDir goes with the pod): a backup written there goes with the old pod, and a script that ends with a command that succeeds (an echo) still exits 0, so the upgrade succeeds with the workspace lost. Mount a persistent volume where the backup goes (seed 000's hooks need one at /mnt/shared), or send the backup out of the pod; end the scripts with `set -e` so that a failed backup fails the hook",
+		strings.Join(paths, ", "), name)
+}
+
+// outlivesPod reports whether v's data outlives the pod that mounts it.
+func outlivesPod(v corev1.Volume) bool {
+	s := v.VolumeSource
+	return s.EmptyDir == nil && s.ConfigMap == nil && s.Secret == nil && s.DownwardAPI == nil && s.Projected == nil &&
+		s.Ephemeral == nil && s.GitRepo == nil && s.Image == nil
+}
+
+// onAny reports whether path is one of dirs or under one.
+func onAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
