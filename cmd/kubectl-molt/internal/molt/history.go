@@ -509,6 +509,11 @@ func (h *historyPrinter) flush(inProgressToo bool) {
 		end := s.last
 		if i+1 < len(h.spans) {
 			end = h.spans[i+1].first
+			if s.stage == agentsv1alpha1.UpgradingReasonPreUpgrade && h.spans[i+1].stage == agentsv1alpha1.UpgradingReasonResumeSucceed {
+				// The request of a paused sandbox's attempt: its time is the
+				// wake-up's (the status showed Resuming), before the backup.
+				s.stage = agentsv1alpha1.UpgradingReasonResuming
+			}
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", s.stage, end.Sub(s.first).Round(time.Millisecond)))
 	}

@@ -153,3 +153,29 @@ func TestHistoryNamesTheRevisionUpgradePodBuilds(t *testing.T) {
 		t.Errorf("detail of PreUpgrade's start = %q, want none", got)
 	}
 }
+
+// A paused sandbox's attempt spends its first moments waking the sandbox:
+// the stage summary calls that time Resuming, not PreUpgrade (a walk saw
+// "PreUpgrade 521ms, ResumeSucceed 11ms, PreUpgrade 3.062s").
+func TestHistoryCallsAWakeUpResuming(t *testing.T) {
+	var out bytes.Buffer
+	h := &historyPrinter{out: &out, loc: time.UTC, current: "s1"}
+	d := events.Data{Sandbox: events.SandboxRef{Namespace: "default", Name: "box-0", UID: "s1"}, Ops: events.OpsRef{Name: "up", UID: "a1"}, Attempt: "a1"}
+	at := func(typ, stage string, ms int) events.Event {
+		e := events.Event{Type: typ, Time: t0.Add(time.Duration(ms) * time.Millisecond), Data: d}
+		e.Data.Stage = stage
+		return e
+	}
+	for _, ev := range []events.Event{
+		at(events.TypeRequested, "", 0),
+		at(events.TypeStageStarted, agentsv1alpha1.UpgradingReasonResumeSucceed, 500),
+		at(events.TypePatched, "", 510),
+		at(events.TypePreHookDone, agentsv1alpha1.UpgradingReasonPreUpgrade, 1500),
+	} {
+		h.add(ev)
+	}
+	h.flush(true)
+	if got := out.String(); !strings.Contains(got, "stages: Resuming 500ms, ResumeSucceed 10ms, PreUpgrade") {
+		t.Errorf("stage summary does not call the wake-up Resuming:\n%s", got)
+	}
+}
