@@ -52,9 +52,13 @@ func HookPaths(action *agentsv1alpha1.UpgradeAction) []string {
 // a secret, a generic ephemeral volume): a backup written inside the pod goes
 // with it, unless the hooks send it out of the pod some other way (object
 // storage). nil when the ops lacks either hook, they name no path, or one is
-// on such a volume.
-func BackupOffVolumes(tpl *corev1.PodTemplateSpec, lc *agentsv1alpha1.SandboxLifecycle) []string {
-	if tpl == nil || lc == nil || lc.PreUpgrade == nil || lc.PostUpgrade == nil {
+// on such a volume: one of tpl's, or one of sb's volumeClaimTemplates. Also nil
+// for a sandbox with the csi runtime, which mounts external storage while
+// the sandbox runs (the guides' way: seed 001's /backup is an OSS directory
+// mounted so), where the template does not show it.
+func BackupOffVolumes(sb *agentsv1alpha1.Sandbox, tpl *corev1.PodTemplateSpec, lc *agentsv1alpha1.SandboxLifecycle) []string {
+	if tpl == nil || lc == nil || lc.PreUpgrade == nil || lc.PostUpgrade == nil ||
+		slices.ContainsFunc(sb.Spec.Runtimes, func(r agentsv1alpha1.RuntimeConfig) bool { return r.Name == agentsv1alpha1.RuntimeCSI }) {
 		return nil
 	}
 	paths := HookPaths(lc.PreUpgrade)
@@ -69,6 +73,9 @@ func BackupOffVolumes(tpl *corev1.PodTemplateSpec, lc *agentsv1alpha1.SandboxLif
 	durable := map[string]bool{}
 	for _, v := range tpl.Spec.Volumes {
 		durable[v.Name] = outlivesPod(v)
+	}
+	for _, claim := range sb.Spec.VolumeClaimTemplates {
+		durable[claim.Name] = true
 	}
 	var mounts []string
 	for _, c := range slices.Concat(tpl.Spec.InitContainers, tpl.Spec.Containers) {
@@ -100,7 +107,7 @@ func SelectedBackupOffVolumes(ops *agentsv1alpha1.SandboxUpdateOps, sel Selectio
 		if patched, err := ApplyPatch(tpl, ops.Spec.Patch.Raw); err == nil {
 			tpl = patched
 		}
-		if paths := BackupOffVolumes(tpl, ops.Spec.Lifecycle); len(paths) > 0 {
+		if paths := BackupOffVolumes(c.Sandbox, tpl, ops.Spec.Lifecycle); len(paths) > 0 {
 			return c.Sandbox.Name, paths
 		}
 		break
@@ -110,7 +117,7 @@ func SelectedBackupOffVolumes(ops *agentsv1alpha1.SandboxUpdateOps, sel Selectio
 
 // BackupOffVolumesNote says what BackupOffVolumes found for sandbox name.
 func BackupOffVolumesNote(name string, paths []string) string {
-	return fmt.Sprintf("the preUpgrade and postUpgrade hooks name %s, none of which is on a volume of sandbox %s's template that outlives its pod (a PersistentVolumeClaim, a hostPath, NFS, CSI; an emptyDir goes with the pod): a backup written there goes with the old pod, and a script that ends with a command that succeeds (an echo) still exits 0, so the upgrade succeeds with the workspace lost. Mount a persistent volume where the backup goes (seed 000's hooks need one at /mnt/shared), or send the backup out of the pod; end the scripts with `set -e` so that a failed backup fails the hook",
+	return fmt.Sprintf("the preUpgrade and postUpgrade hooks name %s, none of which is on a volume of sandbox %s's template that outlives its pod (a PersistentVolumeClaim, a hostPath, NFS, CSI, a volumeClaimTemplate; an emptyDir goes with the pod), and the sandbox has no csi runtime to mount external storage: a backup written there goes with the old pod, and a script that ends with a command that succeeds (an echo) still exits 0, so the upgrade succeeds with the workspace lost. Mount persistent storage where the backup goes (seed 000's hooks need it at /mnt/shared: a volume, or runtimes [{name: csi}] as the guides say), or send the backup out of the pod; end the scripts with `set -e` so that a failed backup fails the hook",
 		strings.Join(paths, ", "), name)
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
@@ -32,27 +33,44 @@ func TestBackupOffVolumes(t *testing.T) {
 		}
 		return t
 	}
+	withClaim := func(name string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+		return sb
+	}
+	mountOnly := func(path, name string) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", VolumeMounts: []corev1.VolumeMount{{Name: name, MountPath: path}}}}}}
+	}
 	empty := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 	pvc := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}
 	host := corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data"}}
 	for _, tc := range []struct {
 		name string
+		sb   *agentsv1alpha1.Sandbox
 		tpl  *corev1.PodTemplateSpec
 		lc   *agentsv1alpha1.SandboxLifecycle
 		want []string
 	}{
-		{"seed 000 without /mnt/shared (the walk's)", tpl(map[string]corev1.VolumeSource{"/home/user/workspace": empty}), seed000,
+		{"seed 000 without /mnt/shared (the walk's)", nil, tpl(map[string]corev1.VolumeSource{"/home/user/workspace": empty}), seed000,
 			[]string{"/mnt/shared/backup-", "/home/user/workspace"}},
-		{"seed 000 with a persistent /mnt/shared", tpl(map[string]corev1.VolumeSource{"/mnt/shared": host, "/home/user/workspace": empty}), seed000, nil},
-		{"seed 001 with a persistent /backup", tpl(map[string]corev1.VolumeSource{"/backup": pvc}), seed001, nil},
-		{"seed 001 with no volume", tpl(nil), seed001, []string{"/root/", "/backup", "/root/.openclaw", "/backup/openclaw-state-v1.tgz", "/root/openclaw-state-v1.tgz", "/root"}},
-		{"a persistent volume under a path the hooks name", tpl(map[string]corev1.VolumeSource{"/root/keep": pvc}), &agentsv1alpha1.SandboxLifecycle{
+		{"seed 000 with a persistent /mnt/shared", nil, tpl(map[string]corev1.VolumeSource{"/mnt/shared": host, "/home/user/workspace": empty}), seed000, nil},
+		{"seed 001 with a persistent /backup", nil, tpl(map[string]corev1.VolumeSource{"/backup": pvc}), seed001, nil},
+		{"seed 001 with no volume", nil, tpl(nil), seed001, []string{"/root/", "/backup", "/root/.openclaw", "/backup/openclaw-state-v1.tgz", "/root/openclaw-state-v1.tgz", "/root"}},
+		{"a persistent volume under a path the hooks name", nil, tpl(map[string]corev1.VolumeSource{"/root/keep": pvc}), &agentsv1alpha1.SandboxLifecycle{
 			PreUpgrade: hook("cd /root && tar czf keep/ws.tgz ws"), PostUpgrade: hook("cd /root && tar xzf keep/ws.tgz")}, nil},
-		{"no preUpgrade", tpl(nil), &agentsv1alpha1.SandboxLifecycle{PostUpgrade: seed000.PostUpgrade}, nil},
-		{"hooks that name no path", tpl(nil), &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook("backup-to-s3"), PostUpgrade: hook("restore-from-s3")}, nil},
+		{"seed 000 on a sandbox with the csi runtime (the guides' external storage)", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{
+			Runtimes: []agentsv1alpha1.RuntimeConfig{{Name: "agent-runtime"}, {Name: agentsv1alpha1.RuntimeCSI}}}},
+			tpl(map[string]corev1.VolumeSource{"/home/user/workspace": empty}), seed000, nil},
+		{"seed 001 with /backup from a volumeClaimTemplate", withClaim("backup"), mountOnly("/backup", "backup"), seed001, nil},
+		{"no preUpgrade", nil, tpl(nil), &agentsv1alpha1.SandboxLifecycle{PostUpgrade: seed000.PostUpgrade}, nil},
+		{"hooks that name no path", nil, tpl(nil), &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook("backup-to-s3"), PostUpgrade: hook("restore-from-s3")}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := BackupOffVolumes(tc.tpl, tc.lc); !slices.Equal(got, tc.want) {
+			sb := tc.sb
+			if sb == nil {
+				sb = &agentsv1alpha1.Sandbox{}
+			}
+			if got := BackupOffVolumes(sb, tc.tpl, tc.lc); !slices.Equal(got, tc.want) {
 				t.Errorf("BackupOffVolumes = %q, want %q", got, tc.want)
 			}
 		})

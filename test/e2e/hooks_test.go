@@ -666,7 +666,16 @@ func TestSeedBackupWithNoVolumeThereIsWarned(t *testing.T) {
 	s := Stack(t)
 	ctx := context.Background()
 	ns := s.env.Namespace(t)
-	workspaceSandboxes(t, s, ns, "nv", "my-sandbox-pool", "/elsewhere", "/data/$NAME/elsewhere", 1)
+	// The workspace on an emptyDir, a hostPath elsewhere, and no csi runtime
+	// (which would mount external storage the template does not show).
+	makeSandboxes(t, s, ns, "nv", 1, "my-sandbox-pool", func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.Runtimes = []agentsv1alpha1.RuntimeConfig{{Name: "agent-runtime"}}
+		sb.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "elsewhere", MountPath: "/elsewhere"}, {Name: "workspace", MountPath: "/home/user/workspace"}}
+		sb.Spec.Template.Spec.Volumes = []corev1.Volume{
+			{Name: "elsewhere", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + sb.Name + "/elsewhere"}}},
+			{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}
+	})
 	ops := strings.Replace(seed(t, "000-02-sandboxupdateops-upgrade-with-backup.yaml"), "  namespace: default\n", "", 1)
 	out, errOut, code := molt(t, ops, "plan", "-f", "-", "-n", ns)
 	if code != 0 || !strings.Contains(out, "warning: the preUpgrade and postUpgrade hooks name /mnt/shared/backup-, /home/user/workspace, none of which is on a volume of sandbox nv-00's template that outlives its pod") {

@@ -61,13 +61,16 @@ func envOr(key, def string) string {
 func (o natsOptions) connect() (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("kubectl-molt"), nats.Timeout(5 * time.Second)}
 	noPassword := false
-	from := "--nats-creds " + o.creds // where the login's secret came from
+	from := "no password" // where the login's secret came from
 	switch {
 	case o.creds != "":
 		opts = append(opts, nats.UserCredentials(o.creds))
+		from = "the credentials of --nats-creds " + o.creds
 	case o.user != "":
 		pw, source, err := o.password()
-		from = source
+		if source != "" {
+			from = "the password from " + source
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +94,7 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 			hint = fmt.Sprintf("NATS refused the login, and no password was sent: none of --nats-password-file, $NATS_PASSWORD, or %s in the current directory (the local stack's, read from the repository's root) gave one; pass one of them, or --nats-creds",
 				filepath.Join(".molt", "nats-auth", o.user+".password"))
 		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
-			hint = fmt.Sprintf("NATS refused the login with the password from %s: check --nats-user and --nats-password-file (or --nats-creds)", from)
+			hint = fmt.Sprintf("NATS refused the login with %s: check --nats-user and --nats-password-file (or --nats-creds)", from)
 		case service.IsTLSError(err):
 			hint = "TLS failed: check --nats-tls-ca (the CA of the server's certificate, which must name the host of --nats-url), and --nats-tls-cert and --nats-tls-key if the server verifies its clients"
 		}

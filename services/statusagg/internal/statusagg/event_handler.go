@@ -231,7 +231,7 @@ func (s *server) recordWritten(key string, sb *agentsv1alpha1.Sandbox, waiters [
 // of an attempt, its success or its failure.
 func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	by := "a direct upgrade (spec.upgradePolicy)"
-	if ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ops != "" {
+	if ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ops != "" && !strings.HasPrefix(tr.Attempt, upgrade.DirectAttemptPrefix) {
 		by = "SandboxUpdateOps " + ops
 	}
 	switch {

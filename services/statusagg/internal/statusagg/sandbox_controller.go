@@ -240,10 +240,18 @@ func (s *server) newPodDeleted(obj any) {
 		return
 	}
 	attempt := upgrade.CurrentAttempt(sb)
-	if reason, _ := upgrade.ReasonFor(sb, attempt); reason != agentsv1alpha1.UpgradingReasonUpgradePod || !upgrade.NewPodOf(pod, attempt) {
-		return
+	if reason, _ := upgrade.ReasonFor(sb, attempt); reason != agentsv1alpha1.UpgradingReasonUpgradePod || !upgrade.NewPodOf(pod, attempt) ||
+		s.writes.moving(pod.Namespace+"/"+pod.Name) {
+		return // not in UpgradePod, or the status may be behind (a later stage not written yet)
 	}
-	s.recorder.Eventf(sb, corev1.EventTypeWarning, EventNewPodDeleted, "pod %s (uid %s), the new pod of upgrade attempt %s, was deleted before the upgrade went past UpgradePod (by hand, an eviction, or its node going away); podcycler builds it again, and the upgrade goes on with that pod", pod.Name, pod.UID, attempt)
+	if rev, err := upgrade.Revision(sb.Spec.Template); err != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != rev {
+		return // podcycler replaces a pod of an older template itself
+	}
+	again := "podcycler builds it again, and the upgrade goes on with that pod"
+	if upgrade.ChecksPoint(sb, attempt) {
+		again = "podcycler builds it again, restoring the attempt's checkpoint (with none to restore, the stage fails, saying so)"
+	}
+	s.recorder.Eventf(sb, corev1.EventTypeWarning, EventNewPodDeleted, "pod %s (uid %s), the new pod of upgrade attempt %s, was deleted before the upgrade went past UpgradePod (by hand, an eviction, or its node going away); %s", pod.Name, pod.UID, attempt, again)
 }
 
 // refusalNews is the message of a Warning Event when want's condition
