@@ -62,6 +62,14 @@ func HookDoneAnnotation(stage string) string {
 	return "molt.dev/" + strings.ToLower(stage) + "-done"
 }
 
+// HookNoteAnnotation is the pod annotation that keeps, beside the done mark,
+// the note on a hook that succeeded but wrote to stderr (agentruntime's
+// Result.SuccessNote), for a report sent again from the mark. Written by
+// hookrunner.
+func HookNoteAnnotation(stage string) string {
+	return "molt.dev/" + strings.ToLower(stage) + "-note"
+}
+
 // State is where a sandbox stands for one ops.
 type State int
 

@@ -108,15 +108,26 @@ func TestDoneMarkIsRetriedAfterABlip(t *testing.T) {
 		return false, nil, nil
 	})
 	h := &HookRunner{kube: kube}
-	if err := h.markDoneRetrying(context.Background(), pod, preStep, "a1"); err != nil {
+	if err := h.markDoneRetrying(context.Background(), pod, preStep, "a1", "preUpgrade exited 0 but wrote to stderr: x"); err != nil {
 		t.Fatalf("markDoneRetrying after two timeouts: %v", err)
 	}
 	got, err := kube.CoreV1().Pods("ns").Get(context.Background(), "box", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[upgrade.HookDoneAnnotation(preStep.stage)] != "a1" {
-		t.Errorf("pod annotations %v, want the done mark of attempt a1", got.Annotations)
+	if got.Annotations[upgrade.HookDoneAnnotation(preStep.stage)] != "a1" || got.Annotations[upgrade.HookNoteAnnotation(preStep.stage)] != "preUpgrade exited 0 but wrote to stderr: x" {
+		t.Errorf("pod annotations %v, want the done mark of attempt a1 with its note", got.Annotations)
+	}
+	// A later attempt's hook with nothing on stderr drops the note.
+	if err := h.markDoneRetrying(context.Background(), got, preStep, "a2", ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err = kube.CoreV1().Pods("ns").Get(context.Background(), "box", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Annotations[upgrade.HookNoteAnnotation(preStep.stage)]; ok || got.Annotations[upgrade.HookDoneAnnotation(preStep.stage)] != "a2" {
+		t.Errorf("pod annotations %v, want attempt a2's done mark and no note", got.Annotations)
 	}
 }
 

@@ -142,6 +142,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	}
 	if pod.Annotations[upgrade.HookDoneAnnotation(st.stage)] == d.Attempt {
 		logger.Info("skip running the hook: the pod carries its done mark for this attempt", "pod", klog.KObj(pod), "uid", pod.UID)
+		next.Data.Message = pod.Annotations[upgrade.HookNoteAnnotation(st.stage)]
 		return h.publish(ctx, next)
 	}
 	if why, wait := noRuntimeAddress(sb, pod, st); why != "" {
@@ -181,7 +182,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 	// meanwhile, within finishWait.
 	mark, cancelMark := context.WithTimeout(context.WithoutCancel(ctx), finishWait)
 	defer cancelMark()
-	if err := h.markDoneRetrying(mark, pod, st, d.Attempt); err != nil {
+	if err := h.markDoneRetrying(mark, pod, st, d.Attempt, next.Data.Message); err != nil {
 		// The attempt moves on; only a redelivery of this message, which
 		// the publish below makes unlikely, would miss the mark.
 		logger.Error(err, "Hook succeeded but its done mark was not written; passing the sandbox on", "pod", klog.KObj(pod))
@@ -212,11 +213,11 @@ const (
 // markDoneRetrying is markDone, made again while the API server fails it
 // (a blip, a timeout), so that a hook that ran is not run again for want of
 // its mark.
-func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st step, attempt string) error {
+func (h *HookRunner) markDoneRetrying(ctx context.Context, pod *corev1.Pod, st step, attempt, note string) error {
 	wait := markDoneWait
 	var err error
 	for i := 0; i < markDoneAttempts; i++ {
-		if err = h.markDone(ctx, pod, st, attempt); err == nil {
+		if err = h.markDone(ctx, pod, st, attempt, note); err == nil {
 			return nil
 		}
 		select {
@@ -298,10 +299,17 @@ func noRuntimeAddress(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, st step) (why
 
 // markDone records on the pod, with a UID precondition, that st's hook ran
 // to success for attempt, so a redelivery does not run it again.
-func (h *HookRunner) markDone(ctx context.Context, pod *corev1.Pod, st step, attempt string) error {
+func (h *HookRunner) markDone(ctx context.Context, pod *corev1.Pod, st step, attempt, note string) error {
+	// The hook's note (its stderr, upgrade.HookNoteAnnotation) goes with the
+	// mark, so a report sent again from the mark carries it; null removes an
+	// earlier attempt's.
+	var noteValue any
+	if note != "" {
+		noteValue = note
+	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":         pod.UID,
-		"annotations": map[string]string{upgrade.HookDoneAnnotation(st.stage): attempt},
+		"annotations": map[string]any{upgrade.HookDoneAnnotation(st.stage): attempt, upgrade.HookNoteAnnotation(st.stage): noteValue},
 	}})
 	if err != nil {
 		return fmt.Errorf("encode done mark of pod %s/%s: %w", pod.Namespace, pod.Name, err)
