@@ -190,10 +190,7 @@ func (s *server) podOf(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
 
 // enqueuePodOwner maps a pod event to its owning sandbox's key.
 func (s *server) enqueuePodOwner(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := podFrom(obj)
 	if !ok {
 		return
 	}
@@ -228,10 +225,7 @@ func (s *server) podHandler() cache.ResourceEventHandler {
 // the status shows the attempt in UpgradePod (EventNewPodDeleted): podcycler
 // builds it again, and the stage would otherwise only take longer.
 func (s *server) newPodDeleted(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := podFrom(obj)
 	if !ok {
 		return
 	}
@@ -267,4 +261,14 @@ func refusalNews(was, want *agentsv1alpha1.SandboxStatus, condType, reason strin
 		return ""
 	}
 	return now.Message
+}
+
+// podFrom is the pod an informer's handler was given (a deletion's last known
+// state included).
+func podFrom(obj any) (*corev1.Pod, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
 }
