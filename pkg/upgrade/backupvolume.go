@@ -26,8 +26,8 @@ var absPath = regexp.MustCompile(`(?:^|[\s='"])(/[^\s'";|&<>()]*)`)
 var systemDirs = []string{"/bin", "/sbin", "/usr", "/lib", "/lib64", "/dev", "/proc", "/sys", "/etc"}
 
 // HookPaths returns the absolute paths action's command names, outside the
-// system's own directories, with a shell substitution ($…) cut off, in order
-// and once each.
+// system's own directories, in order and once each; a path with a shell
+// substitution ($…) in it gives its directory.
 func HookPaths(action *agentsv1alpha1.UpgradeAction) []string {
 	if action == nil || action.Exec == nil {
 		return nil
@@ -36,7 +36,8 @@ func HookPaths(action *agentsv1alpha1.UpgradeAction) []string {
 	for _, m := range absPath.FindAllStringSubmatch(strings.Join(action.Exec.Command, "\n"), -1) {
 		p := m[1]
 		if i := strings.IndexAny(p, "$`{*"); i >= 0 {
-			p = p[:i]
+			// A name made at run time: its directory is what is known.
+			p = strings.TrimRight(p[:strings.LastIndex(p[:i], "/")+1], "/")
 		}
 		if p == "" || p == "/" || onAny(p, systemDirs) || slices.Contains(out, p) {
 			continue

@@ -52,7 +52,7 @@ func TestBackupOffVolumes(t *testing.T) {
 		want []string
 	}{
 		{"seed 000 without /mnt/shared (the walk's)", nil, tpl(map[string]corev1.VolumeSource{"/home/user/workspace": empty}), seed000,
-			[]string{"/mnt/shared/backup-", "/home/user/workspace"}},
+			[]string{"/mnt/shared", "/home/user/workspace"}},
 		{"seed 000 with a persistent /mnt/shared", nil, tpl(map[string]corev1.VolumeSource{"/mnt/shared": host, "/home/user/workspace": empty}), seed000, nil},
 		{"seed 001 with a persistent /backup", nil, tpl(map[string]corev1.VolumeSource{"/backup": pvc}), seed001, nil},
 		{"seed 001 with no volume", nil, tpl(nil), seed001, []string{"/root/", "/backup", "/root/.openclaw", "/backup/openclaw-state-v1.tgz", "/root/openclaw-state-v1.tgz", "/root"}},

@@ -655,6 +655,11 @@ func TestHookThatSucceedsWithStderrSaysSo(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "preUpgrade exited 0 but wrote to stderr") {
 		t.Errorf("history (exit %d) does not show preUpgrade's stderr:\n%s%s", code, out, errOut)
 	}
+	testenv.Eventually(t, 30*time.Second, "Warning Event PreUpgradeNote on se-00", func() (bool, error) {
+		list, err := s.env.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=PreUpgradeNote"})
+		return err == nil && len(list.Items) == 1 && list.Items[0].Type == "Warning" && list.Items[0].InvolvedObject.Name == "se-00" &&
+			strings.Contains(list.Items[0].Message, "/mnt/none/ws.tgz"), err
+	})
 }
 
 // Seed 000's upgrade-with-backup applied verbatim to sandboxes with no
@@ -678,7 +683,7 @@ func TestSeedBackupWithNoVolumeThereIsWarned(t *testing.T) {
 	})
 	ops := strings.Replace(seed(t, "000-02-sandboxupdateops-upgrade-with-backup.yaml"), "  namespace: default\n", "", 1)
 	out, errOut, code := molt(t, ops, "plan", "-f", "-", "-n", ns)
-	if code != 0 || !strings.Contains(out, "warning: the preUpgrade and postUpgrade hooks name /mnt/shared/backup-, /home/user/workspace, none of which is on a volume of sandbox nv-00's template that outlives its pod") {
+	if code != 0 || !strings.Contains(out, "warning: the preUpgrade and postUpgrade hooks name /mnt/shared, /home/user/workspace, none of which is on a volume of sandbox nv-00's template that outlives its pod") {
 		t.Errorf("plan (exit %d) does not warn of the backup off any volume:\n%s%s", code, out, errOut)
 	}
 	kubectl(t, ops, "apply", "-n", ns, "-f", "-")

@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -38,8 +39,8 @@ func TestNewPodDeletedInUpgradePodIsTold(t *testing.T) {
 	waitPodGone(t, h, ns, "np")
 	// The attempt's new pod, then deleted by hand.
 	pod := h.createPod(sb)
-	pod.Annotations = map[string]string{upgrade.AnnotationPodAttempt: string(ops.UID)}
-	if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	mark := []byte(`{"metadata":{"annotations":{"` + upgrade.AnnotationPodAttempt + `":"` + string(ops.UID) + `"}}}`)
+	if _, err := pods.Patch(ctx, "np", types.MergePatchType, mark, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := pods.Delete(ctx, "np", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {

@@ -238,6 +238,10 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if name, paths := upgrade.SelectedBackupOffVolumes(ops, sel); len(paths) > 0 {
 		fmt.Fprintf(w, "  warning: %s\n", upgrade.BackupOffVolumesNote(name, paths))
 	}
+	if own := ownHooksReplaced(ops, sel); len(own) > 0 {
+		fmt.Fprintf(w, "  warning: %d sandboxes (%s) upgrade directly (spec.upgradePolicy) with hooks of their own in spec.lifecycle, unlike this ops's: the ops writes its spec.lifecycle into them in their place, so their later direct upgrades run the ops's hooks (none where it has none, and nothing is backed up); give the ops the same hooks, or put theirs back after it\n",
+			len(own), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5))
+	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
 		fmt.Fprintf(w, "  warning: this ops has hooks, and %d sandboxes (%s) do not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where their pods run no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
 			len(bare), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5))

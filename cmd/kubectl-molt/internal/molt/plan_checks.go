@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
@@ -53,4 +55,22 @@ func imagelessAdds(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) 
 		}
 	}
 	return upgrade.ImagelessAdds(ops.Spec.Patch.Raw, starts)
+}
+
+// ownHooksReplaced names the sandboxes sel would start that have a direct
+// upgrade policy and hooks of their own unlike the ops's: the patcher writes
+// the ops's spec.lifecycle into each sandbox in place of its own (hookrunner
+// runs the sandbox's), so their later direct upgrades run the ops's hooks,
+// or none (a walk lost a workspace so, after an ops with a postUpgrade alone).
+func ownHooksReplaced(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
+	var out []string
+	for _, c := range sel.Candidates {
+		sb := c.Sandbox
+		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.UpgradePolicy == nil || sb.Spec.Lifecycle == nil ||
+			(sb.Spec.Lifecycle.PreUpgrade == nil && sb.Spec.Lifecycle.PostUpgrade == nil) || equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
+			continue
+		}
+		out = append(out, sb.Name)
+	}
+	return out
 }

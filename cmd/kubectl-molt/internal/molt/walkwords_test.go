@@ -3,6 +3,7 @@ package molt
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,5 +50,33 @@ func TestWhyOfASandboxWithNoPhaseYet(t *testing.T) {
 	}
 	if got := why(upgrade.Exclusion{Reason: upgrade.ExcludedStateFilter, Detail: "Paused"}, ops); got != "phase Paused is not in spec.stateFilter.states [Running]" {
 		t.Errorf("why = %q", got)
+	}
+}
+
+// An ops that selects sandboxes with a direct upgrade policy and hooks of
+// their own is warned of replacing them (a walk lost a workspace after an
+// ops with a postUpgrade alone took a sandbox's preUpgrade away).
+func TestOwnHooksReplaced(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "backup"}}}
+	post := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "restore"}}}
+	sandbox := func(name string, policy bool, lc *agentsv1alpha1.SandboxLifecycle) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Name, sb.Spec.Lifecycle = name, lc
+		if policy {
+			sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+		}
+		return sb
+	}
+	ops := &agentsv1alpha1.SandboxUpdateOps{}
+	ops.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: post}
+	sel := upgrade.Selection{Candidates: []upgrade.Candidate{
+		{Sandbox: sandbox("own", true, &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook, PostUpgrade: post})},
+		{Sandbox: sandbox("same", true, &agentsv1alpha1.SandboxLifecycle{PostUpgrade: post})},
+		{Sandbox: sandbox("no-policy", false, &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook})},
+		{Sandbox: sandbox("no-hooks", true, nil)},
+		{Sandbox: sandbox("done", true, &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}), State: upgrade.Updated},
+	}}
+	if got := ownHooksReplaced(ops, sel); !slices.Equal(got, []string{"own"}) {
+		t.Errorf("ownHooksReplaced = %v, want [own]", got)
 	}
 }

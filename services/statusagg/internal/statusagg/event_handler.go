@@ -250,6 +250,9 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	case tr.To == agentsv1alpha1.UpgradingReasonSucceeded:
 		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade by %s succeeded (attempt %s)", by, tr.Attempt)
 	}
+	if tr.Note != "" {
+		s.recorder.Eventf(sb, corev1.EventTypeWarning, EventPreUpgradeNote, "upgrade by %s (attempt %s): %s", by, tr.Attempt, tr.Note)
+	}
 }
 
 // failureEventMessage is a failed transition's message for its Warning
@@ -258,14 +261,16 @@ func failureEventMessage(sb *agentsv1alpha1.Sandbox, tr transition) string {
 	return failureWithNextStep(sb, tr.Attempt, tr.Message)
 }
 
-// endsDirectAttemptInStage reports whether ev fails the direct attempt sb's
-// status shows in a stage. It is recorded whatever ops label sb carries: one
-// added by hand mid-attempt makes every stage leave sb to that ops, and
-// dropped, the failure (the watchdog's, as nothing drives the attempt) would
-// leave sb in its stage for ever. An ops admits no sandbox whose direct
-// attempt is in a stage (upgrade.Select), so no ops attempt is overwritten.
+// endsDirectAttemptInStage reports whether ev is an event of the direct
+// attempt sb's status shows in a stage. It is recorded whatever ops label sb
+// carries: one added by hand mid-attempt makes every stage leave sb to that
+// ops, and dropped, the attempt's report of a stage it did finish (a restore
+// already done) or its failure (the watchdog's, as nothing drives it any
+// more) would leave sb in its stage for ever. An ops admits no sandbox whose
+// direct attempt is in a stage (upgrade.Select), so no ops attempt is
+// overwritten; decide moves the attempt only forward.
 func endsDirectAttemptInStage(ev events.Event, sb *agentsv1alpha1.Sandbox) bool {
-	if ev.Type != events.TypeFailed || ev.Data.Ops.Name != "" || !strings.HasPrefix(ev.Data.Attempt, upgrade.DirectAttemptPrefix) ||
+	if ev.Data.Ops.Name != "" || !strings.HasPrefix(ev.Data.Attempt, upgrade.DirectAttemptPrefix) ||
 		ev.Data.Attempt != upgrade.CurrentAttempt(sb) {
 		return false
 	}

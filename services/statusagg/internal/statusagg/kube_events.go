@@ -52,6 +52,10 @@ const (
 	// EventSandboxDeletedDuringUpgrade (Warning, on the ops): a sandbox the
 	// ops was upgrading was deleted mid-attempt.
 	EventSandboxDeletedDuringUpgrade = "SandboxDeletedDuringUpgrade"
+	// EventPreUpgradeNote (Warning, on the sandbox): preUpgrade went on with
+	// a note: it exited 0 but wrote to stderr (a backup that may have failed
+	// part way), or it was not run as the sandbox had no pod.
+	EventPreUpgradeNote = "PreUpgradeNote"
 	// EventNewPodDeleted (Warning, on the sandbox): the new pod an attempt
 	// built was deleted while the status shows it in UpgradePod; podcycler
 	// builds it again, and nothing else would tell of it.

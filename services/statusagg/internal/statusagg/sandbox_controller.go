@@ -222,7 +222,7 @@ func (s *server) podHandler() cache.ResourceEventHandler {
 }
 
 // newPodDeleted tells of a pod deleted that its sandbox's attempt built, while
-// the status shows the attempt in UpgradePod (EventNewPodDeleted): podcycler
+// the status shows the attempt in UpgradePod, or still in PreUpgrade (EventNewPodDeleted): podcycler
 // builds it again, and the stage would otherwise only take longer.
 func (s *server) newPodDeleted(obj any) {
 	pod, ok := podFrom(obj)
@@ -233,17 +233,19 @@ func (s *server) newPodDeleted(obj any) {
 	if err != nil || sb.DeletionTimestamp != nil || !upgrade.ControlledBy(pod, sb.UID) {
 		return
 	}
+	// The status may be behind by a stage or so (statusagg coalesces its
+	// writes): a new pod of the attempt is past PreUpgrade whatever it shows.
 	attempt := upgrade.CurrentAttempt(sb)
-	if reason, _ := upgrade.ReasonFor(sb, attempt); reason != agentsv1alpha1.UpgradingReasonUpgradePod || !upgrade.NewPodOf(pod, attempt) ||
-		s.writes.moving(pod.Namespace+"/"+pod.Name) {
-		return // not in UpgradePod, or the status may be behind (a later stage not written yet)
+	if reason, _ := upgrade.ReasonFor(sb, attempt); (reason != agentsv1alpha1.UpgradingReasonUpgradePod && reason != agentsv1alpha1.UpgradingReasonPreUpgrade) ||
+		!upgrade.NewPodOf(pod, attempt) {
+		return
 	}
 	if rev, err := upgrade.Revision(sb.Spec.Template); err != nil || pod.Labels[agentsv1alpha1.LabelPodTemplateHash] != rev {
 		return // podcycler replaces a pod of an older template itself
 	}
-	again := "podcycler builds it again, and the upgrade goes on with that pod"
+	again := "podcycler builds it again, and the upgrade goes on with that pod (if postUpgrade had begun on it, that stage fails instead, saying so)"
 	if upgrade.ChecksPoint(sb, attempt) {
-		again = "podcycler builds it again, restoring the attempt's checkpoint (with none to restore, the stage fails, saying so)"
+		again = "podcycler builds it again, restoring the attempt's checkpoint (with none to restore, or if postUpgrade had begun on it, the stage fails, saying so)"
 	}
 	s.recorder.Eventf(sb, corev1.EventTypeWarning, EventNewPodDeleted, "pod %s (uid %s), the new pod of upgrade attempt %s, was deleted before the upgrade went past UpgradePod (by hand, an eviction, or its node going away); %s", pod.Name, pod.UID, attempt, again)
 }

@@ -66,6 +66,9 @@ type transition struct {
 	// To is the reason it moves to; Message explains a failure.
 	To      string
 	Message string
+	// Note is preUpgrade's note on a stage that went on (prehook-done's
+	// message: its stderr, or that it was not run), announced in an Event.
+	Note string
 }
 
 // decide says how an event for attempt moves a sandbox whose status records
@@ -81,6 +84,9 @@ type transition struct {
 //     earlier event changes nothing).
 func decide(curAttempt, curReason string, ev events.Event, target string) (transition, string) {
 	tr := transition{Attempt: ev.Data.Attempt, To: target}
+	if ev.Type == events.TypePreHookDone {
+		tr.Note = ev.Data.Message
+	}
 	if agentsv1alpha1.IsUpgradingFailedReason(target) || target == agentsv1alpha1.UpgradingReasonSucceeded {
 		// A failure's cause, or a note on a success (a kept pod's postUpgrade
 		// not run).
@@ -130,7 +136,7 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 // (the sandbox's own spec.upgradePolicy, no ops): the stages' next steps
 // speak of ops. The condition keeps the stage's message as written, which
 // kubectl molt reads the hook's output from.
-const directNextStep = "this was a direct upgrade (spec.upgradePolicy): fix the cause and change spec.template again to retry (set back to what the pod runs, when the pod was not replaced, it rolls back; a hook fixed alone in spec.lifecycle starts nothing: fix it in the same edit), or create a SandboxUpdateOps that selects the sandbox to resume it from where it failed"
+const directNextStep = "this was a direct upgrade (spec.upgradePolicy): fix the cause and change spec.template again to retry (set back to what the pod runs, when the pod was not replaced, it rolls back; a hook fixed alone in spec.lifecycle starts nothing: fix it in the same edit), or create a SandboxUpdateOps that selects the sandbox to resume it from where it failed (it writes its own spec.lifecycle into the sandbox in place of the sandbox's hooks: give it the same hooks, or put them back after it)"
 
 // directAheadRetry is how soon an event of a direct attempt that came before its
 // requested (directAhead) is handled again.
