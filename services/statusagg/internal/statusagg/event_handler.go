@@ -120,7 +120,7 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		// Its label removed while the attempt is in a stage: still the
 		// ops's (the selector puts the label back).
 		!(d.Ops.Name != "" && upgrade.LostLabelMidAttempt(sb, d.Ops.Name, types.UID(d.Attempt))) &&
-		!endsDirectAttemptInStage(ev, sb) {
+		!ofDirectAttemptInStage(ev, sb) {
 		// A direct attempt's event too: the selector removes a finished
 		// ops's label before it starts one, so an ops claimed the sandbox
 		// since, and drives it now.
@@ -261,7 +261,7 @@ func failureEventMessage(sb *agentsv1alpha1.Sandbox, tr transition) string {
 	return failureWithNextStep(sb, tr.Attempt, tr.Message)
 }
 
-// endsDirectAttemptInStage reports whether ev is an event of the direct
+// ofDirectAttemptInStage reports whether ev is an event of the direct
 // attempt sb's status shows in a stage. It is recorded whatever ops label sb
 // carries: one added by hand mid-attempt makes every stage leave sb to that
 // ops, and dropped, the attempt's report of a stage it did finish (a restore
@@ -269,7 +269,7 @@ func failureEventMessage(sb *agentsv1alpha1.Sandbox, tr transition) string {
 // more) would leave sb in its stage for ever. An ops admits no sandbox whose
 // direct attempt is in a stage (upgrade.Select), so no ops attempt is
 // overwritten; decide moves the attempt only forward.
-func endsDirectAttemptInStage(ev events.Event, sb *agentsv1alpha1.Sandbox) bool {
+func ofDirectAttemptInStage(ev events.Event, sb *agentsv1alpha1.Sandbox) bool {
 	if ev.Data.Ops.Name != "" || !strings.HasPrefix(ev.Data.Attempt, upgrade.DirectAttemptPrefix) ||
 		ev.Data.Attempt != upgrade.CurrentAttempt(sb) {
 		return false
