@@ -233,10 +233,17 @@ func (s *server) newPodDeleted(obj any) {
 	if err != nil || sb.DeletionTimestamp != nil || !upgrade.ControlledBy(pod, sb.UID) {
 		return
 	}
-	// The status may be behind by a stage or so (statusagg coalesces its
-	// writes): a new pod of the attempt is past PreUpgrade whatever it shows.
-	attempt := upgrade.CurrentAttempt(sb)
-	if reason, _ := upgrade.ReasonFor(sb, attempt); (reason != agentsv1alpha1.UpgradingReasonUpgradePod && reason != agentsv1alpha1.UpgradingReasonPreUpgrade) ||
+	// The stage as this process has it (its writes are coalesced, and the
+	// cache trails them); not known while one is being written. A new pod of
+	// the attempt is past PreUpgrade whatever that shows.
+	conds, known := s.writes.conditionsNow(pod.Namespace+"/"+pod.Name, sb)
+	if !known {
+		return
+	}
+	view := *sb
+	view.Status.Conditions = conds
+	attempt := upgrade.CurrentAttempt(&view)
+	if reason, _ := upgrade.ReasonFor(&view, attempt); (reason != agentsv1alpha1.UpgradingReasonUpgradePod && reason != agentsv1alpha1.UpgradingReasonPreUpgrade) ||
 		!upgrade.NewPodOf(pod, attempt) {
 		return
 	}

@@ -178,6 +178,30 @@ func (w *sandboxWrites) moving(key string) bool {
 	return e.pending != nil
 }
 
+// conditionsNow are sb's conditions as this process has them now: with the
+// transitions decided and not yet written, or its own last write where the
+// cache does not show it yet. ok is false while a transition of key is being
+// decided or written (not known yet).
+func (w *sandboxWrites) conditionsNow(key string, sb *agentsv1alpha1.Sandbox) (conds []metav1.Condition, ok bool) {
+	w.mu.Lock()
+	e := w.m[key]
+	w.mu.Unlock()
+	if e == nil {
+		return sb.Status.Conditions, true
+	}
+	if !e.mu.TryLock() {
+		return nil, false
+	}
+	defer e.mu.Unlock()
+	switch {
+	case e.uid != sb.UID:
+		return sb.Status.Conditions, true // an earlier sandbox of the name's
+	case e.pending != nil:
+		return e.pending, true
+	}
+	return e.status(&sb.Status).Conditions, true
+}
+
 // forget drops the entry of key once it holds nothing; the caller holds e.mu.
 func (w *sandboxWrites) forget(key string, e *sandboxEntry) {
 	if e.written != nil || e.pending != nil || len(e.waiters) > 0 {
