@@ -100,6 +100,9 @@ func BackupOffVolumes(sb *agentsv1alpha1.Sandbox, tpl *corev1.PodTemplateSpec, l
 // patched template of the first sandbox of sel not started yet, with its
 // name; "" and nil when that finds nothing.
 func SelectedBackupOffVolumes(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) (string, []string) {
+	if lc := ops.Spec.Lifecycle; lc == nil || lc.PreUpgrade == nil || lc.PostUpgrade == nil {
+		return "", nil // no backup and restore pair: no patch applied for nothing on each ops sync
+	}
 	for _, c := range sel.Candidates {
 		tpl := c.Sandbox.Spec.Template
 		if c.State != NotStarted || tpl == nil {
