@@ -60,8 +60,8 @@ func imagelessAdds(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) 
 // ownHooksReplaced names the sandboxes sel would start that have a direct
 // upgrade policy and hooks of their own unlike the ops's: the patcher writes
 // the ops's spec.lifecycle into each sandbox in place of its own (hookrunner
-// runs the sandbox's), so their later direct upgrades run the ops's hooks,
-// or none (a walk lost a workspace so, after an ops with a postUpgrade alone).
+// runs the sandbox's) for this upgrade, and the selector puts theirs back
+// once it has succeeded and the ops has ended (upgrade.AnnotationOwnLifecycle).
 func ownHooksReplaced(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
 	var out []string
 	for _, c := range sel.Candidates {

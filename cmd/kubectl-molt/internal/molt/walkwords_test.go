@@ -54,8 +54,8 @@ func TestWhyOfASandboxWithNoPhaseYet(t *testing.T) {
 }
 
 // An ops that selects sandboxes with a direct upgrade policy and hooks of
-// their own is warned of replacing them (a walk lost a workspace after an
-// ops with a postUpgrade alone took a sandbox's preUpgrade away).
+// their own says that its hooks run in their place (a walk lost a workspace
+// after an ops with a postUpgrade alone took a sandbox's preUpgrade away).
 func TestOwnHooksReplaced(t *testing.T) {
 	hook := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "backup"}}}
 	post := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "restore"}}}

@@ -449,7 +449,9 @@ func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill
 // ops's label, and its claim annotation when it has one: an ops deleted
 // meanwhile releases the sandbox, and a template patched after that would
 // never be rolled out, while a later ops with the same patch would find
-// nothing to do), then the template, the lifecycle and, for a
+// nothing to do), then the template, the lifecycle (and, in
+// upgrade.AnnotationOwnLifecycle, the sandbox's own, which the selector puts
+// back once the ops is done with it), and, for a
 // CheckpointRestore attempt, the strategy annotation, and, when original is
 // not empty, the template replaced (upgrade.AnnotationOriginalTemplate, for
 // attempt).
@@ -474,8 +476,12 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 	case sb.Spec.Lifecycle != nil:
 		ops = append(ops, op{Op: "remove", Path: "/spec/lifecycle"})
 	}
-	if (checkpoint || original != "") && sb.Annotations == nil {
+	keep := upgrade.KeepOwnLifecycle(sb, lifecycle)
+	if (checkpoint || original != "" || keep != "") && sb.Annotations == nil {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+	}
+	if keep != "" {
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOwnLifecycle), Value: keep})
 	}
 	if checkpoint {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationUpgradeStrategy), Value: upgrade.StrategyValue(attempt)})

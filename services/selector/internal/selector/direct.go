@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -136,13 +137,17 @@ func podOwnerHandler(enqueue func(string)) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o any) { on(o) }, DeleteFunc: on}
 }
 
-// sync starts a direct upgrade of one sandbox when:
+// sync first puts a sandbox's own hooks back once an ops that wrote its own
+// is done with it (ownLifecycleBack). Then it starts a direct upgrade of the
+// sandbox when:
 //  1. it has spec.upgradePolicy and a template and is not being deleted;
 //  2. no active ops claims it, no attempt of it is in progress, and it is
 //     not left failed by an ops (that is resumed by a new ops);
 //  3. its pod exists and was built from another revision than the template,
 //     or the template was set back to its pod's after a direct attempt
-//     failed before it replaced that pod (rolledBack);
+//     failed before it replaced that pod (rolledBack), or the template was
+//     changed after a direct attempt failed and its pod is one that attempt
+//     built (restoreOwed);
 //  4. this revision has not already failed (a new template change retries).
 //
 // A label left by a finished ops is removed first, so every stage sees a
@@ -158,6 +163,9 @@ func (d *direct) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if wrote, err := d.ownLifecycleBack(ctx, key, sb); wrote || err != nil {
 		return err
 	}
 	if sb.DeletionTimestamp != nil || sb.Spec.UpgradePolicy == nil || sb.Spec.Template == nil || sb.Spec.Paused {
@@ -193,7 +201,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
-	if pod.DeletionTimestamp != nil || (pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision && !rolledBack(sb, attempt, reason, revision)) {
+	if pod.DeletionTimestamp != nil || (pod.Labels[agentsv1alpha1.LabelPodTemplateHash] == revision && !rolledBack(sb, attempt, reason, revision) && !restoreOwed(sb, pod, attempt, reason, revision)) {
 		return nil
 	}
 	if !upgrade.ControlledBy(pod, sb.UID) {
@@ -308,4 +316,25 @@ func (d *direct) sync(ctx context.Context, key string) error {
 func rolledBack(sb *agentsv1alpha1.Sandbox, attempt, reason, revision string) bool {
 	return strings.HasPrefix(attempt, DirectAttemptPrefix) && !strings.HasPrefix(attempt, DirectAttemptPrefix+revision+"-") && agentsv1alpha1.IsUpgradingFailedReason(reason) &&
 		!upgrade.MayHaveReplacedPod(sb, attempt, reason)
+}
+
+// restoreOwed reports whether attempt, the sandbox's current one, is a direct
+// attempt that failed (reason) for another revision than revision, the
+// template's, while pod, which runs revision already, is a new pod that
+// attempt or one it continued built (upgrade.NewPodOf: podcycler builds a pod
+// missing after such a failure as one of the attempt): the template was
+// changed since, to retry, and the pod was rebuilt from it before the
+// selector looked (the failed attempt's new pod deleted, say, and its rebuild
+// refused until this edit). That pod holds no workspace of its own: the
+// attempt the edit starts continues the failed one, and restores the backup
+// into it (upgrade.ResumeAt). Without it, the edit the failure's message asks
+// for started nothing, as the pod already ran the template, and the sandbox
+// stayed failed with its backup not restored. A pod the attempt did not
+// build may be the one it started from, with the workspace in it: that is
+// rolledBack's case.
+func restoreOwed(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt, reason, revision string) bool {
+	if !strings.HasPrefix(attempt, DirectAttemptPrefix) || strings.HasPrefix(attempt, DirectAttemptPrefix+revision+"-") || !agentsv1alpha1.IsUpgradingFailedReason(reason) {
+		return false
+	}
+	return upgrade.NewPodOf(pod, attempt) || slices.ContainsFunc(upgrade.ResumedChain(sb, attempt), func(a string) bool { return upgrade.NewPodOf(pod, a) })
 }

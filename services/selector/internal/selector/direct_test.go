@@ -246,3 +246,57 @@ func (f *fixture) publishRequested(sb *agentsv1alpha1.Sandbox, attempt string) {
 		t.Fatal(err)
 	}
 }
+
+// A failed direct upgrade whose template is changed to retry (as its
+// message says) is continued even when its pod runs the new template already:
+// a pod the failed attempt built (rebuilt from the edited template before the
+// selector looked) holds no workspace, and the resume restores the backup
+// into it. One whose pod the attempt did not build is not: that pod may be
+// the one it started from, with the workspace in it, and a restore could
+// write an older backup over it.
+func TestDirectRetryStartsOnAPodTheFailedAttemptBuilt(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	env := testenv.Get(t)
+	const failed = DirectAttemptPrefix + "rev-failed-2"
+	failAt := func(name, reason string, built bool) {
+		sb := f.directSandbox(name)
+		sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+		sb.Status.Conditions = []metav1.Condition{
+			{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: failed, LastTransitionTime: metav1.Now()},
+			{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason, LastTransitionTime: metav1.Now()},
+		}
+		if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).UpdateStatus(ctx, sb, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if built {
+			mark := upgrade.AnnotationPatch(upgrade.AnnotationPodAttempt, failed)
+			if _, err := env.Kube.CoreV1().Pods(f.ns).Patch(ctx, name, types.MergePatchType, mark, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	failAt("post", agentsv1alpha1.UpgradingReasonPostUpgradeFailed, true)
+	failAt("pod", agentsv1alpha1.UpgradingReasonUpgradePodFailed, true)
+	failAt("original", agentsv1alpha1.UpgradingReasonUpgradePodFailed, false)
+	f.startSelector()
+	requested := func(name string) []events.Event {
+		var out []events.Event
+		for _, ev := range f.events.all() {
+			if ev.Data.Sandbox.Name == name {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	for name, reason := range map[string]string{"post": agentsv1alpha1.UpgradingReasonPostUpgradeFailed, "pod": agentsv1alpha1.UpgradingReasonUpgradePodFailed} {
+		testenv.Eventually(t, 30*time.Second, name+"'s retry requested, continuing the failed attempt", func() (bool, error) {
+			got := requested(name)
+			return len(got) == 1 && got[0].Data.ResumedAttempt == failed && got[0].Data.ResumedReason == reason, fmt.Errorf("requested %+v", got)
+		})
+	}
+	testenv.Consistently(t, quiet, "nothing requested for original (its pod may hold the workspace)", func() (bool, error) {
+		got := requested("original")
+		return len(got) == 0, fmt.Errorf("requested %+v", got)
+	})
+}

@@ -85,6 +85,9 @@ func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *ev
 	if _, err := sandboxInformer.Informer().AddEventHandler(directCtl.Handler()); err != nil {
 		return fmt.Errorf("watch Sandboxes: %w", err)
 	}
+	if _, err := opsInformer.Informer().AddEventHandler(d.opsEndedHandler(directCtl.EnqueueKey)); err != nil {
+		return fmt.Errorf("watch SandboxUpdateOps: %w", err)
+	}
 	if _, err := podInformer.Informer().AddEventHandler(podOwnerHandler(directCtl.EnqueueKey)); err != nil {
 		return fmt.Errorf("watch Pods: %w", err)
 	}

@@ -1,0 +1,120 @@
+package upgrade
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+func hooks(pre string) *agentsv1alpha1.SandboxLifecycle {
+	return &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+		Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", pre}}, TimeoutSeconds: 30}}
+}
+
+func withKept(sb *agentsv1alpha1.Sandbox, kept string) *agentsv1alpha1.Sandbox {
+	sb.Annotations = map[string]string{AnnotationOwnLifecycle: kept}
+	return sb
+}
+
+func TestKeepOwnLifecycle(t *testing.T) {
+	own, opsA, opsB, edited := hooks("own"), hooks("a"), hooks("b"), hooks("edited")
+	direct := &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+	keptAOverOwn := KeepOwnLifecycle(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, opsA)
+	for _, tc := range []struct {
+		name    string
+		sb      *agentsv1alpha1.Sandbox
+		written *agentsv1alpha1.SandboxLifecycle
+		want    *KeptLifecycle // nil: nothing kept
+	}{
+		{"own hooks replaced", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, opsA, &KeptLifecycle{Own: own, Written: opsA}},
+		{"own hooks removed by an ops with none", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, nil, &KeptLifecycle{Own: own}},
+		{"the ops's hooks are the sandbox's already", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, hooks("a"), nil},
+		{"no hooks and no upgradePolicy: nothing of its own to keep", &agentsv1alpha1.Sandbox{}, opsA, nil},
+		{"no hooks with upgradePolicy: none is kept", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{UpgradePolicy: direct}}, opsA, &KeptLifecycle{Written: opsA}},
+		{"a second ops keeps the first one's own", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, keptAOverOwn), opsB, &KeptLifecycle{Own: own, Written: opsB}},
+		{"edited since the first ops: the edit is its own", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: edited}}, keptAOverOwn), opsB, &KeptLifecycle{Own: edited, Written: opsB}},
+		{"an annotation that cannot be read: the lifecycle now is kept", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "{"), opsB, &KeptLifecycle{Own: opsA, Written: opsB}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			value := KeepOwnLifecycle(tc.sb, tc.written)
+			if tc.want == nil {
+				if value != "" {
+					t.Fatalf("kept %s, want nothing", value)
+				}
+				return
+			}
+			got, ok := keptLifecycle(withKept(&agentsv1alpha1.Sandbox{}, value))
+			if !ok || !equality.Semantic.DeepEqual(got, *tc.want) {
+				t.Fatalf("kept %s, want %+v", value, *tc.want)
+			}
+		})
+	}
+}
+
+func TestOwnLifecycleBack(t *testing.T) {
+	own, opsA := hooks("own"), hooks("a")
+	kept := KeepOwnLifecycle(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, opsA)
+	keptNone := KeepOwnLifecycle(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{UpgradePolicy: &agentsv1alpha1.SandboxUpgradePolicy{}}}, opsA)
+	for _, tc := range []struct {
+		name                   string
+		sb                     *agentsv1alpha1.Sandbox
+		want                   *agentsv1alpha1.SandboxLifecycle
+		wantRestore, wantThere bool
+	}{
+		{"none kept", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, nil, false, false},
+		{"still the ops's: its own goes back", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: hooks("a")}}, kept), own, true, true},
+		{"still the ops's, none of its own: removed", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: hooks("a")}}, keptNone), nil, true, true},
+		{"changed since: stays", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: hooks("mine now")}}, kept), nil, false, true},
+		{"cannot be read: stays", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "x"), nil, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, restore, present := OwnLifecycleBack(tc.sb)
+			if present != tc.wantThere || restore != tc.wantRestore || !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Fatalf("OwnLifecycleBack = %+v, %v, %v; want %+v, %v, %v", got, restore, present, tc.want, tc.wantRestore, tc.wantThere)
+			}
+		})
+	}
+}
+
+func TestOwnLifecycleDue(t *testing.T) {
+	ended := func(string) bool { return false }
+	runs := func(string) bool { return true }
+	attempt := func(reason string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Status.Conditions = []metav1.Condition{
+			{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "uid-1"},
+			{Type: agentsv1alpha1.ConditionUpgrading, Status: agentsv1alpha1.UpgradingConditionStatus(reason), Reason: reason},
+		}
+		return sb
+	}
+	labelled := func(sb *agentsv1alpha1.Sandbox) *agentsv1alpha1.Sandbox {
+		sb.Labels = map[string]string{agentsv1alpha1.LabelUpdateOps: "ops"}
+		return sb
+	}
+	deleting := attempt(agentsv1alpha1.UpgradingReasonSucceeded)
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	for _, tc := range []struct {
+		name  string
+		sb    *agentsv1alpha1.Sandbox
+		holds func(string) bool
+		want  bool
+	}{
+		{"succeeded, its ops ended", labelled(attempt(agentsv1alpha1.UpgradingReasonSucceeded)), ended, true},
+		{"succeeded, released", attempt(agentsv1alpha1.UpgradingReasonSucceeded), runs, true},
+		{"no attempt recorded, claimed by no ops", &agentsv1alpha1.Sandbox{}, runs, true},
+		{"succeeded, its ops still runs (or another claimed it)", labelled(attempt(agentsv1alpha1.UpgradingReasonSucceeded)), runs, false},
+		{"in a stage", attempt(agentsv1alpha1.UpgradingReasonPostUpgrade), ended, false},
+		{"failed: kept for the ops that resumes it", labelled(attempt(agentsv1alpha1.UpgradingReasonPostUpgradeFailed)), ended, false},
+		{"being deleted", deleting, ended, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := OwnLifecycleDue(tc.sb, tc.holds); got != tc.want {
+				t.Fatalf("OwnLifecycleDue = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,125 @@
+package selector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+// ownLifecycleBack puts sb's own spec.lifecycle back in place of the hooks an
+// ops wrote (upgrade.AnnotationOwnLifecycle), once that ops is done with the
+// sandbox (upgrade.OwnLifecycleDue: no ops that may still drive it claims it,
+// and its last attempt succeeded). It reports whether it wrote: the caller
+// then returns, and the write's own event brings the sandbox back with the
+// cache holding it.
+//
+// It runs before a direct upgrade is requested, so a direct attempt never
+// starts with the ops's hooks of an ops that is done (its preUpgrade and
+// postUpgrade are then both the sandbox's own), and never while a direct
+// attempt this process requested is not recorded yet (its hooks must stay
+// one pair). The one JSON patch tests the resourceVersion read: an ops that
+// claims the sandbox meanwhile, or a spec edited since, makes it fail, and
+// the sandbox is looked at again as it is then. A spec.lifecycle someone
+// changed since the ops wrote it stays; only the annotation goes.
+func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) (bool, error) {
+	own, restore, present := upgrade.OwnLifecycleBack(sb)
+	if !present {
+		return false, nil
+	}
+	holds := func(name string) bool {
+		o, err := d.ops.SandboxUpdateOps(sb.Namespace).Get(name)
+		return err == nil && upgrade.HoldsNamespace(o)
+	}
+	if !upgrade.OwnLifecycleDue(sb, holds) {
+		return false, nil
+	}
+	if prev, _ := d.unrecorded(key, sb, "", time.Now()); prev != "" {
+		return false, nil
+	}
+	body := ownLifecyclePatch(sb, own, restore)
+	_, err := d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+		// A failed test: the sandbox changed since the cache's copy.
+		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s: it changed since read, will look again: %w", key, err)
+	case err != nil:
+		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s (annotation %s): %w", key, upgrade.AnnotationOwnLifecycle, err)
+	}
+	if restore {
+		klog.FromContext(ctx).Info("Put the sandbox's own hooks back in place of the ops's (spec.lifecycle)", "sandbox", klog.KObj(sb), "ops", sb.Labels[agentsv1alpha1.LabelUpdateOps])
+	} else {
+		klog.FromContext(ctx).Info("Left spec.lifecycle as it is: it was changed since the ops wrote its hooks", "sandbox", klog.KObj(sb))
+	}
+	return true, nil
+}
+
+// ownLifecyclePatch is ownLifecycleBack's JSON patch: tests of the sandbox's
+// uid and resourceVersion, own in spec.lifecycle when restore (removed when
+// own is nil), and the annotation removed.
+func ownLifecyclePatch(sb *agentsv1alpha1.Sandbox, own *agentsv1alpha1.SandboxLifecycle, restore bool) []byte {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value,omitempty"`
+	}
+	ops := []op{
+		{Op: "test", Path: "/metadata/uid", Value: sb.UID},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: sb.ResourceVersion},
+	}
+	switch {
+	case !restore:
+	case own != nil:
+		ops = append(ops, op{Op: "add", Path: "/spec/lifecycle", Value: own})
+	case sb.Spec.Lifecycle != nil:
+		ops = append(ops, op{Op: "remove", Path: "/spec/lifecycle"})
+	}
+	ops = append(ops, op{Op: "remove", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOwnLifecycle)})
+	// Strings and a lifecycle of strings and ints always encode.
+	b, _ := json.Marshal(ops)
+	return b
+}
+
+// opsEndedHandler maps an ops that ends (Completed, Failed, or gone) to the
+// sandboxes its label names that keep hooks of their own aside
+// (upgrade.AnnotationOwnLifecycle): nothing else of theirs changes then, and
+// ownLifecycleBack waits for it.
+func (d *direct) opsEndedHandler(enqueue func(string)) cache.ResourceEventHandler {
+	on := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		ops, ok := obj.(*agentsv1alpha1.SandboxUpdateOps)
+		if !ok || (upgrade.HoldsNamespace(ops) && ops.DeletionTimestamp == nil) {
+			return
+		}
+		claimed := labels.SelectorFromSet(labels.Set{agentsv1alpha1.LabelUpdateOps: ops.Name})
+		list, err := d.sandboxes.Sandboxes(ops.Namespace).List(claimed)
+		if err != nil {
+			utilruntime.HandleError(fmt.Errorf("list sandboxes of ops %s/%s: %w", ops.Namespace, ops.Name, err))
+			return
+		}
+		for _, sb := range list {
+			if _, kept := sb.Annotations[upgrade.AnnotationOwnLifecycle]; kept {
+				enqueue(sb.Namespace + "/" + sb.Name)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { on(obj) },
+		DeleteFunc: on,
+	}
+}

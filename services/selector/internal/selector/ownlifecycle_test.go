@@ -1,0 +1,128 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
+)
+
+func hookOf(script string) *agentsv1alpha1.SandboxLifecycle {
+	return &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{
+		Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", script}}, TimeoutSeconds: 30}}
+}
+
+// asPatched gives sandbox name what the patcher writes when an ops with
+// written replaces its own hooks (own): written in spec.lifecycle, own kept
+// in upgrade.AnnotationOwnLifecycle, and labels.
+func (f *fixture) asPatched(name string, own, written *agentsv1alpha1.SandboxLifecycle, labels map[string]string) {
+	f.t.Helper()
+	ctx := context.Background()
+	client := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sb, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sb.Spec.Lifecycle = own
+		sb.Annotations = map[string]string{upgrade.AnnotationOwnLifecycle: upgrade.KeepOwnLifecycle(sb, written)}
+		sb.Spec.Lifecycle = written
+		for k, v := range labels {
+			sb.Labels[k] = v
+		}
+		_, err = client.Update(ctx, sb, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.t.Fatalf("write an ops's hooks into sandbox %s: %v", name, err)
+	}
+}
+
+// waitLifecycle waits until sandbox name has want in spec.lifecycle and no
+// upgrade.AnnotationOwnLifecycle.
+func (f *fixture) waitLifecycle(name string, want *agentsv1alpha1.SandboxLifecycle) {
+	f.t.Helper()
+	testenv.Eventually(f.t, 30*time.Second, "own hooks of "+name+" back", func() (bool, error) {
+		sb := f.getSandbox(name)
+		_, kept := sb.Annotations[upgrade.AnnotationOwnLifecycle]
+		return !kept && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, want), fmt.Errorf("lifecycle %+v, annotation kept %v", sb.Spec.Lifecycle, kept)
+	})
+}
+
+// A sandbox's own hooks, which an ops's took the place of, come back once
+// that ops is done with it: not while the ops runs, nor while its attempt
+// failed (the ops that resumes it restores with the hooks that backed it
+// up); a spec.lifecycle someone changed since stays theirs. Before, the
+// ops's hooks stayed for good, and the sandbox's later direct upgrades ran
+// them (a walk lost a workspace so).
+func TestOwnHooksComeBackOnceTheOpsIsDone(t *testing.T) {
+	f := newFixture(t)
+	own, opsHooks, edited := hookOf("tar czf /b/own.tgz -C /ws ."), hookOf("echo ops"), hookOf("echo edited")
+	held := f.ops("held", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Selector.MatchLabels = map[string]string{"none": "none"}
+	})
+	done := f.ops("done", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Selector.MatchLabels = map[string]string{"none": "none"}
+		o.Spec.Paused = true
+	})
+	f.updateOps("done", true, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted })
+
+	for _, n := range []string{"back", "none", "edited", "running", "failed"} {
+		f.sandbox(n, oldImage, agentsv1alpha1.SandboxRunning, map[string]string{"pool": "none"})
+	}
+	f.asPatched("back", own, opsHooks, map[string]string{agentsv1alpha1.LabelUpdateOps: "done"})
+	f.finish("back", done, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.updateSandbox("none", func(sb *agentsv1alpha1.Sandbox) {
+		sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+	})
+	f.asPatched("none", nil, opsHooks, nil) // no hooks of its own, and spec.upgradePolicy: none is kept
+	f.asPatched("edited", own, opsHooks, nil)
+	f.asPatched("running", own, opsHooks, map[string]string{agentsv1alpha1.LabelUpdateOps: "held"})
+	f.finish("running", held, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.asPatched("failed", own, opsHooks, map[string]string{agentsv1alpha1.LabelUpdateOps: "done"})
+	f.finish("failed", done, agentsv1alpha1.UpgradingReasonPostUpgradeFailed)
+	f.updateSandbox("edited", func(sb *agentsv1alpha1.Sandbox) { sb.Spec.Lifecycle = edited })
+
+	f.startSelector()
+	f.waitLifecycle("back", own)
+	f.waitLifecycle("none", nil)
+	f.waitLifecycle("edited", edited)
+	for _, n := range []string{"running", "failed"} {
+		if sb := f.getSandbox(n); !equality.Semantic.DeepEqual(sb.Spec.Lifecycle, opsHooks) || sb.Annotations[upgrade.AnnotationOwnLifecycle] == "" {
+			t.Errorf("%s: lifecycle %+v, annotations %v; want the ops's hooks kept, the own ones still kept aside", n, sb.Spec.Lifecycle, sb.Annotations)
+		}
+	}
+	// The ops that holds "running" ends: its own hooks come back.
+	f.updateOps("held", true, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted })
+	f.waitLifecycle("running", own)
+	// The failed one's resume succeeds: its own hooks come back too.
+	f.finish("failed", done, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.waitLifecycle("failed", own)
+}
+
+// updateSandbox applies mutate to the current sandbox, retrying on conflict.
+func (f *fixture) updateSandbox(name string, mutate func(*agentsv1alpha1.Sandbox)) {
+	f.t.Helper()
+	ctx := context.Background()
+	client := f.agents.AgentsV1alpha1().Sandboxes(f.ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sb, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(sb)
+		_, err = client.Update(ctx, sb, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.t.Fatalf("update sandbox %s: %v", name, err)
+	}
+}
