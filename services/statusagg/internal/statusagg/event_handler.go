@@ -171,6 +171,12 @@ func (s *server) stage(ctx context.Context, ev events.Event, fresh bool) (outcom
 		return outcome{}, nil, events.Retry(fmt.Errorf("%s of direct attempt %s came before the attempt's requested was recorded (status records %q)", ev.Type, ev.Data.Attempt, attempt), directAheadRetry)
 	}
 	if skip != "" {
+		if ev.Type == events.TypePreHookDone && ev.Data.Message != "" && ev.Data.Attempt == attempt && agentsv1alpha1.IsUpgradingFailedReason(curReason) {
+			// preUpgrade ended with a note after its attempt's failure was
+			// recorded (the watchdog's deadline came first): the note, its
+			// stderr, still says what the backup did.
+			s.announce(sb, transition{Attempt: attempt, Note: ev.Data.Message})
+		}
 		if ev.Data.Attempt == attempt && upgrade.InProgress(target) {
 			// Perhaps decided after a later stage's event (see stageClock):
 			// its time still tells when its stage began.
