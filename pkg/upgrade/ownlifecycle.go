@@ -49,15 +49,22 @@ func keptLifecycle(sb *agentsv1alpha1.Sandbox) (KeptLifecycle, bool) {
 // own nor spec.upgradePolicy (its lifecycle is then run only by the ops that
 // write theirs). The own lifecycle an earlier ops kept stays kept, unless the
 // sandbox's spec.lifecycle was changed since that ops wrote it: that change
-// is the sandbox's own now.
+// (its removal too) is the sandbox's own now.
 func KeepOwnLifecycle(sb *agentsv1alpha1.Sandbox, written *agentsv1alpha1.SandboxLifecycle) string {
 	if equality.Semantic.DeepEqual(sb.Spec.Lifecycle, written) {
 		return ""
 	}
 	own := sb.Spec.Lifecycle
-	if kept, ok := keptLifecycle(sb); ok && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, kept.Written) {
+	kept, ok := keptLifecycle(sb)
+	_, present := sb.Annotations[AnnotationOwnLifecycle]
+	switch {
+	case ok && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, kept.Written):
 		own = kept.Own
-	} else if own == nil && sb.Spec.UpgradePolicy == nil {
+	case present:
+		// Changed since that ops wrote it (removed, too), or a value that
+		// cannot be read: what it is now is the sandbox's own, written over
+		// the stale value so that it does not come back.
+	case own == nil && sb.Spec.UpgradePolicy == nil:
 		return ""
 	}
 	// Two pointers to structs of strings and ints always encode.
@@ -84,8 +91,9 @@ func OwnLifecycleBack(sb *agentsv1alpha1.Sandbox) (own *agentsv1alpha1.SandboxLi
 
 // OwnLifecycleDue reports whether sb's own hooks may go back in place of an
 // ops's: no ops that may still drive it claims it (holds is asked of the ops
-// its label names, when it has one), it is not being deleted, and its last
-// attempt, if any, succeeded. One in a stage runs the ops's hooks to its end
+// its label names, when it has one), it is not being deleted, the attempt
+// its claim annotation names, if any, is the one its status shows, and its
+// last attempt, if any, succeeded. One in a stage runs the ops's hooks to its end
 // (preUpgrade's backup and postUpgrade's restore must be one pair); a failed
 // one keeps them for the ops that resumes it, whose postUpgrade restores what
 // that preUpgrade backed up.
@@ -97,6 +105,12 @@ func OwnLifecycleDue(sb *agentsv1alpha1.Sandbox, holds func(ops string) bool) bo
 		return false
 	}
 	attempt := CurrentAttempt(sb)
+	if _, claim := ClaimOf(sb); claim != "" && claim != attempt {
+		// Admitted by an ops that has ended since (Failed on counts that
+		// did not show it yet), its attempt not recorded yet: its hooks
+		// may be running.
+		return false
+	}
 	if attempt == "" {
 		return true
 	}

@@ -38,6 +38,7 @@ func TestKeepOwnLifecycle(t *testing.T) {
 		{"a second ops keeps the first one's own", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, keptAOverOwn), opsB, &KeptLifecycle{Own: own, Written: opsB}},
 		{"edited since the first ops: the edit is its own", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: edited}}, keptAOverOwn), opsB, &KeptLifecycle{Own: edited, Written: opsB}},
 		{"an annotation that cannot be read: the lifecycle now is kept", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "{"), opsB, &KeptLifecycle{Own: opsA, Written: opsB}},
+		{"removed since the first ops, no upgradePolicy: none is its own now", withKept(&agentsv1alpha1.Sandbox{}, keptAOverOwn), opsB, &KeptLifecycle{Written: opsB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			value := KeepOwnLifecycle(tc.sb, tc.written)
@@ -95,6 +96,10 @@ func TestOwnLifecycleDue(t *testing.T) {
 		sb.Labels = map[string]string{agentsv1alpha1.LabelUpdateOps: "ops"}
 		return sb
 	}
+	claimedSince := labelled(attempt(agentsv1alpha1.UpgradingReasonSucceeded))
+	claimedSince.Annotations = map[string]string{AnnotationClaim: "ops uid-2"}
+	claimedAsShown := labelled(attempt(agentsv1alpha1.UpgradingReasonSucceeded))
+	claimedAsShown.Annotations = map[string]string{AnnotationClaim: "ops uid-1"}
 	deleting := attempt(agentsv1alpha1.UpgradingReasonSucceeded)
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	for _, tc := range []struct {
@@ -110,6 +115,8 @@ func TestOwnLifecycleDue(t *testing.T) {
 		{"in a stage", attempt(agentsv1alpha1.UpgradingReasonPostUpgrade), ended, false},
 		{"failed: kept for the ops that resumes it", labelled(attempt(agentsv1alpha1.UpgradingReasonPostUpgradeFailed)), ended, false},
 		{"being deleted", deleting, ended, false},
+		{"claimed by an ended ops whose attempt is not shown yet", claimedSince, ended, false},
+		{"claimed by an ended ops whose attempt succeeded", claimedAsShown, ended, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := OwnLifecycleDue(tc.sb, tc.holds); got != tc.want {

@@ -239,7 +239,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		fmt.Fprintf(w, "  warning: %s\n", upgrade.BackupOffVolumesNote(name, paths))
 	}
 	if own := ownHooksReplaced(ops, sel); len(own) > 0 {
-		fmt.Fprintf(w, "  note: %d sandboxes (%s) upgrade directly (spec.upgradePolicy) with hooks of their own in spec.lifecycle, unlike this ops's: this ops's hooks run in their place for its upgrade (a backup their own preUpgrade made is not restored by them), and theirs come back once it has succeeded and the ops has ended\n",
+		fmt.Fprintf(w, "  warning: %d sandboxes (%s) upgrade directly (spec.upgradePolicy) with hooks of their own in spec.lifecycle, unlike this ops's: this ops's hooks run in their place (a backup their own preUpgrade made is not restored by them), and theirs come back once this ops has succeeded on them and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",
 			len(own), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5))
 	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {

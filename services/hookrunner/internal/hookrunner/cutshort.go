@@ -43,7 +43,7 @@ func (h *HookRunner) withCutShortNote(ctx context.Context, st step, pod *corev1.
 // adds to its failure, for attempt d: the restore went with the pod, the
 // backup may not be whole any more, and the way on.
 func restoreCutShort(d events.Data) string {
-	next := "change spec.template again (before or after the sandbox has its pod back): the upgrade that resumes this one restores the backup into the sandbox's pod of this upgrade, which is never backed up"
+	next := "change spec.template again (before or after the sandbox has its pod back): the upgrade that resumes this one restores the backup into a new pod of this upgrade, which is never backed up"
 	if d.Ops.Name != "" {
 		next = fmt.Sprintf("once SandboxUpdateOps %s has ended, `kubectl molt retry %s -n %s` (or a new SandboxUpdateOps that selects the sandbox) resumes it from PostUpgrade", d.Ops.Name, d.Ops.Name, d.Sandbox.Namespace)
 	}

@@ -331,9 +331,12 @@ func rolledBack(sb *agentsv1alpha1.Sandbox, attempt, reason, revision string) bo
 // for started nothing, as the pod already ran the template, and the sandbox
 // stayed failed with its backup not restored. A pod the attempt did not
 // build may be the one it started from, with the workspace in it: that is
-// rolledBack's case.
+// rolledBack's case. The pod must be Ready (its update to Ready brings the
+// sandbox back): the resume restores into a Ready pod of the target
+// (upgrade.ResumeAt), and would rebuild one that is not.
 func restoreOwed(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt, reason, revision string) bool {
-	if !strings.HasPrefix(attempt, DirectAttemptPrefix) || strings.HasPrefix(attempt, DirectAttemptPrefix+revision+"-") || !agentsv1alpha1.IsUpgradingFailedReason(reason) {
+	if !strings.HasPrefix(attempt, DirectAttemptPrefix) || strings.HasPrefix(attempt, DirectAttemptPrefix+revision+"-") || !agentsv1alpha1.IsUpgradingFailedReason(reason) ||
+		!upgrade.PodReady(pod) {
 		return false
 	}
 	return upgrade.NewPodOf(pod, attempt) || slices.ContainsFunc(upgrade.ResumedChain(sb, attempt), func(a string) bool { return upgrade.NewPodOf(pod, a) })

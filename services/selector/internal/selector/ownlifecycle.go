@@ -32,7 +32,9 @@ import (
 // one pair). The one JSON patch tests the resourceVersion read: an ops that
 // claims the sandbox meanwhile, or a spec edited since, makes it fail, and
 // the sandbox is looked at again as it is then. A spec.lifecycle someone
-// changed since the ops wrote it stays; only the annotation goes.
+// changed since the ops wrote it stays; only the annotation goes. A write
+// the API server refuses for good (upgrade.Refusal, the sandbox still as
+// read) is logged and leaves both as they are: it holds nothing back.
 func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) (bool, error) {
 	own, restore, present := upgrade.OwnLifecycleBack(sb)
 	if !present {
@@ -50,13 +52,24 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 	}
 	body := ownLifecyclePatch(sb, own, restore)
 	_, err := d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
+	if apierrors.IsNotFound(err) {
 		return true, nil
-	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+	}
+	if words := upgrade.Refusal(err); words != "" {
+		now, gerr := d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+		if gerr == nil && now.UID == sb.UID && now.ResourceVersion == sb.ResourceVersion {
+			// Refused for good (an admission policy or webhook, the
+			// selector's RBAC): the ops's hooks stay, and so does the
+			// annotation; the sandbox's direct upgrades are not held back
+			// for it (they run the ops's hooks, one pair).
+			klog.FromContext(ctx).Info("The API server refused to put the sandbox's own hooks back (spec.lifecycle keeps the ops's; fix what refuses it, or set spec.lifecycle by hand and remove the annotation)",
+				"sandbox", klog.KObj(sb), "annotation", upgrade.AnnotationOwnLifecycle, "refusal", words)
+			return false, nil
+		}
 		// A failed test: the sandbox changed since the cache's copy.
 		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s: it changed since read, will look again: %w", key, err)
-	case err != nil:
+	}
+	if err != nil {
 		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s (annotation %s): %w", key, upgrade.AnnotationOwnLifecycle, err)
 	}
 	if restore {

@@ -136,7 +136,7 @@ func decide(curAttempt, curReason string, ev events.Event, target string) (trans
 // (the sandbox's own spec.upgradePolicy, no ops): the stages' next steps
 // speak of ops. The condition keeps the stage's message as written, which
 // kubectl molt reads the hook's output from.
-const directNextStep = "this was a direct upgrade (spec.upgradePolicy): fix the cause and change spec.template again to retry (any change to it starts one, an annotation under spec.template.metadata too; set back to what the pod runs, when the pod was not replaced, it rolls back; a hook fixed alone in spec.lifecycle starts nothing: fix it in the same edit), or create a SandboxUpdateOps that selects the sandbox to resume it from where it failed (its spec.lifecycle runs in place of the sandbox's hooks, which come back once it has succeeded: its postUpgrade must restore what the sandbox's preUpgrade backed up)"
+const directNextStep = "this was a direct upgrade (spec.upgradePolicy): fix the cause and change spec.template again to retry (any change to it starts one, an annotation under spec.template.metadata too; set back to what the pod runs, when the pod was not replaced, it rolls back; a hook fixed alone in spec.lifecycle starts nothing: fix it in the same edit), or create a SandboxUpdateOps that selects the sandbox to resume it from where it failed (its spec.lifecycle runs in place of the sandbox's hooks, which come back once it has succeeded and the ops has ended: its postUpgrade must restore what the sandbox's preUpgrade backed up)"
 
 // directAheadRetry is how soon an event of a direct attempt that came before its
 // requested (directAhead) is handled again.
