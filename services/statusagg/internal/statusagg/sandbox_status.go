@@ -30,6 +30,10 @@ const (
 	// paused but the API server refuses to delete its pod
 	// (upgrade.AnnotationPodDeleteError); the message has its words.
 	PausedReasonPodDeleteRefused = "PodDeleteRefused"
+	// PausedReasonKeptForUpgrade: SandboxPaused=False, the sandbox is paused
+	// but its pod runs for its upgrade (woken for it, or paused mid-stage:
+	// upgrade.KeepAwake), and stops once the upgrade ends.
+	PausedReasonKeptForUpgrade = "KeptForUpgrade"
 )
 
 // desiredSandboxStatus recomputes sb's status from its spec, its upgrade
@@ -117,6 +121,9 @@ func desiredSandboxStatus(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) agentsv1a
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
 			Reason: PausedReasonPodDeleteRefused, Message: msg, ObservedGeneration: sb.Generation})
 		st.Message = msg
+	case sb.Spec.Paused && upgrade.KeepAwake(sb):
+		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
+			Reason: PausedReasonKeptForUpgrade, Message: "spec.paused is true: the pod runs for the sandbox's upgrade, and is stopped once the upgrade ends", ObservedGeneration: sb.Generation})
 	case meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused) != nil:
 		setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionFalse,
 			Reason: PausedReasonNotPaused, ObservedGeneration: sb.Generation})

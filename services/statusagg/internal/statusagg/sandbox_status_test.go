@@ -367,3 +367,28 @@ func TestWokenSandboxBetweenItsPodsIsNotCalledPaused(t *testing.T) {
 		t.Errorf("after the attempt: phase %s, SandboxPaused %+v; want Paused, True", st.Phase, c)
 	}
 }
+
+// A paused sandbox whose pod runs for its upgrade (woken for it, or paused
+// mid-stage) says so in SandboxPaused (False, KeptForUpgrade), not NotPaused
+// as if it had been unpaused; once the upgrade ended and the pod is stopped,
+// it is paused again (True, PodStopped).
+func TestPausedSandboxKeptForItsUpgradeSaysSo(t *testing.T) {
+	sb := testSandbox()
+	sb.Spec.Paused = true
+	sb.Status.Conditions = []metav1.Condition{
+		{Type: agentsv1alpha1.ConditionSandboxPaused, Status: metav1.ConditionTrue, Reason: PausedReasonPodStopped},
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade, Message: "uid-1"},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade},
+	}
+	st := desiredSandboxStatus(sb, testPod(true))
+	if c := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionSandboxPaused); c == nil || c.Status != metav1.ConditionFalse || c.Reason != PausedReasonKeptForUpgrade {
+		t.Fatalf("pod kept for the upgrade: SandboxPaused %+v, want False/%s", c, PausedReasonKeptForUpgrade)
+	}
+	sb.Status = st
+	meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonSucceeded, Message: "uid-1"})
+	meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonSucceeded})
+	again := desiredSandboxStatus(sb, nil)
+	if c := meta.FindStatusCondition(again.Conditions, agentsv1alpha1.ConditionSandboxPaused); c == nil || c.Status != metav1.ConditionTrue || c.Reason != PausedReasonPodStopped || again.Phase != agentsv1alpha1.SandboxPaused {
+		t.Errorf("upgrade ended, pod stopped: phase %s, SandboxPaused %+v; want Paused, True/%s", again.Phase, c, PausedReasonPodStopped)
+	}
+}
