@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -144,5 +145,52 @@ func TestDeletingSaysAReleaseIsPending(t *testing.T) {
 	waited.Status.Conditions = []metav1.Condition{{Type: agentsv1alpha1.ConditionDeleting, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.DeletingReasonWaitingForSandboxes, Message: "being deleted: waiting for 1 sandbox to end the attempt they are in (d-pre)"}}
 	if cond, recheck := deletingCondition(waited, sandboxes, t0.Add(3*time.Hour+2*time.Second), &w); cond == nil || cond.Reason != agentsv1alpha1.DeletingReasonReleasing || strings.Contains(cond.Message, "d-pre") || recheck <= 0 {
 		t.Errorf("after d-pre ended, with WaitingForSandboxes written: %+v, recheck %s; want Releasing, and a recheck for ReleasePending", cond, recheck)
+	}
+}
+
+// An ops being deleted counts its sandboxes as they finish their attempts
+// (with no selector running, its release waits): "1 updating" of a sandbox
+// that succeeded since is out of date. Updated and failed do not go down as
+// the release takes the ops's label off; replicas stays.
+func TestDeletingOpsCountsItsSandboxesAsTheyFinish(t *testing.T) {
+	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "ops-uid", DeletionTimestamp: &metav1.Time{}}}
+	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
+	ops.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"main","image":"v2"}]}}`)
+	box := func(name, claim, reason string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"pool": "p"}}}
+		image := "v1"
+		if reason != "" {
+			image = "v2"
+		}
+		sb.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: image}}}}
+		sb.Status.Phase = agentsv1alpha1.SandboxRunning
+		if claim != "" {
+			sb.Labels[agentsv1alpha1.LabelUpdateOps] = claim
+		}
+		if reason != "" {
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "ops-uid"},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+			}
+		}
+		return sb
+	}
+	st := agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 4, UpdatedReplicas: 1, UpdatingReplicas: 2, FailedReplicas: 0}
+	// One of the two updating has succeeded since, the other failed; one
+	// succeeded before and was released already (no label).
+	recountDeleting(&st, ops, []*agentsv1alpha1.Sandbox{
+		box("was-updating-ok", "up", agentsv1alpha1.UpgradingReasonSucceeded),
+		box("was-updating-failed", "up", agentsv1alpha1.UpgradingReasonPostUpgradeFailed),
+		box("released", "", ""),
+		box("not-started", "", ""),
+	})
+	want := agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 4, UpdatedReplicas: 1, UpdatingReplicas: 0, FailedReplicas: 1}
+	if !equality.Semantic.DeepEqual(st, want) {
+		t.Errorf("counts %+v, want %+v", st, want)
+	}
+	st = agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 2, UpdatedReplicas: 0, UpdatingReplicas: 2}
+	recountDeleting(&st, ops, []*agentsv1alpha1.Sandbox{box("a", "up", agentsv1alpha1.UpgradingReasonSucceeded), box("b", "up", agentsv1alpha1.UpgradingReasonPostUpgrade)})
+	if want := (agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 2, UpdatedReplicas: 1, UpdatingReplicas: 1}); !equality.Semantic.DeepEqual(st, want) {
+		t.Errorf("counts %+v, want %+v", st, want)
 	}
 }

@@ -28,20 +28,20 @@ import (
 const releaseOverdue = 30 * time.Second
 
 // sayWhyDeletionWaits writes, on an ops being deleted, why it is not gone yet
-// (deletingCondition), with an Event when the reason first appears. Only a
-// change is written; none once nothing is left to wait for (the ops is about
-// to go).
+// (deletingCondition), with an Event when the reason first appears, and its
+// counts as its sandboxes finish (recountDeleting). Only a change is
+// written.
 func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) error {
 	key := ops.Namespace + "/" + ops.Name
 	cond, recheck := deletingCondition(ops, sandboxes, time.Now(), &s.releases)
 	if recheck > 0 {
 		s.opsCtl.EnqueueAfter(key, recheck)
 	}
-	if cond == nil {
-		return nil
-	}
 	want := ops.Status.DeepCopy()
-	setCondition(&want.Conditions, *cond)
+	if cond != nil {
+		setCondition(&want.Conditions, *cond)
+	}
+	recountDeleting(want, ops, sandboxes)
 	if equality.Semantic.DeepEqual(&ops.Status, want) {
 		return nil
 	}
@@ -55,7 +55,7 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 	case err != nil:
 		return fmt.Errorf("update status of ops %s/%s being deleted: %w", ops.Namespace, ops.Name, err)
 	}
-	if was == nil || was.Reason != cond.Reason {
+	if cond != nil && (was == nil || was.Reason != cond.Reason) {
 		eventType := corev1.EventTypeNormal
 		if cond.Reason == agentsv1alpha1.DeletingReasonReleasePending {
 			eventType = corev1.EventTypeWarning
@@ -63,6 +63,24 @@ func (s *server) sayWhyDeletionWaits(ctx context.Context, ops *agentsv1alpha1.Sa
 		s.recorder.Event(written, eventType, cond.Reason, cond.Message)
 	}
 	return nil
+}
+
+// recountDeleting brings the counts of st, the status of ops being deleted,
+// up to date with sandboxes: the sandboxes it started still finish their
+// attempts (every stage drives them) while the selector's release waits for
+// them, or while no selector runs, and a count left as it was would say "1
+// updating" of one that succeeded since. Updated and failed only grow (the
+// release takes the ops's label off, after which a sandbox is no longer told
+// apart as its); replicas stays. Nothing changes when the selector cannot be
+// read (the count it had stays).
+func recountDeleting(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alpha1.SandboxUpdateOps, sandboxes []*agentsv1alpha1.Sandbox) {
+	sel, err := upgrade.Select(ops, sandboxes, func(string) bool { return false })
+	if err != nil {
+		return
+	}
+	st.UpdatingReplicas = int32(sel.Updating)
+	st.UpdatedReplicas = max(st.UpdatedReplicas, int32(sel.Updated))
+	st.FailedReplicas = max(st.FailedReplicas, int32(sel.Failed))
 }
 
 // deletingCondition is the Deleting condition of ops, being deleted, at now:
