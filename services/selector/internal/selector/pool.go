@@ -36,6 +36,11 @@ type pool struct {
 	// dryRun asks the API server whether it would create pod
 	// (upgrade.DryRunCreatePod with the selector's clientset; tests stub it).
 	dryRun upgrade.PodDryRun
+	// memberDryRun asks the API server whether it would create the member
+	// sandbox sb (a server-side dry run): the API server's words when it
+	// refuses it for good, "" when it would create it. nil: not asked
+	// (unit tests of the plan).
+	memberDryRun func(ctx context.Context, sb *agentsv1alpha1.Sandbox) (string, error)
 	// record writes a set's upgrade.AnnotationTemplateCheck: value, or
 	// nothing (the annotation removed) when value is "".
 	// record writes the set's annotation key ("" removes it).
@@ -389,6 +394,18 @@ func (p *pool) members(set *agentsv1alpha1.SandboxSet) ([]*agentsv1alpha1.Sandbo
 
 // create makes one new member on revision.
 func (p *pool) create(ctx context.Context, e *expectation, set *agentsv1alpha1.SandboxSet, revision string) error {
+	created, err := p.client.AgentsV1alpha1().Sandboxes(set.Namespace).Create(ctx, newMember(set, revision), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create a member of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
+	}
+	e.created = append(e.created, created.Name)
+	return nil
+}
+
+// newMember is a new member of set on revision: its template, runtimes,
+// persistent contents and volume claim templates, the pool's labels and
+// the set as its controller.
+func newMember(set *agentsv1alpha1.SandboxSet, revision string) *agentsv1alpha1.Sandbox {
 	sb := &agentsv1alpha1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: set.Name + "-",
@@ -413,12 +430,7 @@ func (p *pool) create(ctx context.Context, e *expectation, set *agentsv1alpha1.S
 	for _, claim := range set.Spec.VolumeClaimTemplates {
 		sb.Spec.VolumeClaimTemplates = append(sb.Spec.VolumeClaimTemplates, *claim.DeepCopy())
 	}
-	created, err := p.client.AgentsV1alpha1().Sandboxes(set.Namespace).Create(ctx, sb, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create a member of SandboxSet %s/%s: %w", set.Namespace, set.Name, err)
-	}
-	e.created = append(e.created, created.Name)
-	return nil
+	return sb
 }
 
 // delete removes a member, with its UID and resourceVersion as

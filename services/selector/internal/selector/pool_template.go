@@ -49,7 +49,11 @@ func (c templateCheck) holds(uid types.UID, revision string, now time.Time) bool
 //     API server is asked once per set UID and revision;
 //  2. an image the kubelet cannot parse (upgrade.ImageProblem): the API
 //     server accepts it, and the member would sit in InvalidImageName;
-//  3. a server-side dry run of the pod (upgrade.DryRunCreatePod): Invalid,
+//  3. a server-side dry run of the pod (upgrade.DryRunCreatePod), then of a
+//     member Sandbox from it (memberDryRun: a CEL rule, an admission policy
+//     or webhook on Sandboxes, which the pod's does not meet; a count quota
+//     on Sandboxes does not count, as a delete makes room and a create says
+//     MemberCreateRefused): Invalid,
 //     or Forbidden by admission, quota or pod security; with the ops'
 //     allowance for a full namespace (upgrade.ReplaceRefusal): a
 //     ResourceQuota's "exceeded quota" does not count when a pod from
@@ -95,6 +99,15 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 		refused, err = upgrade.ReplaceRefusal(ctx, p.dryRun, upgrade.PodFrom(set.Namespace, set.Name, set.Spec.Template), before)
 		if err != nil {
 			return "", fmt.Errorf("check the template (revision %s) of SandboxSet %s before replacing or creating members: %w", revision, key, err)
+		}
+	}
+	if refused == "" && p.memberDryRun != nil {
+		words, err := p.memberDryRun(ctx, newMember(set, revision))
+		if err != nil {
+			return "", fmt.Errorf("check a member sandbox of SandboxSet %s (revision %s) before replacing or creating members: %w", key, revision, err)
+		}
+		if words != "" && !upgrade.QuotaExceeded(words) {
+			refused = "the API server refuses a member Sandbox from it: " + words
 		}
 	}
 	p.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,6 +100,13 @@ func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *ev
 		client: client, sets: setInformer.Lister(), sandboxes: sandboxInformer.Lister(),
 		dryRun: func(ctx context.Context, pod *corev1.Pod) (string, error) {
 			return upgrade.DryRunCreatePod(ctx, kube, pod)
+		},
+		memberDryRun: func(ctx context.Context, sb *agentsv1alpha1.Sandbox) (string, error) {
+			_, err := client.AgentsV1alpha1().Sandboxes(sb.Namespace).Create(ctx, sb, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if words := upgrade.PodRefusal(err); words != "" || err == nil {
+				return upgrade.StableRefusal(words, strings.TrimSuffix(sb.GenerateName, "-")), nil
+			}
+			return "", err
 		},
 		record: func(ctx context.Context, set *agentsv1alpha1.SandboxSet, key, value string) error {
 			var v *string
