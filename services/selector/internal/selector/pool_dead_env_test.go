@@ -38,27 +38,13 @@ func TestPoolKeepsMembersThatKeepDying(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// live lists the members not being deleted.
-	live := func() ([]string, error) {
-		list, err := sandboxes.List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelSandboxPool + "=warm"})
-		if err != nil {
-			return nil, err
-		}
-		var out []string
-		for _, sb := range list.Items {
-			if sb.DeletionTimestamp == nil {
-				out = append(out, sb.Name)
-			}
-		}
-		return out, nil
-	}
 	// oneMemberOtherThan waits for exactly one member, not named gone.
 	oneMemberOtherThan := func(gone string) string {
 		t.Helper()
 		var names []string
 		testenv.Eventually(t, 30*time.Second, "one member other than "+gone, func() (bool, error) {
 			var err error
-			if names, err = live(); err != nil {
+			if names, err = f.liveMembers("warm"); err != nil {
 				return false, err
 			}
 			return len(names) == 1 && names[0] != gone, fmt.Errorf("members %v", names)
@@ -95,7 +81,7 @@ func TestPoolKeepsMembersThatKeepDying(t *testing.T) {
 		return strings.Contains(why, kept+": pod "+kept+" has failed"), fmt.Errorf("annotations %v", got.Annotations)
 	})
 	testenv.Consistently(t, 3*time.Second, "the dead member is kept, not replaced", func() (bool, error) {
-		names, err := live()
+		names, err := f.liveMembers("warm")
 		if err != nil {
 			return false, err
 		}

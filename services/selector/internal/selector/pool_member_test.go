@@ -36,24 +36,10 @@ func TestPoolReplacesNoMemberWhoseReplacementIsRefused(t *testing.T) {
 	if _, err := f.agents.AgentsV1alpha1().SandboxSets(f.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	live := func() ([]string, error) {
-		list, err := sandboxes.List(ctx, metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelSandboxPool + "=warm"})
-		if err != nil {
-			return nil, err
-		}
-		var out []string
-		for _, sb := range list.Items {
-			if sb.DeletionTimestamp == nil {
-				out = append(out, sb.Name)
-			}
-		}
-		slices.Sort(out)
-		return out, nil
-	}
 	var before []string
 	testenv.Eventually(t, 30*time.Second, "two members", func() (bool, error) {
 		var err error
-		before, err = live()
+		before, err = f.liveMembers("warm")
 		return err == nil && len(before) == 2, fmt.Errorf("members %v, err %v", before, err)
 	})
 	for _, name := range before {
@@ -92,7 +78,23 @@ func TestPoolReplacesNoMemberWhoseReplacementIsRefused(t *testing.T) {
 		return strings.Contains(check, words) && strings.Contains(check, "member Sandbox"), fmt.Errorf("template check %q", check)
 	})
 	testenv.Consistently(t, quiet, "both idle members kept", func() (bool, error) {
-		now, err := live()
+		now, err := f.liveMembers("warm")
 		return err == nil && slices.Equal(now, before), fmt.Errorf("members %v, were %v (err %v)", now, before, err)
 	})
+}
+
+// liveMembers lists the sorted names of set's members not being deleted.
+func (f *fixture) liveMembers(set string) ([]string, error) {
+	list, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).List(context.Background(), metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelSandboxPool + "=" + set})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, sb := range list.Items {
+		if sb.DeletionTimestamp == nil {
+			out = append(out, sb.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
