@@ -76,17 +76,20 @@ func KeepOwnLifecycle(sb *agentsv1alpha1.Sandbox, written *agentsv1alpha1.Sandbo
 // ops that wrote its hooks is done with the sandbox (see OwnLifecycleDue):
 // present is false when it has none; restore is true when its spec.lifecycle
 // is still the one the ops wrote, and own then goes back in its place; else
-// (changed since by someone, or an annotation that cannot be read) the
-// annotation alone goes and spec.lifecycle stays as it is.
-func OwnLifecycleBack(sb *agentsv1alpha1.Sandbox) (own *agentsv1alpha1.SandboxLifecycle, restore, present bool) {
+// (changed since by someone, or an annotation that cannot be read: readable
+// false) the annotation alone goes and spec.lifecycle stays as it is.
+func OwnLifecycleBack(sb *agentsv1alpha1.Sandbox) (own *agentsv1alpha1.SandboxLifecycle, restore, present, readable bool) {
 	if _, ok := sb.Annotations[AnnotationOwnLifecycle]; !ok {
-		return nil, false, false
+		return nil, false, false, false
 	}
 	kept, ok := keptLifecycle(sb)
-	if !ok || !equality.Semantic.DeepEqual(sb.Spec.Lifecycle, kept.Written) {
-		return nil, false, true
+	if !ok {
+		return nil, false, true, false
 	}
-	return kept.Own, true, true
+	if !equality.Semantic.DeepEqual(sb.Spec.Lifecycle, kept.Written) {
+		return nil, false, true, true
+	}
+	return kept.Own, true, true, true
 }
 
 // OwnLifecycleDue reports whether sb's own hooks may go back in place of an

@@ -73,7 +73,7 @@ func TestOwnLifecycleBack(t *testing.T) {
 		{"cannot be read: stays", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "x"), nil, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, restore, present := OwnLifecycleBack(tc.sb)
+			got, restore, present, _ := OwnLifecycleBack(tc.sb)
 			if present != tc.wantThere || restore != tc.wantRestore || !equality.Semantic.DeepEqual(got, tc.want) {
 				t.Fatalf("OwnLifecycleBack = %+v, %v, %v; want %+v, %v, %v", got, restore, present, tc.want, tc.wantRestore, tc.wantThere)
 			}

@@ -81,7 +81,7 @@ func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string,
 	switch {
 	case !ok:
 		return "", 0
-	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt:
+	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt || supersedes(upgrade.CurrentAttempt(sb), s.attempt):
 		delete(d.started, key)
 		return "", 0
 	case s.attempt == next:
@@ -90,6 +90,25 @@ func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string,
 		return s.attempt, 0
 	}
 	return s.attempt, directRecordWait - now.Sub(s.at)
+}
+
+// supersedes reports whether cur, the attempt a sandbox's status shows, was
+// started after the direct attempt requested: an ops's (an ops admits no
+// sandbox while a direct attempt of it is requested and not recorded, so
+// that one was recorded and ended before), or a direct attempt of a later
+// generation. The status may have shown requested only between two looks,
+// and a memory of it kept would hold back the next edit, and the return of
+// the sandbox's own hooks, for good.
+func supersedes(cur, requested string) bool {
+	if cur == "" {
+		return false
+	}
+	curGen, curDirect := upgrade.DirectAttemptGeneration(cur)
+	if !curDirect {
+		return true
+	}
+	gen, ok := upgrade.DirectAttemptGeneration(requested)
+	return ok && curGen > gen
 }
 
 // requested records that next was requested for sb at now.
@@ -165,7 +184,7 @@ func (d *direct) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if wrote, err := d.ownLifecycleBack(ctx, key, sb); wrote || err != nil {
+	if wrote, err := d.ownLifecycleBack(ctx, key, sb, false); wrote || err != nil {
 		return err
 	}
 	if sb.DeletionTimestamp != nil || sb.Spec.UpgradePolicy == nil || sb.Spec.Template == nil || sb.Spec.Paused {
@@ -256,6 +275,9 @@ func (d *direct) sync(ctx context.Context, key string) error {
 			d.later(key, d.republishAfter)
 		}
 		return nil
+	}
+	if wrote, err := d.ownLifecycleBack(ctx, key, sb, true); wrote || err != nil {
+		return err // the write brings the sandbox back, its own hooks in place
 	}
 	failed, failedReason, resumes := upgrade.FailedAttempt(sb)
 	version := sb.ResourceVersion // the cache's copy holds the template the attempt is for

@@ -52,6 +52,12 @@ func TestDirectWaitsForTheAttemptItRequestedToBeRecorded(t *testing.T) {
 		t.Errorf("after directRecordWait: %q, %s; want %q with no wait left on the memory (the stream decides)", prev, wait, first)
 	}
 	d.requested(key, sb, first, now)
+	byOps := sb.DeepCopy()
+	byOps.Status.Conditions = []metav1.Condition{{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "ops-uid"}}
+	if prev, wait := d.unrecorded(key, byOps, second, now.Add(time.Second)); prev != "" || wait != 0 {
+		t.Errorf("the status shows an ops's attempt since (the first one was recorded and ended between two looks): %q, %s; want nothing held back", prev, wait)
+	}
+	d.requested(key, sb, first, now)
 	other := sb.DeepCopy()
 	other.UID = "sb-2" // deleted and created again
 	if _, wait := d.unrecorded(key, other, second, now.Add(time.Second)); wait != 0 {

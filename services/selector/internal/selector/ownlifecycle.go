@@ -25,18 +25,20 @@ import (
 // then returns, and the write's own event brings the sandbox back with the
 // cache holding it.
 //
-// It runs before a direct upgrade is requested, so a direct attempt never
-// starts with the ops's hooks of an ops that is done (its preUpgrade and
-// postUpgrade are then both the sandbox's own), and never while a direct
-// attempt this process requested is not recorded yet (its hooks must stay
-// one pair). The one JSON patch tests the resourceVersion read: an ops that
+// It runs first on any change of the sandbox, and never while a direct
+// attempt requested is not recorded yet (this process's memory, then the
+// stream: its hooks must stay one pair); and again right before a direct
+// upgrade is requested (beforeRequest, once the direct loop has found that
+// no attempt requested earlier runs), so a direct attempt never starts with
+// the hooks of an ops that is done: its preUpgrade and postUpgrade are both
+// the sandbox's own. The one JSON patch tests the resourceVersion read: an ops that
 // claims the sandbox meanwhile, or a spec edited since, makes it fail, and
 // the sandbox is looked at again as it is then. A spec.lifecycle someone
 // changed since the ops wrote it stays; only the annotation goes. A write
 // the API server refuses for good (upgrade.Refusal, the sandbox still as
 // read) is logged and leaves both as they are: it holds nothing back.
-func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox) (bool, error) {
-	own, restore, present := upgrade.OwnLifecycleBack(sb)
+func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox, beforeRequest bool) (bool, error) {
+	own, restore, present, readable := upgrade.OwnLifecycleBack(sb)
 	if !present {
 		return false, nil
 	}
@@ -47,8 +49,16 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 	if !upgrade.OwnLifecycleDue(sb, holds) {
 		return false, nil
 	}
-	if prev, _ := d.unrecorded(key, sb, "", time.Now()); prev != "" {
-		return false, nil
+	if !beforeRequest {
+		// Any change of the sandbox brings it here: a direct attempt
+		// requested and not recorded yet, by this process or one before
+		// it (the stream says), may be running its hooks.
+		if prev, _ := d.unrecorded(key, sb, "", time.Now()); prev != "" {
+			return false, nil
+		}
+		if pending, err := d.pendingDirect(ctx, sb); err != nil || pending != "" {
+			return false, err
+		}
 	}
 	body := ownLifecyclePatch(sb, own, restore)
 	_, err := d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
@@ -72,9 +82,13 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 	if err != nil {
 		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s (annotation %s): %w", key, upgrade.AnnotationOwnLifecycle, err)
 	}
-	if restore {
+	switch {
+	case restore:
 		klog.FromContext(ctx).Info("Put the sandbox's own hooks back in place of the ops's (spec.lifecycle)", "sandbox", klog.KObj(sb), "ops", sb.Labels[agentsv1alpha1.LabelUpdateOps])
-	} else {
+	case !readable:
+		klog.FromContext(ctx).Info("Removed an annotation that cannot be read (changed by hand?): the sandbox's own hooks it kept are not known, spec.lifecycle keeps the ops's; set spec.lifecycle to the sandbox's own hooks by hand",
+			"sandbox", klog.KObj(sb), "annotation", upgrade.AnnotationOwnLifecycle, "value", sb.Annotations[upgrade.AnnotationOwnLifecycle])
+	default:
 		klog.FromContext(ctx).Info("Left spec.lifecycle as it is: it was changed since the ops wrote its hooks", "sandbox", klog.KObj(sb))
 	}
 	return true, nil

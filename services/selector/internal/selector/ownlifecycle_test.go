@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"molt.dev/dev/testenv"
@@ -35,6 +36,9 @@ func (f *fixture) asPatched(name string, own, written *agentsv1alpha1.SandboxLif
 		sb.Spec.Lifecycle = own
 		sb.Annotations = map[string]string{upgrade.AnnotationOwnLifecycle: upgrade.KeepOwnLifecycle(sb, written)}
 		sb.Spec.Lifecycle = written
+		if sb.Labels == nil {
+			sb.Labels = map[string]string{}
+		}
 		for k, v := range labels {
 			sb.Labels[k] = v
 		}
@@ -125,4 +129,47 @@ func (f *fixture) updateSandbox(name string, mutate func(*agentsv1alpha1.Sandbox
 	if err != nil {
 		f.t.Fatalf("update sandbox %s: %v", name, err)
 	}
+}
+
+// A direct attempt this selector requested whose record the status showed
+// only between two looks (an ops upgraded the sandbox next, and its attempt
+// is what the status shows now) holds nothing back: the sandbox's own hooks
+// come back once that ops is done. Before, the memory of the direct attempt
+// was kept, as never recorded, and held back the return of the own hooks for
+// good, so the next direct upgrade ran the ops's hooks (a walk lost a
+// workspace so).
+func TestOwnHooksComeBackAfterAnOpsThatFollowedADirectUpgrade(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	env := testenv.Get(t)
+	own, opsHooks := hookOf("tar czf /b/own.tgz -C /ws ."), hookOf("echo ops")
+	done := f.ops("done", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Selector.MatchLabels = map[string]string{"none": "none"}
+		o.Spec.Paused = true
+	})
+	f.updateOps("done", true, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Status.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted })
+	sb := f.directSandbox("sbx")
+	f.updateSandbox("sbx", func(sb *agentsv1alpha1.Sandbox) { sb.Spec.Lifecycle = own })
+	f.startSelector()
+	f.editImage("sbx", newImage)
+	f.waitRequested("sbx")
+
+	// The direct attempt ran and ended, then the ops upgraded the sandbox:
+	// its pod runs the template, the ops's hooks stand in for its own.
+	cur := f.getSandbox("sbx")
+	revision, err := upgrade.Revision(cur.Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := []byte(`{"metadata":{"labels":{"` + agentsv1alpha1.LabelPodTemplateHash + `":"` + revision + `"}}}`)
+	if _, err := env.Kube.CoreV1().Pods(f.ns).Patch(ctx, "sbx", types.MergePatchType, mark, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.asPatched("sbx", own, opsHooks, map[string]string{agentsv1alpha1.LabelUpdateOps: "done"})
+	f.updateSandbox("sbx", func(sb *agentsv1alpha1.Sandbox) {
+		sb.Annotations[upgrade.AnnotationClaim] = "done " + string(done.UID)
+	})
+	f.publishRequested(sb, string(done.UID))
+	f.finish("sbx", done, agentsv1alpha1.UpgradingReasonSucceeded)
+	f.waitLifecycle(sb.Name, own)
 }
