@@ -88,9 +88,10 @@ func ChecksPoint(sb *agentsv1alpha1.Sandbox, attempt string) bool {
 // Not without a preUpgrade hook: nothing was backed up, and the pod holds
 // what the sandbox has.
 func CheckpointFailedAfterBackup(sb *agentsv1alpha1.Sandbox, attempt, reason string) bool {
+	lc := HooksFor(sb, attempt)
 	return reason == agentsv1alpha1.UpgradingReasonCheckpointFailed && attempt != "" &&
 		!strings.HasPrefix(attempt, DirectAttemptPrefix) &&
-		sb.Spec.Lifecycle != nil && sb.Spec.Lifecycle.PreUpgrade != nil &&
+		lc != nil && lc.PreUpgrade != nil &&
 		sb.Annotations[AnnotationUpgradeStrategy] == StrategyValue(attempt)
 }
 

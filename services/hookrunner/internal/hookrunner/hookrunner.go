@@ -103,7 +103,7 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		next.Data.Stage = d.Stage
 		return h.publish(ctx, next)
 	}
-	hook := hookFor(sb, st.stage)
+	hook := hookFor(sb, d.Attempt, st.stage)
 	if hook == nil {
 		return h.publish(ctx, next)
 	}
@@ -531,12 +531,15 @@ func withStage(d events.Data, stage string) events.Data {
 	return d
 }
 
-func hookFor(sb *agentsv1alpha1.Sandbox, stage string) *agentsv1alpha1.UpgradeAction {
-	if sb.Spec.Lifecycle == nil {
+// hookFor is the hook attempt runs at stage on sb: from the hooks fixed as
+// it began (upgrade.HooksFor), not a spec.lifecycle edited since.
+func hookFor(sb *agentsv1alpha1.Sandbox, attempt, stage string) *agentsv1alpha1.UpgradeAction {
+	lc := upgrade.HooksFor(sb, attempt)
+	if lc == nil {
 		return nil
 	}
 	if stage == agentsv1alpha1.UpgradingReasonPreUpgrade {
-		return sb.Spec.Lifecycle.PreUpgrade
+		return lc.PreUpgrade
 	}
-	return sb.Spec.Lifecycle.PostUpgrade
+	return lc.PostUpgrade
 }

@@ -9,11 +9,11 @@ import (
 func TestHookFor(t *testing.T) {
 	pre := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"true"}}}
 	sb := &agentsv1alpha1.Sandbox{}
-	if hookFor(sb, preStep.stage) != nil {
+	if hookFor(sb, "uid-1", preStep.stage) != nil {
 		t.Fatal("hook without lifecycle")
 	}
 	sb.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: pre}
-	if hookFor(sb, preStep.stage) != pre || hookFor(sb, postStep.stage) != nil {
+	if hookFor(sb, "uid-1", preStep.stage) != pre || hookFor(sb, "uid-1", postStep.stage) != nil {
 		t.Fatal("hookFor picked the wrong hook")
 	}
 }

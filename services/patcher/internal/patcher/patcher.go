@@ -215,12 +215,14 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			!upgrade.BuiltByResumed(pod, sb, d.Attempt, d.ResumedAttempt) {
 			return p.failDirectCheckpoint(ctx, ev, changed)
 		}
-		written, err := p.pinDirectCheckpointRestore(ctx, sb, d.Attempt)
-		if err != nil {
-			return err
-		}
-		if written != "" {
-			version = written
+		for _, pin := range []func(context.Context, *agentsv1alpha1.Sandbox, string) (string, error){p.pinDirectHooks, p.pinDirectCheckpointRestore} {
+			written, err := pin(ctx, sb, d.Attempt)
+			if err != nil {
+				return err
+			}
+			if written != "" {
+				version = written
+			}
 		}
 	}
 	revision, err := upgrade.Revision(target)
@@ -279,7 +281,8 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (written, refused string, stored *corev1.PodTemplateSpec, err error) {
 	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
 	sameTemplate := equality.Semantic.DeepEqual(sb.Spec.Template, target)
-	if strategyOK && sameTemplate && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
+	pinned := sb.Annotations[upgrade.AnnotationAttemptHooks] == upgrade.AttemptHooksValue(attempt, ops.Spec.Lifecycle)
+	if strategyOK && sameTemplate && pinned && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
 		return "", "", nil, nil
 	}
@@ -449,7 +452,8 @@ func (p *Patcher) publish(ctx context.Context, in events.Event, typ string, fill
 // ops's label, and its claim annotation when it has one: an ops deleted
 // meanwhile releases the sandbox, and a template patched after that would
 // never be rolled out, while a later ops with the same patch would find
-// nothing to do), then the template, the lifecycle (and, in
+// nothing to do), then the template, the lifecycle (fixed for attempt in
+// upgrade.AnnotationAttemptHooks, and, in
 // upgrade.AnnotationOwnLifecycle, the sandbox's own, which the selector puts
 // back once the ops is done with it), and, for a
 // CheckpointRestore attempt, the strategy annotation, and, when original is
@@ -477,9 +481,10 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 		ops = append(ops, op{Op: "remove", Path: "/spec/lifecycle"})
 	}
 	keep := upgrade.KeepOwnLifecycle(sb, lifecycle)
-	if (checkpoint || original != "" || keep != "") && sb.Annotations == nil {
+	if sb.Annotations == nil {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 	}
+	ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationAttemptHooks), Value: upgrade.AttemptHooksValue(attempt, lifecycle)})
 	if keep != "" {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOwnLifecycle), Value: keep})
 	}
@@ -492,6 +497,25 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 			op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOriginalTemplateFor), Value: attempt})
 	}
 	return json.Marshal(ops)
+}
+
+// pinDirectHooks fixes the hooks a direct attempt runs, the sandbox's
+// spec.lifecycle as the attempt begins (upgrade.AnnotationAttemptHooks),
+// before anything else happens: an edit of spec.lifecycle mid-attempt then
+// applies to the next upgrade, and the attempt's backup and restore stay one
+// pair. It returns the written sandbox's resourceVersion ("" when nothing was
+// written: an ops's attempt, which fixes them with its spec, or one fixed
+// already).
+func (p *Patcher) pinDirectHooks(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt string) (string, error) {
+	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || upgrade.HooksFixedFor(sb) == attempt {
+		return "", nil // an earlier delivery fixed them (spec.lifecycle may have changed since)
+	}
+	value := upgrade.AttemptHooksValue(attempt, sb.Spec.Lifecycle)
+	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, upgrade.AnnotationPatch(upgrade.AnnotationAttemptHooks, value), metav1.PatchOptions{})
+	if err != nil {
+		return "", fmt.Errorf("fix the hooks of direct attempt %s on sandbox %s/%s (annotation %s): %w", attempt, sb.Namespace, sb.Name, upgrade.AnnotationAttemptHooks, err)
+	}
+	return written.ResourceVersion, nil
 }
 
 // pinDirectCheckpointRestore writes the strategy mark of a direct attempt

@@ -63,3 +63,47 @@ func TestDirectCheckpointRestoreIsPinnedAtItsStart(t *testing.T) {
 		})
 	}
 }
+
+// A direct attempt's hooks are fixed at its start, from spec.lifecycle as it
+// is then, and not again on a redelivery after spec.lifecycle was edited: its
+// preUpgrade and postUpgrade stay one pair.
+func TestDirectHooksAreFixedAtTheStart(t *testing.T) {
+	const direct = upgrade.DirectAttemptPrefix + "rev-4"
+	begun := &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"backup"}}}}
+	edited := &agentsv1alpha1.SandboxLifecycle{PreUpgrade: &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"other"}}}}
+	for _, tc := range []struct {
+		name      string
+		pinned    string
+		attempt   string
+		wantPatch bool
+	}{
+		{"direct, not fixed yet", "", direct, true},
+		{"direct, fixed by an earlier delivery, spec.lifecycle edited since", upgrade.AttemptHooksValue(direct, edited), direct, false},
+		{"direct, fixed for an earlier attempt", upgrade.AttemptHooksValue(upgrade.DirectAttemptPrefix+"rev-3", begun), direct, true},
+		{"an ops's attempt (the spec write fixes them)", "", "ops-uid", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", Annotations: map[string]string{}}}
+			sb.Spec.Lifecycle = begun
+			if tc.pinned != "" {
+				sb.Annotations[upgrade.AnnotationAttemptHooks] = tc.pinned
+			}
+			client := fake.NewSimpleClientset()
+			var patched []byte
+			client.PrependReactor("patch", "sandboxes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				patched = a.(k8stesting.PatchAction).GetPatch()
+				return true, sb.DeepCopy(), nil
+			})
+			p := &Patcher{agents: client}
+			if _, err := p.pinDirectHooks(context.Background(), sb, tc.attempt); err != nil {
+				t.Fatal(err)
+			}
+			if (patched != nil) != tc.wantPatch {
+				t.Fatalf("patched %s, want a patch: %v", patched, tc.wantPatch)
+			}
+			if tc.wantPatch && string(patched) != string(upgrade.AnnotationPatch(upgrade.AnnotationAttemptHooks, upgrade.AttemptHooksValue(direct, begun))) {
+				t.Errorf("patch %s, want the hooks spec.lifecycle holds now fixed for %s", patched, direct)
+			}
+		})
+	}
+}

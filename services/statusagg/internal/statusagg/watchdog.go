@@ -309,12 +309,12 @@ func (w *watchdog) deadline(sb *agentsv1alpha1.Sandbox, stage string) time.Durat
 		}
 		return a.Timeout()
 	}
-	lc := sb.Spec.Lifecycle
-	if lc == nil {
-		lc = &agentsv1alpha1.SandboxLifecycle{}
-	}
+	lc := upgrade.HooksFor(sb, upgrade.CurrentAttempt(sb))
 	if ops, err := w.s.ops.SandboxUpdateOps(sb.Namespace).Get(sb.Labels[agentsv1alpha1.LabelUpdateOps]); err == nil && ops.Spec.Lifecycle != nil {
 		lc = ops.Spec.Lifecycle // the patcher may not have copied it into the sandbox yet
+	}
+	if lc == nil {
+		lc = &agentsv1alpha1.SandboxLifecycle{}
 	}
 	switch stage {
 	case agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonResuming:

@@ -1,0 +1,55 @@
+package upgrade
+
+import (
+	"encoding/json"
+
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+)
+
+// AnnotationAttemptHooks holds, on a sandbox, the hooks its current attempt
+// runs: the spec.lifecycle it began with, fixed for its whole run, so a
+// preUpgrade's backup and the postUpgrade that restores it are always one
+// pair. A spec.lifecycle edited mid-upgrade (by hand, or by a tool that
+// keeps the sandbox's spec) applies to the next upgrade only. Written by the
+// patcher: for an ops's attempt in the same patch as the ops's
+// spec.lifecycle, for a direct attempt before anything else is done; read by
+// hookrunner (the hook it runs) and statusagg's watchdog (the stage's
+// deadline), through HooksFor. Its value is an AttemptHooks in JSON.
+const AnnotationAttemptHooks = "molt.dev/attempt-hooks"
+
+// AttemptHooks is the value of AnnotationAttemptHooks.
+type AttemptHooks struct {
+	Attempt string `json:"attempt"`
+	// Lifecycle is the attempt's hooks (null: it runs none).
+	Lifecycle *agentsv1alpha1.SandboxLifecycle `json:"lifecycle"`
+}
+
+// AttemptHooksValue is the AnnotationAttemptHooks value of attempt running
+// lifecycle.
+func AttemptHooksValue(attempt string, lifecycle *agentsv1alpha1.SandboxLifecycle) string {
+	// A string and a lifecycle of strings and ints always encode.
+	b, _ := json.Marshal(AttemptHooks{Attempt: attempt, Lifecycle: lifecycle})
+	return string(b)
+}
+
+// HooksFixedFor returns the attempt sb's AnnotationAttemptHooks fixes the
+// hooks of ("" when there is none, or one that cannot be read).
+func HooksFixedFor(sb *agentsv1alpha1.Sandbox) string {
+	var pinned AttemptHooks
+	if value, ok := sb.Annotations[AnnotationAttemptHooks]; ok && json.Unmarshal([]byte(value), &pinned) == nil {
+		return pinned.Attempt
+	}
+	return ""
+}
+
+// HooksFor returns the hooks attempt runs on sb: those AnnotationAttemptHooks
+// fixed for it, else (an attempt begun before the annotation was written, or
+// a value that cannot be read) the sandbox's spec.lifecycle.
+func HooksFor(sb *agentsv1alpha1.Sandbox, attempt string) *agentsv1alpha1.SandboxLifecycle {
+	var pinned AttemptHooks
+	if value, ok := sb.Annotations[AnnotationAttemptHooks]; ok && attempt != "" &&
+		json.Unmarshal([]byte(value), &pinned) == nil && pinned.Attempt == attempt {
+		return pinned.Lifecycle
+	}
+	return sb.Spec.Lifecycle
+}
