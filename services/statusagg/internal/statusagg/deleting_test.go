@@ -188,9 +188,13 @@ func TestDeletingOpsCountsItsSandboxesAsTheyFinish(t *testing.T) {
 	if !equality.Semantic.DeepEqual(st, want) {
 		t.Errorf("counts %+v, want %+v", st, want)
 	}
-	st = agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 2, UpdatedReplicas: 0, UpdatingReplicas: 2}
+	st = agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 2, UpdatedReplicas: 0, UpdatingReplicas: 2, Conditions: []metav1.Condition{
+		{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.ProgressingReasonUpdating, Message: "0 of 2 sandboxes updated, 2 updating, 0 failed"}}}
 	recountDeleting(&st, ops, []*agentsv1alpha1.Sandbox{box("a", "up", agentsv1alpha1.UpgradingReasonSucceeded), box("b", "up", agentsv1alpha1.UpgradingReasonPostUpgrade)})
-	if want := (agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 2, UpdatedReplicas: 1, UpdatingReplicas: 1}); !equality.Semantic.DeepEqual(st, want) {
+	if want := (agentsv1alpha1.SandboxUpdateOpsStatus{Replicas: 2, UpdatedReplicas: 1, UpdatingReplicas: 1}); st.Replicas != want.Replicas || st.UpdatedReplicas != want.UpdatedReplicas || st.UpdatingReplicas != want.UpdatingReplicas || st.FailedReplicas != want.FailedReplicas {
 		t.Errorf("counts %+v, want %+v", st, want)
+	}
+	if p := st.Conditions[0]; !strings.HasPrefix(p.Message, "1 of 2 sandboxes updated, 1 updating, 0 failed; the ops is being deleted") {
+		t.Errorf("Progressing says %q, want the counts of now", p.Message)
 	}
 }

@@ -81,6 +81,13 @@ func recountDeleting(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alp
 	st.UpdatingReplicas = int32(sel.Updating)
 	st.UpdatedReplicas = max(st.UpdatedReplicas, int32(sel.Updated))
 	st.FailedReplicas = max(st.FailedReplicas, int32(sel.Failed))
+	if p := meta.FindStatusCondition(st.Conditions, agentsv1alpha1.ConditionProgressing); p != nil && p.Status == metav1.ConditionTrue &&
+		(p.Reason == agentsv1alpha1.ProgressingReasonUpdating || p.Reason == agentsv1alpha1.ProgressingReasonPaused) {
+		// Its counts, as the ops's own sync wrote them, would go on saying
+		// "1 updating" of a sandbox that has finished.
+		p.Message = fmt.Sprintf("%d of %d sandboxes updated, %d updating, %d failed; the ops is being deleted: no sandbox is started, those it started finish their attempt (condition Deleting says what its deletion waits for)",
+			st.UpdatedReplicas, st.Replicas, st.UpdatingReplicas, st.FailedReplicas)
+	}
 }
 
 // deletingCondition is the Deleting condition of ops, being deleted, at now:
