@@ -252,7 +252,12 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	case agentsv1alpha1.IsUpgradingFailedReason(tr.To):
 		// The failed reason is the Event's reason, as upstream's, so alerts on
 		// reason=UpgradePodFailed keep working.
-		s.recorder.Eventf(sb, corev1.EventTypeWarning, tr.To, "upgrade by %s failed in %s: %s", by, upgrade.StageOfFailure(tr.To), failureEventMessage(sb, tr))
+		msg := failureEventMessage(sb, tr)
+		if ops, err := s.ops.SandboxUpdateOps(sb.Namespace).Get(sb.Labels[agentsv1alpha1.LabelUpdateOps]); err == nil && ops.DeletionTimestamp != nil && !strings.HasPrefix(tr.Attempt, upgrade.DirectAttemptPrefix) {
+			// `kubectl molt retry` of an ops being deleted finds nothing.
+			msg = failureWithNextStepOf(tr.Message, opsDeletedNextStep(ops.Name))
+		}
+		s.recorder.Eventf(sb, corev1.EventTypeWarning, tr.To, "upgrade by %s failed in %s: %s", by, upgrade.StageOfFailure(tr.To), msg)
 	case tr.To == agentsv1alpha1.UpgradingReasonSucceeded:
 		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade by %s succeeded (attempt %s)", by, tr.Attempt)
 	}

@@ -299,9 +299,6 @@ func claimedForCurrent(sb *agentsv1alpha1.Sandbox) bool {
 // error), what to do next, as the ops's condition would say it. The
 // Upgrading condition keeps the stage's words as written.
 func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) string {
-	if strings.Contains(failure, "SandboxUpdateOps") || strings.Contains(failure, "kubectl molt retry") || strings.Contains(failure, "change spec.template again") {
-		return failure
-	}
 	_, direct := upgrade.DirectAttemptGeneration(attempt)
 	ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]
 	var next string
@@ -313,7 +310,22 @@ func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) st
 	default:
 		return failure
 	}
+	return failureWithNextStepOf(failure, next)
+}
+
+// failureWithNextStepOf is failure with next added, unless failure says
+// what to do itself (as failureWithNextStep decides).
+func failureWithNextStepOf(failure, next string) string {
+	if strings.Contains(failure, "SandboxUpdateOps") || strings.Contains(failure, "kubectl molt retry") || strings.Contains(failure, "change spec.template again") {
+		return failure
+	}
 	return upgrade.WithNote(failure, next)
+}
+
+// opsDeletedNextStep is what a sandbox that ops, being deleted, failed
+// says to do next: no retry of an ops that is going away.
+func opsDeletedNextStep(ops string) string {
+	return fmt.Sprintf("SandboxUpdateOps %s, which is being deleted, stopped this sandbox here: fix the cause, then create a new SandboxUpdateOps that selects it (with agents.kruise.io/upgrade-failed: \"true\" in its selector it takes only the failed ones): it resumes from the failed step", ops)
 }
 
 // opsNextStepFor is what a sandbox that ops ops failed says to do next.

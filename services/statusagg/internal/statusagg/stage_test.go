@@ -236,3 +236,16 @@ func TestCheckpointKeptMessage(t *testing.T) {
 		})
 	}
 }
+
+// A failure while its ops is being deleted names a new ops as the way on,
+// not `kubectl molt retry` of an ops that is going away (a walk ran it and
+// got "not found").
+func TestFailureOfAnOpsBeingDeletedNamesANewOps(t *testing.T) {
+	got := failureWithNextStepOf("hook failed with exit code 7", opsDeletedNextStep("up"))
+	if strings.Contains(got, "kubectl molt retry") || !strings.Contains(got, "create a new SandboxUpdateOps") || !strings.Contains(got, "being deleted") {
+		t.Errorf("message %q, want a new ops as the way on", got)
+	}
+	if stated := "the pod was deleted; create a new SandboxUpdateOps to resume"; failureWithNextStepOf(stated, opsDeletedNextStep("up")) != stated {
+		t.Error("a failure that says what to do got a second way on")
+	}
+}
