@@ -104,15 +104,18 @@ func OwnLifecycleDue(sb *agentsv1alpha1.Sandbox, holds func(ops string) bool) bo
 	if sb.DeletionTimestamp != nil {
 		return false
 	}
-	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != "" && holds(claimed) {
-		return false
-	}
 	attempt := CurrentAttempt(sb)
-	if _, claim := ClaimOf(sb); claim != "" && claim != attempt {
-		// Admitted by an ops that has ended since (Failed on counts that
-		// did not show it yet), its attempt not recorded yet: its hooks
-		// may be running.
-		return false
+	if claimed := sb.Labels[agentsv1alpha1.LabelUpdateOps]; claimed != "" {
+		if holds(claimed) {
+			return false
+		}
+		if _, claim := ClaimOf(sb); claim != "" && claim != attempt {
+			// Admitted by an ops that has ended since (Failed on counts
+			// that did not show it yet), its attempt not recorded yet: its
+			// hooks may be running. (Without the label, the claim is what
+			// an ended ops left behind a direct upgrade.)
+			return false
+		}
 	}
 	if attempt == "" {
 		return true

@@ -100,6 +100,8 @@ func TestOwnLifecycleDue(t *testing.T) {
 	claimedSince.Annotations = map[string]string{AnnotationClaim: "ops uid-2"}
 	claimedAsShown := labelled(attempt(agentsv1alpha1.UpgradingReasonSucceeded))
 	claimedAsShown.Annotations = map[string]string{AnnotationClaim: "ops uid-1"}
+	unlabelledClaim := attempt(agentsv1alpha1.UpgradingReasonSucceeded)
+	unlabelledClaim.Annotations = map[string]string{AnnotationClaim: "ops uid-0"}
 	deleting := attempt(agentsv1alpha1.UpgradingReasonSucceeded)
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	for _, tc := range []struct {
@@ -117,6 +119,7 @@ func TestOwnLifecycleDue(t *testing.T) {
 		{"being deleted", deleting, ended, false},
 		{"claimed by an ended ops whose attempt is not shown yet", claimedSince, ended, false},
 		{"claimed by an ended ops whose attempt succeeded", claimedAsShown, ended, true},
+		{"an ended ops's claim left behind a direct upgrade since (no label)", unlabelledClaim, ended, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := OwnLifecycleDue(tc.sb, tc.holds); got != tc.want {

@@ -510,8 +510,21 @@ func (p *Patcher) pinDirectHooks(ctx context.Context, sb *agentsv1alpha1.Sandbox
 	if !strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || upgrade.HooksFixedFor(sb) == attempt {
 		return "", nil // an earlier delivery fixed them (spec.lifecycle may have changed since)
 	}
-	value := upgrade.AttemptHooksValue(attempt, sb.Spec.Lifecycle)
-	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, upgrade.AnnotationPatch(upgrade.AnnotationAttemptHooks, value), metav1.PatchOptions{})
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	ops := []op{{Op: "test", Path: "/metadata/uid", Value: sb.UID}} // not a sandbox of the name created since
+	if sb.Annotations == nil {
+		ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+	}
+	ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationAttemptHooks), Value: upgrade.AttemptHooksValue(attempt, sb.Spec.Lifecycle)})
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return "", events.Permanent(fmt.Errorf("encode the hooks of direct attempt %s on sandbox %s/%s: %w", attempt, sb.Namespace, sb.Name, err))
+	}
+	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		return "", fmt.Errorf("fix the hooks of direct attempt %s on sandbox %s/%s (annotation %s): %w", attempt, sb.Namespace, sb.Name, upgrade.AnnotationAttemptHooks, err)
 	}

@@ -56,10 +56,12 @@ type direct struct {
 	started map[string]startedAttempt
 }
 
-// startedAttempt is a direct attempt requested at a time, for one sandbox.
+// startedAttempt is a direct attempt requested at a time, for one sandbox,
+// whose status showed attempt shown then.
 type startedAttempt struct {
 	uid     types.UID
 	attempt string
+	shown   string
 	at      time.Time
 }
 
@@ -81,7 +83,8 @@ func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string,
 	switch {
 	case !ok:
 		return "", 0
-	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt || supersedes(upgrade.CurrentAttempt(sb), s.attempt):
+	case s.uid != sb.UID || upgrade.CurrentAttempt(sb) == s.attempt ||
+		(upgrade.CurrentAttempt(sb) != s.shown && supersedes(upgrade.CurrentAttempt(sb), s.attempt)):
 		delete(d.started, key)
 		return "", 0
 	case s.attempt == next:
@@ -92,11 +95,11 @@ func (d *direct) unrecorded(key string, sb *agentsv1alpha1.Sandbox, next string,
 	return s.attempt, directRecordWait - now.Sub(s.at)
 }
 
-// supersedes reports whether cur, the attempt a sandbox's status shows, was
-// started after the direct attempt requested: an ops's (an ops admits no
-// sandbox while a direct attempt of it is requested and not recorded, so
-// that one was recorded and ended before), or a direct attempt of a later
-// generation. The status may have shown requested only between two looks,
+// supersedes reports whether cur, the attempt a sandbox's status shows now,
+// another than the one it showed when the direct attempt requested was
+// asked for, was started after it: an ops's (an ops admits no sandbox while
+// a direct attempt of it is requested and not recorded, so that one was
+// recorded and ended before), or a direct attempt of a later generation. The status may have shown requested only between two looks,
 // and a memory of it kept would hold back the next edit, and the return of
 // the sandbox's own hooks, for good.
 func supersedes(cur, requested string) bool {
@@ -118,7 +121,7 @@ func (d *direct) requested(key string, sb *agentsv1alpha1.Sandbox, next string, 
 	if d.started == nil {
 		d.started = map[string]startedAttempt{}
 	}
-	d.started[key] = startedAttempt{uid: sb.UID, attempt: next, at: now}
+	d.started[key] = startedAttempt{uid: sb.UID, attempt: next, shown: upgrade.CurrentAttempt(sb), at: now}
 }
 
 // forget drops what is remembered of a sandbox that is gone.

@@ -51,6 +51,14 @@ func TestDirectWaitsForTheAttemptItRequestedToBeRecorded(t *testing.T) {
 	if prev, wait := d.unrecorded(key, sb, second, now.Add(directRecordWait)); wait != 0 || prev != first {
 		t.Errorf("after directRecordWait: %q, %s; want %q with no wait left on the memory (the stream decides)", prev, wait, first)
 	}
+	// The status showed an ops's attempt when the direct one was asked for:
+	// still showing it, the direct attempt is not recorded yet.
+	shownBefore := sb.DeepCopy()
+	shownBefore.Status.Conditions = []metav1.Condition{{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "ops-before"}}
+	d.requested(key, shownBefore, first, now)
+	if prev, wait := d.unrecorded(key, shownBefore, second, now.Add(time.Second)); prev != first || wait <= 0 {
+		t.Errorf("the status shows the ops's attempt it showed at the request: %q, %s; want %s held", prev, wait, first)
+	}
 	d.requested(key, sb, first, now)
 	byOps := sb.DeepCopy()
 	byOps.Status.Conditions = []metav1.Condition{{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: "Attempt", Message: "ops-uid"}}
