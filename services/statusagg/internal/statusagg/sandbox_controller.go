@@ -116,9 +116,10 @@ func (s *server) syncSandbox(ctx context.Context, key string) error {
 		s.sandboxCtl.EnqueueAfter(key, hold)
 		return nil
 	}
-	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) && want.Message == known.Message {
+	if len(e.waiters) == 0 && upgrade.InProgress(upgradingReason(known)) && want.Message == known.Message && samePaused(known, &want) {
 		// (A new MESSAGE does not wait: in a stage it is empty, but for a
-		// new pod the scheduler cannot place, which the user must see now.)
+		// new pod the scheduler cannot place, which the user must see now;
+		// nor does the user's pause, which says it waits for the upgrade.)
 		if wait := inProgressStaleness - time.Since(s.writes.lastStageWrite(key, sb.UID)); wait > 0 {
 			s.sandboxCtl.EnqueueAfter(key, wait)
 			return nil
@@ -280,4 +281,15 @@ func podFrom(obj any) (*corev1.Pod, bool) {
 	}
 	pod, ok := obj.(*corev1.Pod)
 	return pod, ok
+}
+
+// samePaused reports whether a and b say the same of the sandbox's pause
+// (SandboxPaused's status and reason).
+func samePaused(a, b *agentsv1alpha1.SandboxStatus) bool {
+	ca := meta.FindStatusCondition(a.Conditions, agentsv1alpha1.ConditionSandboxPaused)
+	cb := meta.FindStatusCondition(b.Conditions, agentsv1alpha1.ConditionSandboxPaused)
+	if ca == nil || cb == nil {
+		return ca == cb
+	}
+	return ca.Status == cb.Status && ca.Reason == cb.Reason
 }
