@@ -242,6 +242,10 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		fmt.Fprintf(w, "  warning: %d sandboxes (%s) upgrade directly (spec.upgradePolicy) with hooks of their own in spec.lifecycle, unlike this ops's: this ops's hooks run in their place (a backup their own preUpgrade made is not restored by them), and theirs come back once this ops has succeeded on them and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",
 			len(own), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5))
 	}
+	if skipped := hooksNotRun(ops, sel); len(skipped) > 0 {
+		fmt.Fprintf(w, "  warning: %d sandboxes (%s) have a preUpgrade in spec.lifecycle (their own, or an earlier ops's), and this ops has none: an ops's hooks replace the sandbox's for its upgrade, so they are not run, nothing is backed up, and what their pods hold outside persistent volumes is lost; give this ops the lifecycle to run\n",
+			len(skipped), strings.Join(skipped[:min(len(skipped), 5)], ", ")+more(len(skipped)-5))
+	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
 		fmt.Fprintf(w, "  warning: this ops has hooks, and %d sandboxes (%s) do not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where their pods run no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
 			len(bare), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5))

@@ -74,3 +74,23 @@ func ownHooksReplaced(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selectio
 	}
 	return out
 }
+
+// hooksNotRun names the sandboxes sel would start that carry a preUpgrade in
+// spec.lifecycle (their own, or one an earlier ops wrote) when ops has none:
+// an ops's hooks replace the sandbox's for its upgrade, so nothing is backed
+// up and, outside persistent volumes, their workspaces are lost (a walk
+// expected the sandboxes' own hooks to run).
+func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
+	if lc := ops.Spec.Lifecycle; lc != nil && lc.PreUpgrade != nil {
+		return nil
+	}
+	var out []string
+	for _, c := range sel.Candidates {
+		sb := c.Sandbox
+		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil {
+			continue
+		}
+		out = append(out, sb.Name)
+	}
+	return out
+}

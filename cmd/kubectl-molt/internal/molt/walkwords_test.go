@@ -80,3 +80,28 @@ func TestOwnHooksReplaced(t *testing.T) {
 		t.Errorf("ownHooksReplaced = %v, want [own]", got)
 	}
 }
+
+// An ops without a preUpgrade that selects sandboxes with one in
+// spec.lifecycle is warned that their hooks do not run (a walk lost three
+// workspaces so, expecting the sandboxes' hooks to run).
+func TestHooksNotRun(t *testing.T) {
+	hook := &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "backup"}}}
+	sandbox := func(name string, lc *agentsv1alpha1.SandboxLifecycle) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{}
+		sb.Name, sb.Spec.Lifecycle = name, lc
+		return sb
+	}
+	sel := upgrade.Selection{Candidates: []upgrade.Candidate{
+		{Sandbox: sandbox("hooked", &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook})},
+		{Sandbox: sandbox("plain", nil)},
+		{Sandbox: sandbox("done", &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}), State: upgrade.Updated},
+	}}
+	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked"}) {
+		t.Errorf("hooksNotRun of an ops without hooks = %v, want [hooked]", got)
+	}
+	withHooks := &agentsv1alpha1.SandboxUpdateOps{}
+	withHooks.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}
+	if got := hooksNotRun(withHooks, sel); len(got) != 0 {
+		t.Errorf("hooksNotRun of an ops with a preUpgrade = %v, want none", got)
+	}
+}

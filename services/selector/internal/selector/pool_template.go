@@ -3,6 +3,7 @@ package selector
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,10 @@ func (c templateCheck) holds(uid types.UID, revision string, now time.Time) bool
 	}
 	return c.refused == "" || now.Sub(c.at) < templateRecheck
 }
+
+// memberRefused starts a verdict that is the API server's refusal of a
+// member Sandbox (its words follow), not of the pod.
+const memberRefused = "the API server refuses a member Sandbox from it: "
 
 // templateRefused says why a pod from set's template (at revision) would
 // not run, "" when it would. The pool asks before it deletes an outdated
@@ -107,7 +112,7 @@ func (p *pool) templateRefused(ctx context.Context, set *agentsv1alpha1.SandboxS
 			return "", fmt.Errorf("check a member sandbox of SandboxSet %s (revision %s) before replacing or creating members: %w", key, revision, err)
 		}
 		if words != "" && !upgrade.QuotaExceeded(words) {
-			refused = "the API server refuses a member Sandbox from it: " + words
+			refused = memberRefused + words
 		}
 	}
 	p.mu.Lock()
@@ -176,8 +181,12 @@ func templateRefusedMessage(set *agentsv1alpha1.SandboxSet, revision, cause stri
 				"raise the ResourceQuota (`kubectl describe resourcequota -n %s` shows what is used) or free room in the namespace",
 				templateRecheck, set.Namespace))
 	}
+	what := "a pod from spec.template (revision %s) would not run: %s"
+	if rest, member := strings.CutPrefix(cause, memberRefused); member {
+		what, cause = "a member Sandbox from spec.template (revision %s) would be refused: %s", rest
+	}
 	return upgrade.WithNote(
-		fmt.Sprintf("SandboxSet %s/%s: a pod from spec.template (revision %s) would not run: %s", set.Namespace, set.Name, revision, cause),
+		fmt.Sprintf("SandboxSet %s/%s: "+what, set.Namespace, set.Name, revision, cause),
 		fmt.Sprintf("no idle sandbox was replaced and none is created from this revision (checked again every %s); "+
 			"fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
 			templateRecheck, set.Name, set.Namespace))
