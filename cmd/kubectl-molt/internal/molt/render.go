@@ -201,6 +201,8 @@ func note(s Summary) string {
 	switch {
 	case s.Finished():
 		return ""
+	case s.Deleting && s.Updating == 0:
+		return " (being deleted: no sandbox is in a stage; the selector takes its label off the sandboxes, then its finalizer off the ops: if it stays, its Deleting condition says what waits, and is the selector running?)"
 	case s.Deleting:
 		return fmt.Sprintf(" (being deleted: waiting for %d sandboxes in a stage to end their attempt; nothing more is started)", s.Updating)
 	case s.Paused:

@@ -98,6 +98,12 @@ func TestDeletingSaysWhatItWaitsFor(t *testing.T) {
 	if line := plainLine(s) + plainExtra(s); !strings.Contains(line, "being deleted: waiting for 3 sandboxes") || !strings.Contains(line, "ETA -") {
 		t.Errorf("plain line %q, want it to say the ops is being deleted and give no ETA", line)
 	}
+	// None in a stage: what the release waits for, and where to look.
+	idle := s
+	idle.Updating = 0
+	if n := note(idle); !strings.Contains(n, "no sandbox is in a stage") || !strings.Contains(n, "is the selector running?") {
+		t.Errorf("note with none in a stage %q, want the release and where to look", n)
+	}
 	// The status stopped at the delete (3 updating); one of them has ended
 	// since and was released: it is not counted as not started.
 	released := slices.DeleteFunc(slices.Clone(sandboxes), func(sb agentsv1alpha1.Sandbox) bool { return sb.Name == "box-6" })

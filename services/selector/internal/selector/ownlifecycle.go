@@ -31,12 +31,13 @@ import (
 // upgrade is requested (beforeRequest, once the direct loop has found that
 // no attempt requested earlier runs), so a direct attempt never starts with
 // the hooks of an ops that is done: its preUpgrade and postUpgrade are both
-// the sandbox's own. The one JSON patch tests the resourceVersion read: an ops that
-// claims the sandbox meanwhile, or a spec edited since, makes it fail, and
-// the sandbox is looked at again as it is then. A spec.lifecycle someone
-// changed since the ops wrote it stays; only the annotation goes. A write
-// the API server refuses for good (upgrade.Refusal, the sandbox still as
-// read) is logged and leaves both as they are: it holds nothing back.
+// the sandbox's own. The one JSON patch carries the resourceVersion read as
+// a precondition: an ops that claims the sandbox meanwhile, or a spec edited
+// since, makes it fail (Conflict), and the sandbox is looked at again as it
+// is then. A spec.lifecycle someone changed since the ops wrote it stays;
+// only the annotation goes. A write the API server refuses for good
+// (upgrade.Refusal) is logged and leaves both as they are: it holds nothing
+// back.
 func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1alpha1.Sandbox, beforeRequest bool) (bool, error) {
 	own, restore, present, readable := upgrade.OwnLifecycleBack(sb)
 	if !present {
@@ -65,19 +66,17 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}
-	if words := upgrade.Refusal(err); words != "" {
-		now, gerr := d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
-		if gerr == nil && now.UID == sb.UID && now.ResourceVersion == sb.ResourceVersion {
-			// Refused for good (an admission policy or webhook, the
-			// selector's RBAC): the ops's hooks stay, and so does the
-			// annotation; the sandbox's direct upgrades are not held back
-			// for it (they run the ops's hooks, one pair).
-			klog.FromContext(ctx).Info("The API server refused to put the sandbox's own hooks back (spec.lifecycle keeps the ops's; fix what refuses it, or set spec.lifecycle by hand and remove the annotation)",
-				"sandbox", klog.KObj(sb), "annotation", upgrade.AnnotationOwnLifecycle, "refusal", words)
-			return false, nil
-		}
-		// A failed test: the sandbox changed since the cache's copy.
+	if apierrors.IsConflict(err) {
 		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s: it changed since read, will look again: %w", key, err)
+	}
+	if words := upgrade.Refusal(err); words != "" {
+		// Refused for good (an admission policy or webhook, the selector's
+		// RBAC): the ops's hooks stay, and so does the annotation; the
+		// sandbox's direct upgrades are not held back for it (they run the
+		// ops's hooks, one pair).
+		klog.FromContext(ctx).Info("The API server refused to put the sandbox's own hooks back (spec.lifecycle keeps the ops's; fix what refuses it, or set spec.lifecycle by hand and remove the annotation)",
+			"sandbox", klog.KObj(sb), "annotation", upgrade.AnnotationOwnLifecycle, "refusal", words)
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("put back the own spec.lifecycle of sandbox %s (annotation %s): %w", key, upgrade.AnnotationOwnLifecycle, err)
@@ -94,19 +93,19 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 	return true, nil
 }
 
-// ownLifecyclePatch is ownLifecycleBack's JSON patch: tests of the sandbox's
-// uid and resourceVersion, own in spec.lifecycle when restore (removed when
-// own is nil), and the annotation removed.
+// ownLifecyclePatch is ownLifecycleBack's JSON patch: the resourceVersion
+// read, which the API server takes as a precondition (Conflict when the
+// sandbox changed since, or is another of the name: a refusal is told apart
+// by its code, with no read the selector's RBAC would need), own in
+// spec.lifecycle when restore (removed when own is nil), and the annotation
+// removed.
 func ownLifecyclePatch(sb *agentsv1alpha1.Sandbox, own *agentsv1alpha1.SandboxLifecycle, restore bool) []byte {
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
 		Value any    `json:"value,omitempty"`
 	}
-	ops := []op{
-		{Op: "test", Path: "/metadata/uid", Value: sb.UID},
-		{Op: "test", Path: "/metadata/resourceVersion", Value: sb.ResourceVersion},
-	}
+	ops := []op{{Op: "replace", Path: "/metadata/resourceVersion", Value: sb.ResourceVersion}}
 	switch {
 	case !restore:
 	case own != nil:

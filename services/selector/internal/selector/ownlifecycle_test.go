@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -172,4 +173,28 @@ func TestOwnHooksComeBackAfterAnOpsThatFollowedADirectUpgrade(t *testing.T) {
 	f.publishRequested(sb, string(done.UID))
 	f.finish("sbx", done, agentsv1alpha1.UpgradingReasonSucceeded)
 	f.waitLifecycle(sb.Name, own)
+}
+
+// The restore's patch holds only on the sandbox as read: on one changed
+// since, the API server answers Conflict (told apart from a refusal without
+// a read), and writes nothing.
+func TestOwnLifecyclePatchNeedsTheSandboxAsRead(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	own, opsHooks := hookOf("own"), hookOf("ops")
+	f.sandbox("stale", oldImage, agentsv1alpha1.SandboxRunning, nil)
+	f.asPatched("stale", own, opsHooks, nil)
+	read := f.getSandbox("stale")
+	f.updateSandbox("stale", func(sb *agentsv1alpha1.Sandbox) { sb.Labels["touched"] = "yes" })
+	_, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, "stale", types.JSONPatchType, ownLifecyclePatch(read, own, true), metav1.PatchOptions{})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("patch of a sandbox changed since read: %v, want Conflict", err)
+	}
+	if sb := f.getSandbox("stale"); !equality.Semantic.DeepEqual(sb.Spec.Lifecycle, opsHooks) || sb.Annotations[upgrade.AnnotationOwnLifecycle] == "" {
+		t.Errorf("the refused patch wrote: lifecycle %+v, annotations %v", sb.Spec.Lifecycle, sb.Annotations)
+	}
+	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, "stale", types.JSONPatchType, ownLifecyclePatch(f.getSandbox("stale"), own, true), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch of the sandbox as read: %v", err)
+	}
+	f.waitLifecycle("stale", own)
 }
