@@ -292,7 +292,7 @@ func retryTargets(ops *agentsv1alpha1.SandboxUpdateOps, all []agentsv1alpha1.San
 		}
 		sb := c.Sandbox
 		attempt := upgrade.CurrentAttempt(sb)
-		if cond := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt); attempt != "" && attempt != string(ops.UID) && cond != nil && cond.LastTransitionTime.After(ops.CreationTimestamp.Time) {
+		if cond := meta.FindStatusCondition(sb.Status.Conditions, upgrade.ConditionAttempt); attempt != "" && attempt != string(ops.UID) && cond != nil && movedSince(cond.LastTransitionTime, ops.CreationTimestamp) {
 			by := "an ops since deleted"
 			switch {
 			case names[attempt] != "":
@@ -310,6 +310,16 @@ func retryTargets(ops *agentsv1alpha1.SandboxUpdateOps, all []agentsv1alpha1.San
 		plan.starts = append(plan.starts, sb)
 	}
 	return plan
+}
+
+// movedSince reports whether a condition that last moved at moved moved
+// after an ops created at created began. Both are whole seconds in the API,
+// and an ops that fails fast is followed by its fix within the second it was
+// created: the same second counts as since. A retry refused for a sandbox
+// another ops upgraded just before changes nothing; one let through would
+// put a broken patch over a sandbox that was fixed.
+func movedSince(moved, created metav1.Time) bool {
+	return !moved.Before(&created)
 }
 
 // stillInFlight names the sandboxes ops claimed that have not ended their

@@ -101,6 +101,13 @@ func TestRetryTargetsNameSandboxesUpgradedSince(t *testing.T) {
 	if got.notStarted != 1 {
 		t.Errorf("notStarted = %d, want 1 (s-2)", got.notStarted)
 	}
+	// The API keeps whole seconds: bad failed fast and fix resumed s-0 within
+	// the second bad was created, which is since all the same.
+	all[0].Status.Conditions[0].LastTransitionTime = bad.CreationTimestamp
+	got = retryTargets(bad, all, []agentsv1alpha1.SandboxUpdateOps{*bad, fix})
+	if want := []string{"s-0: Succeeded by ops fix", "s-1: Succeeded by ops fix"}; !slices.Equal(got.since, want) {
+		t.Errorf("with s-0 fixed in the second bad was created: since = %v, want %v", got.since, want)
+	}
 	got = retryTargets(bad, all[2:], []agentsv1alpha1.SandboxUpdateOps{*bad})
 	if len(got.since) != 0 || got.notStarted != 1 {
 		t.Errorf("without the fixed sandboxes: %+v, want 1 not started and none upgraded since", got)
