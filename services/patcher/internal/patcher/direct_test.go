@@ -2,14 +2,17 @@ package patcher
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"molt.dev/dev/testenv"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -193,5 +196,47 @@ func publishDirect(t *testing.T, sb *agentsv1alpha1.Sandbox) {
 	}}
 	if err := pub.Publish(context.Background(), ev); err != nil {
 		t.Fatalf("publish requested: %v", err)
+	}
+}
+
+// A direct upgrade whose hooks' pin the API server refuses for good (here a
+// policy on molt.dev/ annotation writes) fails PreUpgrade at once, naming the
+// annotation, the policy's words and the way on; the pod is not touched.
+// Before, each redelivery was refused alike, and the watchdog failed the
+// sandbox minutes later, blaming the patcher.
+func TestRefusedDirectHooksPinFailsAtOnce(t *testing.T) {
+	startPatcher(t)
+	ns := testenv.Get(t).Namespace(t)
+	const words = "annotation molt.dev/attempt-hooks is not allowed here"
+	sb := directSandboxWithPod(t, ns, "pinned", false)
+	testenv.Get(t).Refuse(t, ns, testenv.Refusal{
+		Group: agentsv1alpha1.SchemeGroupVersion.Group, Resource: "sandboxes",
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+		Allow:      fmt.Sprintf("!has(object.metadata.annotations) || !('%s' in object.metadata.annotations)", upgrade.AnnotationAttemptHooks),
+		Message:    words,
+	}, func(ctx context.Context) error {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"probe"}}}`, upgrade.AnnotationAttemptHooks)
+		_, err := client(t).AgentsV1alpha1().Sandboxes(ns).Patch(ctx, sb.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	out := subscribe(t, ns)
+	start := time.Now()
+	publishDirect(t, sb)
+	ev := oneEach(t, out, 1)["pinned"]
+	t.Logf("%s after %s: %s", ev.Type, time.Since(start).Round(time.Millisecond), ev.Data.Message)
+	if ev.Type != events.TypeFailed || ev.Data.Reason != agentsv1alpha1.UpgradingReasonPreUpgradeFailed {
+		t.Fatalf("%s %s, want failed PreUpgradeFailed", ev.Type, ev.Data.Reason)
+	}
+	for _, want := range []string{upgrade.AnnotationAttemptHooks, words, "the pod keeps running", "then change spec.template again"} {
+		if !strings.Contains(ev.Data.Message, want) {
+			t.Errorf("message %q lacks %q", ev.Data.Message, want)
+		}
+	}
+	pods, err := testenv.Get(t).Kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 || pods.Items[0].DeletionTimestamp != nil {
+		t.Errorf("pods after the refused pin: %d, want the old one untouched", len(pods.Items))
 	}
 }

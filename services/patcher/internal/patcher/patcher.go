@@ -3,6 +3,7 @@ package patcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -217,6 +218,9 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		for _, pin := range []func(context.Context, *agentsv1alpha1.Sandbox, string) (string, error){p.pinDirectHooks, p.pinDirectCheckpointRestore} {
 			written, err := pin(ctx, sb, d.Attempt)
+			if refused := (*pinRefused)(nil); errors.As(err, &refused) {
+				return p.fail(ctx, ev, refused.message(sb))
+			}
 			if err != nil {
 				return err
 			}

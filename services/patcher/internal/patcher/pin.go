@@ -45,7 +45,7 @@ func (p *Patcher) pinDirectHooks(ctx context.Context, sb *agentsv1alpha1.Sandbox
 	}
 	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
 	if err != nil {
-		return "", fmt.Errorf("fix the hooks of direct attempt %s on sandbox %s/%s (annotation %s): %w", attempt, sb.Namespace, sb.Name, upgrade.AnnotationAttemptHooks, err)
+		return "", p.pinFailed(ctx, sb, "its hooks", upgrade.AnnotationAttemptHooks, err)
 	}
 	return written.ResourceVersion, nil
 }
@@ -65,7 +65,48 @@ func (p *Patcher) pinDirectCheckpointRestore(ctx context.Context, sb *agentsv1al
 	patch := upgrade.AnnotationPatch(upgrade.AnnotationUpgradeStrategy, value)
 	written, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return "", fmt.Errorf("write the strategy mark %q of sandbox %s/%s: %w", value, sb.Namespace, sb.Name, err)
+		return "", p.pinFailed(ctx, sb, "its CheckpointRestore strategy", upgrade.AnnotationUpgradeStrategy, err)
 	}
 	return written.ResourceVersion, nil
+}
+
+// pinRefused is a pin of a direct attempt that the API server refused for
+// good (an admission policy or webhook on annotation writes, the patcher's
+// RBAC): the attempt cannot start safely, and fails at once rather than at
+// the watchdog's deadline after redeliveries that are refused alike.
+type pinRefused struct {
+	what, annotation, words string
+}
+
+func (e *pinRefused) Error() string {
+	return fmt.Sprintf("the API server refused annotation %s, which fixes %s: %s", e.annotation, e.what, e.words)
+}
+
+// message is the attempt's failure for the user: what was refused, that
+// nothing changed, and the way on.
+func (e *pinRefused) message(sb *agentsv1alpha1.Sandbox) string {
+	return fmt.Sprintf("the API server refused annotation %s on sandbox %s/%s, which fixes %s for this direct upgrade as it begins: %s; nothing was changed, preUpgrade did not run and the pod keeps running: let molt's patcher write molt.dev/ annotations on Sandboxes (an admission policy or webhook, or the patcher's RBAC), then change spec.template again to upgrade",
+		e.annotation, sb.Namespace, sb.Name, e.what, e.words)
+}
+
+// pinFailed is the error of a pin's write: a *pinRefused when the API server
+// refused it for good and the sandbox is still the one read (the same uid,
+// not being deleted, its spec at the generation read: the attempt is still
+// the sandbox's latest); otherwise an error to retry on, which reads the
+// sandbox again (a sandbox created again under the name fails the pin's uid
+// test, which is Invalid too).
+func (p *Patcher) pinFailed(ctx context.Context, sb *agentsv1alpha1.Sandbox, what, annotation string, err error) error {
+	wrapped := fmt.Errorf("write annotation %s of sandbox %s/%s, which fixes %s: %w", annotation, sb.Namespace, sb.Name, what, err)
+	words := upgrade.Refusal(err)
+	if words == "" {
+		return wrapped
+	}
+	now, gerr := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	switch {
+	case gerr != nil:
+		return fmt.Errorf("%w; then get it: %w", wrapped, gerr)
+	case now.UID != sb.UID || now.DeletionTimestamp != nil || now.Generation != sb.Generation:
+		return fmt.Errorf("%w (the sandbox changed since read: will read it again)", wrapped)
+	}
+	return &pinRefused{what: what, annotation: annotation, words: words}
 }
