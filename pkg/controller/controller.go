@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -111,7 +112,13 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	if err := c.sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case apierrors.IsConflict(err):
+			// Another writer moved the object since it was read: the
+			// retry reads it again. Routine, not an error to page on.
+			klog.FromContext(ctx).V(1).Info("sync met a newer version of the object, will retry", "controller", c.name, "key", key, "err", err)
+		default:
 			klog.FromContext(ctx).Error(err, "sync failed, will retry", "controller", c.name, "key", key)
 		}
 		c.queue.AddRateLimited(key)
