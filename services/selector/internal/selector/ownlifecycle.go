@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,7 +32,7 @@ import (
 // upgrade is requested (beforeRequest, once the direct loop has found that
 // no attempt requested earlier runs), so a direct attempt never starts with
 // the hooks of an ops that is done: its preUpgrade and postUpgrade are both
-// the sandbox's own. The one JSON patch carries the resourceVersion read as
+// the sandbox's own. The one merge patch carries the resourceVersion read as
 // a precondition: an ops that claims the sandbox meanwhile, or a spec edited
 // since, makes it fail (Conflict), and the sandbox is looked at again as it
 // is then. A spec.lifecycle someone changed since the ops wrote it stays;
@@ -61,8 +62,11 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 			return false, err
 		}
 	}
-	body := ownLifecyclePatch(sb, own, restore)
-	_, err := d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+	body, err := ownLifecyclePatch(sb, own, restore)
+	if err != nil {
+		return false, fmt.Errorf("encode the own spec.lifecycle of sandbox %s (annotation %s): %w", key, upgrade.AnnotationOwnLifecycle, err)
+	}
+	_, err = d.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}
@@ -93,30 +97,46 @@ func (d *direct) ownLifecycleBack(ctx context.Context, key string, sb *agentsv1a
 	return true, nil
 }
 
-// ownLifecyclePatch is ownLifecycleBack's JSON patch: the resourceVersion
-// read, which the API server takes as a precondition (Conflict when the
-// sandbox changed since, or is another of the name: a refusal is told apart
-// by its code, with no read the selector's RBAC would need), own in
-// spec.lifecycle when restore (removed when own is nil), and the annotation
-// removed.
-func ownLifecyclePatch(sb *agentsv1alpha1.Sandbox, own *agentsv1alpha1.SandboxLifecycle, restore bool) []byte {
-	type op struct {
-		Op    string `json:"op"`
-		Path  string `json:"path"`
-		Value any    `json:"value,omitempty"`
+// ownLifecyclePatch is ownLifecycleBack's JSON merge patch: the
+// resourceVersion read, which the API server takes as a precondition
+// (Conflict when the sandbox changed since, or is another of the name: a
+// refusal is told apart by its code, with no read the selector's RBAC would
+// need), the annotation removed, and, when restore, spec.lifecycle made own
+// (removed when own is nil). A merge patch applies to any sandbox (removing
+// what is not there changes nothing), so a copy read before the last write,
+// the selector's own restore, meets the precondition as a Conflict, not as
+// an Invalid patch that would pass for a refusal.
+func ownLifecyclePatch(sb *agentsv1alpha1.Sandbox, own *agentsv1alpha1.SandboxLifecycle, restore bool) ([]byte, error) {
+	patch := map[string]any{"metadata": map[string]any{
+		"resourceVersion": sb.ResourceVersion,
+		"annotations":     map[string]any{upgrade.AnnotationOwnLifecycle: nil},
+	}}
+	if restore {
+		lifecycle, err := lifecycleMergePatch(sb.Spec.Lifecycle, own)
+		if err != nil {
+			return nil, err
+		}
+		patch["spec"] = map[string]any{"lifecycle": lifecycle}
 	}
-	ops := []op{{Op: "replace", Path: "/metadata/resourceVersion", Value: sb.ResourceVersion}}
-	switch {
-	case !restore:
-	case own != nil:
-		ops = append(ops, op{Op: "add", Path: "/spec/lifecycle", Value: own})
-	case sb.Spec.Lifecycle != nil:
-		ops = append(ops, op{Op: "remove", Path: "/spec/lifecycle"})
+	return json.Marshal(patch)
+}
+
+// lifecycleMergePatch is the merge patch that makes spec.lifecycle to of
+// from: null for a field to lacks at any depth, so no hook of from survives
+// beside to's.
+func lifecycleMergePatch(from, to *agentsv1alpha1.SandboxLifecycle) (json.RawMessage, error) {
+	if to == nil {
+		return json.RawMessage("null"), nil
 	}
-	ops = append(ops, op{Op: "remove", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOwnLifecycle)})
-	// Strings and a lifecycle of strings and ints always encode.
-	b, _ := json.Marshal(ops)
-	return b
+	toJSON, err := json.Marshal(to)
+	if err != nil || from == nil {
+		return toJSON, err
+	}
+	fromJSON, err := json.Marshal(from)
+	if err != nil {
+		return nil, err
+	}
+	return jsonpatch.CreateMergePatch(fromJSON, toJSON)
 }
 
 // opsEndedHandler maps an ops that ends (Completed, Failed, or gone) to the

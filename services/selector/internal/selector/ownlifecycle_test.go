@@ -2,10 +2,12 @@ package selector
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,15 +188,64 @@ func TestOwnLifecyclePatchNeedsTheSandboxAsRead(t *testing.T) {
 	f.asPatched("stale", own, opsHooks, nil)
 	read := f.getSandbox("stale")
 	f.updateSandbox("stale", func(sb *agentsv1alpha1.Sandbox) { sb.Labels["touched"] = "yes" })
-	_, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, "stale", types.JSONPatchType, ownLifecyclePatch(read, own, true), metav1.PatchOptions{})
-	if !apierrors.IsConflict(err) {
+	restore := func(sb *agentsv1alpha1.Sandbox) error {
+		body, err := ownLifecyclePatch(sb, own, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, "stale", types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	}
+	if err := restore(read); !apierrors.IsConflict(err) {
 		t.Fatalf("patch of a sandbox changed since read: %v, want Conflict", err)
 	}
 	if sb := f.getSandbox("stale"); !equality.Semantic.DeepEqual(sb.Spec.Lifecycle, opsHooks) || sb.Annotations[upgrade.AnnotationOwnLifecycle] == "" {
 		t.Errorf("the refused patch wrote: lifecycle %+v, annotations %v", sb.Spec.Lifecycle, sb.Annotations)
 	}
-	if _, err := f.agents.AgentsV1alpha1().Sandboxes(f.ns).Patch(ctx, "stale", types.JSONPatchType, ownLifecyclePatch(f.getSandbox("stale"), own, true), metav1.PatchOptions{}); err != nil {
+	read = f.getSandbox("stale")
+	if err := restore(read); err != nil {
 		t.Fatalf("patch of the sandbox as read: %v", err)
 	}
 	f.waitLifecycle("stale", own)
+	// The copy read before that restore (a cache not caught up yet) meets
+	// a Conflict too, not an Invalid patch that would pass for a refusal.
+	if err := restore(read); !apierrors.IsConflict(err) {
+		t.Errorf("restore again from the copy read before the restore: %v, want Conflict", err)
+	}
+}
+
+// The merge patch of spec.lifecycle leaves exactly the sandbox's own hooks:
+// an ops's hook, or a field of one, that the own hooks lack is removed, not
+// merged beside them.
+func TestLifecycleMergePatchLeavesOnlyTheOwnHooks(t *testing.T) {
+	exec := func(cmd string) *agentsv1alpha1.UpgradeAction {
+		return &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"sh", "-c", cmd}}}
+	}
+	opsHooks := &agentsv1alpha1.SandboxLifecycle{PreUpgrade: exec("ops backup"), PostUpgrade: exec("ops restore")}
+	opsHooks.PreUpgrade.TimeoutSeconds = 30
+	for _, own := range []*agentsv1alpha1.SandboxLifecycle{
+		{PostUpgrade: exec("own restore")},
+		{PreUpgrade: exec("own backup"), PostUpgrade: exec("own restore")},
+		nil,
+	} {
+		patch, err := lifecycleMergePatch(opsHooks, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, err := json.Marshal(agentsv1alpha1.SandboxSpec{Lifecycle: opsHooks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged, err := jsonpatch.MergePatch(from, []byte(`{"lifecycle":`+string(patch)+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got agentsv1alpha1.SandboxSpec
+		if err := json.Unmarshal(merged, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got.Lifecycle, own) {
+			t.Errorf("merge patch %s made lifecycle %s, want %+v", patch, merged, own)
+		}
+	}
 }
