@@ -79,7 +79,11 @@ func ownHooksReplaced(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selectio
 // spec.lifecycle (their own, or one an earlier ops wrote) when ops has none:
 // an ops's hooks replace the sandbox's for its upgrade, so nothing is backed
 // up and, outside persistent volumes, their workspaces are lost (a walk
-// expected the sandboxes' own hooks to run).
+// expected the sandboxes' own hooks to run). A resume of a failure past the
+// backup is not one: the failed attempt's preUpgrade took it, and the
+// resume goes on after it (the guides' postUpgrade-only ops for a
+// PostUpgradeFailed sandbox; a walk was told to add the preUpgrade they
+// leave out).
 func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
 	if lc := ops.Spec.Lifecycle; lc != nil && lc.PreUpgrade != nil {
 		return nil
@@ -87,10 +91,20 @@ func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []
 	var out []string
 	for _, c := range sel.Candidates {
 		sb := c.Sandbox
-		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil {
+		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil || resumesPastBackup(c) {
 			continue
 		}
 		out = append(out, sb.Name)
 	}
 	return out
+}
+
+// resumesPastBackup reports whether c resumes a failed attempt from a stage
+// after its backup (upgrade.ResumeStage of its failure).
+func resumesPastBackup(c upgrade.Candidate) bool {
+	if !c.Resume {
+		return false
+	}
+	reason, ok := upgrade.ReasonFor(c.Sandbox, upgrade.CurrentAttempt(c.Sandbox))
+	return ok && upgrade.Rank(upgrade.ResumeStage(reason)) > upgrade.Rank(agentsv1alpha1.UpgradingReasonPreUpgrade)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
@@ -91,13 +93,25 @@ func TestHooksNotRun(t *testing.T) {
 		sb.Name, sb.Spec.Lifecycle = name, lc
 		return sb
 	}
+	failed := func(sb *agentsv1alpha1.Sandbox, reason string) *agentsv1alpha1.Sandbox {
+		sb.Status.Conditions = []metav1.Condition{
+			{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "failed-attempt"},
+			{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+		}
+		return sb
+	}
 	sel := upgrade.Selection{Candidates: []upgrade.Candidate{
 		{Sandbox: sandbox("hooked", &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook})},
 		{Sandbox: sandbox("plain", nil)},
 		{Sandbox: sandbox("done", &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}), State: upgrade.Updated},
+		{Sandbox: failed(sandbox("post-failed", &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}), agentsv1alpha1.UpgradingReasonPostUpgradeFailed), Resume: true},
+		{Sandbox: failed(sandbox("pre-failed", &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}), agentsv1alpha1.UpgradingReasonPreUpgradeFailed), Resume: true},
 	}}
-	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked"}) {
-		t.Errorf("hooksNotRun of an ops without hooks = %v, want [hooked]", got)
+	// A PostUpgradeFailed sandbox resumed by a postUpgrade-only ops (the
+	// guides' way) was backed up by the failed attempt: no warning. One
+	// that failed before its backup is backed up by nothing.
+	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked", "pre-failed"}) {
+		t.Errorf("hooksNotRun of an ops without hooks = %v, want [hooked pre-failed]", got)
 	}
 	withHooks := &agentsv1alpha1.SandboxUpdateOps{}
 	withHooks.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}
