@@ -385,7 +385,7 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 	w.mu.Unlock()
 	w.s.metrics.redrives.WithLabelValues(stage).Inc()
 	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again; %s",
-		stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type, stageHandledBy(stage))
+		stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type, stageHandledBy(sb, stage))
 	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
 	return nil
 }
@@ -478,8 +478,11 @@ func (w *watchdog) fail(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt
 
 // stageHandledBy says, for a person, which of molt's services takes stage's
 // input, and where to look if the stage stalls again.
-func stageHandledBy(stage string) string {
+func stageHandledBy(sb *agentsv1alpha1.Sandbox, stage string) string {
 	consumers := "patcher` (then `hookrunner`, once it is patched)"
+	if patchedForAttempt(sb) {
+		consumers = "hookrunner` (the sandbox is patched for this upgrade: the patcher passes the request on to it)"
+	}
 	switch stage {
 	case agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed:
 		consumers = "patcher`"
@@ -489,6 +492,15 @@ func stageHandledBy(stage string) string {
 		consumers = "hookrunner-post`"
 	}
 	return "if it stalls again, check that the service behind the consumer runs and reaches NATS (`make status` or `kubectl get pods -n molt-system`, its /readyz and log; `nats consumer info MOLT_EVENTS " + consumers + ")"
+}
+
+// patchedForAttempt reports whether the patcher has written sb for the
+// attempt its status shows (its hooks pinned, upgrade.HooksFixedFor, in the
+// same write as an ops's spec): a PreUpgrade that stalls since waits on
+// hookrunner.
+func patchedForAttempt(sb *agentsv1alpha1.Sandbox) bool {
+	attempt := upgrade.CurrentAttempt(sb)
+	return attempt != "" && upgrade.HooksFixedFor(sb) == attempt
 }
 
 // missing says, for a person, which report did not arrive for stage.
@@ -528,6 +540,9 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 			// Deleted meanwhile (a backup may have been taken before, its
 			// report lost with the pod's done mark).
 			pod = "the sandbox has no pod now, and the resume may back up the pod it gets next where the last backup is: copy a backup that must be kept away first"
+		}
+		if patchedForAttempt(sb) {
+			return "the patcher patched the sandbox for this upgrade, and statusagg received no report that its preUpgrade hook ended (hookrunner did not send one, or NATS did not deliver it); check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`; " + pod + ": create a new SandboxUpdateOps to resume"
 		}
 		return "statusagg received no report that the preUpgrade hook ended (the patcher or hookrunner did not send one, or NATS did not deliver it); check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); " + pod + ": create a new SandboxUpdateOps to resume"
 	}

@@ -279,8 +279,30 @@ func TestStageHandledByNamesTheConsumer(t *testing.T) {
 		agentsv1alpha1.UpgradingReasonCheckpointing: "MOLT_EVENTS podcycler`",
 		agentsv1alpha1.UpgradingReasonPostUpgrade:   "MOLT_EVENTS hookrunner-post`",
 	} {
-		if got := stageHandledBy(stage); !strings.Contains(got, want) {
+		if got := stageHandledBy(&agentsv1alpha1.Sandbox{}, stage); !strings.Contains(got, want) {
 			t.Errorf("stageHandledBy(%s) = %q; want it to name %q", stage, got, want)
 		}
+	}
+}
+
+// A PreUpgrade that stalls after the patcher patched the sandbox for the
+// attempt waits on hookrunner: its Event and failure name hookrunner's
+// consumer, not the patcher's (a walk with hookrunner down was sent to the
+// patcher's empty consumer first).
+func TestStalledPreUpgradeAfterThePatchNamesHookrunner(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", Annotations: map[string]string{
+		upgrade.AnnotationAttemptHooks: upgrade.AttemptHooksValue("ops-uid", nil)}}}
+	sb.Status.Conditions = []metav1.Condition{{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade, Message: "ops-uid"}}
+	if got := stageHandledBy(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "MOLT_EVENTS hookrunner`") || strings.Contains(got, "MOLT_EVENTS patcher`") {
+		t.Errorf("stageHandledBy of a patched sandbox = %q, want hookrunner's consumer alone", got)
+	}
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	w := &watchdog{s: &server{pods: corelisters.NewPodLister(pods)}}
+	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "MOLT_EVENTS hookrunner`") || strings.Contains(got, "MOLT_EVENTS patcher`") {
+		t.Errorf("missing of a patched sandbox = %q, want hookrunner's consumer alone", got)
+	}
+	sb.Annotations[upgrade.AnnotationAttemptHooks] = upgrade.AttemptHooksValue("an-older-attempt", nil)
+	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "MOLT_EVENTS patcher`") {
+		t.Errorf("missing of a sandbox not patched for its attempt = %q, want the patcher's consumer", got)
 	}
 }
