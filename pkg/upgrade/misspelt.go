@@ -75,8 +75,9 @@ const maxMisspelling = 2
 
 // MisspeltContainers describes each container or init container that patch
 // adds to tpl (AddedContainers) the way a misspelt name of one of tpl's
-// containers does ("sandbx" for "sandbox"): the entry has nothing but a name
-// and an image; the name is at most maxMisspelling edits (one for names of
+// containers does ("sandbx" for "sandbox"): the entry has a name and an
+// image (and may carry more: a typo brings the fields meant for the real
+// container along, an env or resources); the name is at most maxMisspelling edits (one for names of
 // four characters or fewer) from a container of the same list that the patch
 // does not name itself; the two images are of the same repository (a new tag
 // of the real container's image); and the names do not differ only in a
@@ -94,8 +95,8 @@ func MisspeltContainers(tpl *corev1.PodTemplateSpec, patch []byte) []string {
 		}
 		for _, e := range list.entries {
 			var name, image string
-			if json.Unmarshal(e["name"], &name) != nil || name == "" || len(e) != 2 || json.Unmarshal(e["image"], &image) != nil {
-				continue // a directive, or more than a name and an image
+			if json.Unmarshal(e["name"], &name) != nil || name == "" || json.Unmarshal(e["image"], &image) != nil || image == "" {
+				continue // a directive, or an entry with no image
 			}
 			if slices.ContainsFunc(list.have, func(c corev1.Container) bool { return c.Name == name }) {
 				continue

@@ -10,8 +10,10 @@ import (
 // A container the patch adds with only a new tag of a template container's
 // image, under a name a letter or two from that container's, reads as a
 // misspelling; a new container with a name of its own or another image, a
-// numbered sibling, one beside the container the patch updates, one that
-// says more than its image, and a $patch directive do not.
+// numbered sibling, one beside the container the patch updates, one with no
+// image, and a $patch directive do not. One that says more than its image
+// does too: a typo brings the fields meant for the real container along (a
+// walk's `sandbx` with an env ended Completed, the real container unchanged).
 func TestMisspeltContainers(t *testing.T) {
 	tpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "sandbox", Image: "my-registry/sandbox-image:v1"}, {Name: "agent-runtime", Image: "my-registry/runtime:v1"},
@@ -33,7 +35,8 @@ func TestMisspeltContainers(t *testing.T) {
 		{"a short name two edits off", `{"spec":{"containers":[{"name":"axe","image":"example/app:v2"}]}}`, nil},
 		{"a numbered sibling", `{"spec":{"containers":[{"name":"worker-2","image":"example/worker:v2"}]}}`, nil},
 		{"a second container beside the one patched", `{"spec":{"containers":[{"name":"sandbox","image":"my-registry/sandbox-image:v2"},{"name":"sandbx","image":"my-registry/sandbox-image:v2"}]}}`, nil},
-		{"a new container that says more than its image", `{"spec":{"containers":[{"name":"sandbx","image":"my-registry/sandbox-image:v2","args":["--serve"]}]}}`, nil},
+		{"a misspelling that says more than its image", `{"spec":{"containers":[{"name":"sandbx","image":"my-registry/sandbox-image:v2","env":[{"name":"LOG_LEVEL","value":"debug"}]}]}}`, []string{"containers/sandbx (1 edit from containers/sandbox)"}},
+		{"a misspelling with no image", `{"spec":{"containers":[{"name":"sandbx","env":[{"name":"LOG_LEVEL","value":"debug"}]}]}}`, nil},
 		{"a delete directive", `{"spec":{"containers":[{"name":"sandbx","$patch":"delete"}]}}`, nil},
 		{"no containers", `{"metadata":{"annotations":{"a":"b"}}}`, nil},
 	} {
