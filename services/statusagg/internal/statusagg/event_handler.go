@@ -260,10 +260,32 @@ func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 		s.recorder.Eventf(sb, corev1.EventTypeWarning, tr.To, "upgrade by %s failed in %s: %s", by, upgrade.StageOfFailure(tr.To), msg)
 	case tr.To == agentsv1alpha1.UpgradingReasonSucceeded:
 		s.recorder.Eventf(sb, corev1.EventTypeNormal, EventUpgradeSucceeded, "upgrade by %s succeeded (attempt %s)", by, tr.Attempt)
+		if edited := templateEditedUnder(sb, s.podOf(sb), tr.Attempt); edited != "" {
+			s.recorder.Eventf(sb, corev1.EventTypeWarning, EventTemplateEditedDuringUpgrade, "upgrade by %s (attempt %s): %s", by, tr.Attempt, edited)
+		}
 	}
 	if tr.Note != "" {
 		s.recorder.Eventf(sb, corev1.EventTypeWarning, EventPreUpgradeNote, "upgrade by %s (attempt %s): %s", by, tr.Attempt, tr.Note)
 	}
+}
+
+// templateEditedUnder says, for an ops's attempt that succeeded on sb, that
+// spec.template was changed after the attempt built pod from the patched
+// one: without spec.upgradePolicy nothing rolls the edit out until the pod
+// is next made, with no hooks, and the sandbox's status says Succeeded. ""
+// when the pod runs the template, or the sandbox upgrades itself (its
+// direct loop rolls the edit out).
+func templateEditedUnder(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod, attempt string) string {
+	if strings.HasPrefix(attempt, upgrade.DirectAttemptPrefix) || sb.Spec.UpgradePolicy != nil || !upgrade.BuiltBy(pod, attempt) {
+		return ""
+	}
+	built := pod.Labels[agentsv1alpha1.LabelPodTemplateHash]
+	now, err := upgrade.Revision(sb.Spec.Template)
+	if err != nil || built == "" || built == now {
+		return ""
+	}
+	return fmt.Sprintf("spec.template was changed while the upgrade ran (now revision %s); pod %s runs revision %s, the one the upgrade built, and the edit applies only to the sandbox's next pod, with no hooks: to roll it out now with a backup, set spec.template back and apply the change as a SandboxUpdateOps (`kubectl molt plan -f FILE` shows it), or set spec.upgradePolicy.type Recreate with spec.lifecycle hooks so the sandbox upgrades itself to it",
+		now, pod.Name, built)
 }
 
 // failureEventMessage is a failed transition's message for its Warning

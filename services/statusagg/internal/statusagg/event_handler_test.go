@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -117,7 +119,7 @@ func TestRecordWrittenKeepsTheDecidedOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := record.NewFakeRecorder(10)
-	s := &server{metrics: m, clock: newStageClock(), recorder: rec}
+	s := &server{metrics: m, clock: newStageClock(), recorder: rec, pods: podLister(t)}
 	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb", UID: "uid"}}
 	const key, attempt = "ns/sb", "a"
 	t0 := time.Unix(1000, 0)
@@ -177,5 +179,71 @@ func TestResumedAttemptsStartSaysWhatItResumes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Events:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// podLister is a pod lister of pods.
+func podLister(t *testing.T, pods ...*corev1.Pod) corelisters.PodLister {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, pod := range pods {
+		if err := idx.Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return corelisters.NewPodLister(idx)
+}
+
+// An ops's attempt that succeeds on a sandbox whose spec.template was edited
+// after the attempt built its pod says so in a Warning Event: the pod does
+// not run the template, and nothing rolls the edit out (a walk's edit in
+// PostUpgrade ended Succeeded with the drift shown nowhere). Not when the
+// pod runs the template, nor when the sandbox upgrades itself.
+func TestTemplateEditedDuringTheUpgradeIsTold(t *testing.T) {
+	tpl := func(image string) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
+	}
+	built, err := upgrade.Revision(tpl("img:v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller := true
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb",
+		Labels:          map[string]string{agentsv1alpha1.LabelPodTemplateHash: built},
+		Annotations:     map[string]string{upgrade.AnnotationPodAttempt: "ops-uid"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Sandbox", Name: "sb", UID: "uid", Controller: &controller}}}}
+	for _, tc := range []struct {
+		name   string
+		image  string
+		policy bool
+		want   bool
+	}{
+		{"edited after the pod was built", "img:v9", false, true},
+		{"the pod runs the template", "img:v2", false, false},
+		{"edited, and the sandbox upgrades itself", "img:v9", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := record.NewFakeRecorder(10)
+			s := &server{recorder: rec, pods: podLister(t, pod)}
+			sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb", UID: "uid", Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "up"}}}
+			sb.Spec.Template = tpl(tc.image)
+			if tc.policy {
+				sb.Spec.UpgradePolicy = &agentsv1alpha1.SandboxUpgradePolicy{Type: agentsv1alpha1.UpgradeTypeRecreate}
+			}
+			s.announce(sb, transition{Attempt: "ops-uid", From: agentsv1alpha1.UpgradingReasonPostUpgrade, To: agentsv1alpha1.UpgradingReasonSucceeded})
+			close(rec.Events)
+			var warned string
+			for e := range rec.Events {
+				if strings.HasPrefix(e, "Warning "+EventTemplateEditedDuringUpgrade) {
+					warned = e
+				}
+			}
+			if (warned != "") != tc.want {
+				t.Fatalf("Warning %s: %q, want one: %v", EventTemplateEditedDuringUpgrade, warned, tc.want)
+			}
+			if tc.want && (!strings.Contains(warned, "pod sb runs revision "+built) || !strings.Contains(warned, "spec.upgradePolicy.type Recreate")) {
+				t.Errorf("the Event %q does not say what the pod runs and the way on", warned)
+			}
+		})
 	}
 }

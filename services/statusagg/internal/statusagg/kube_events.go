@@ -42,6 +42,11 @@ const (
 	EventUpgradeStarted = "UpgradeStarted"
 	// EventUpgradeSucceeded: a sandbox's attempt reached Succeeded.
 	EventUpgradeSucceeded = "UpgradeSucceeded"
+	// EventTemplateEditedDuringUpgrade (Warning, on the sandbox): an ops's
+	// attempt succeeded, and spec.template was changed after it built the
+	// new pod: the pod does not run the template, and nothing rolls the
+	// edit out (no spec.upgradePolicy).
+	EventTemplateEditedDuringUpgrade = "TemplateEditedDuringUpgrade"
 	// A sandbox's attempt that ends in a failure is announced by a Warning
 	// Event whose reason is the failed reason itself (PreUpgradeFailed,
 	// UpgradePodFailed, ...), as upstream's is; the message is the failure's.
