@@ -152,7 +152,7 @@ func TestSandboxUpdateOpsCreateValidation(t *testing.T) {
 		{name: "maxUnavailable word", path: "spec.updateStrategy.maxUnavailable", value: "two",
 			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: "two": maxUnavailable must be a non-negative integer or a percentage like "10%"`},
 		{name: "maxUnavailable quoted integer", path: "spec.updateStrategy.maxUnavailable", value: "2",
-			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: "2": maxUnavailable must be a non-negative integer`},
+			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value: "2": maxUnavailable must be a non-negative integer or a percentage like "10%" (0% to 100%); write a count without quotes (1, not "1")`},
 		{name: "maxUnavailable fraction percent", path: "spec.updateStrategy.maxUnavailable", value: "1.5%",
 			wantErr: `spec.updateStrategy.maxUnavailable: Invalid value`},
 		{name: "strategy type unknown", path: "spec.updateStrategy.type", value: "InPlace",

@@ -111,7 +111,7 @@ type SandboxUpdateOpsStrategy struct {
 	// up. Unset, 0, "0%" or a result of 0 all mean 1.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailable must be a non-negative integer or a percentage like \"10%\" (0% to 100%)"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="maxUnavailable must be a non-negative integer or a percentage like \"10%\" (0% to 100%); write a count without quotes (1, not \"1\")"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
 
