@@ -272,7 +272,13 @@ func (a *app) statusExit(s Summary, o statusOptions) error {
 	msg := ""
 	if c := s.stopCause(); o.output != "json" && c != nil {
 		// A spec that cannot work: a retry keeps it, and fails the same way.
-		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed (%s): %s", s.Namespace, s.Name, c.Reason, c.Message)
+		// Named as `kubectl get` and the README name it: InvalidPatch
+		// (its condition's type), InvalidSpec (Progressing's reason).
+		why := c.Reason
+		if c.Type != agentsv1alpha1.ConditionProgressing {
+			why = c.Type
+		}
+		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed (%s): %s", s.Namespace, s.Name, why, c.Message)
 	} else if o.output != "json" && s.ImageNotPulled != "" {
 		msg = fmt.Sprintf("SandboxUpdateOps %s/%s Failed: %d of %d sandboxes failed, %d not started; %s", s.Namespace, s.Name, s.Failed, s.Total, s.NotStarted, s.ImageNotPulled)
 	} else if o.output != "json" {
