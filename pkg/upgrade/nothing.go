@@ -11,7 +11,8 @@ import (
 )
 
 // NothingSelected says why a selection of the ops's namespace has no
-// candidate, for the ops's NothingToUpdate condition: how many of the
+// candidate ("no sandbox needs this patch" only when each already has the
+// patched template, "no sandbox was selected" otherwise), for the ops's NothingToUpdate condition: how many of the
 // namespace's sandboxes each rule left out, in the order the rules are
 // checked. A selector with a typo and a patch already applied both end with
 // nothing to update; only the message tells them apart. Unless every sandbox
@@ -19,7 +20,7 @@ import (
 // where to see each sandbox with why.
 func NothingSelected(namespace string, s Selection) string {
 	if len(s.Excluded) == 0 {
-		return fmt.Sprintf("no sandbox needs this patch: namespace %s has no sandbox (an ops selects only in its own namespace)", namespace)
+		return fmt.Sprintf("no sandbox was selected: namespace %s has no sandbox (an ops selects only in its own namespace)", namespace)
 	}
 	count := map[string]int{}
 	phases := map[string]int{}
@@ -62,11 +63,12 @@ func NothingSelected(namespace string, s Selection) string {
 	if len(s.Excluded) == 1 {
 		of = "of the 1 sandbox in namespace " + namespace
 	}
-	msg := "no sandbox needs this patch: " + of + ", " + strings.Join(parts, ", ")
-	if count[ExcludedNoNeed] < len(s.Excluded) {
-		msg += "; `kubectl molt plan -f <ops file>` lists each sandbox with why"
+	if count[ExcludedNoNeed] == len(s.Excluded) {
+		return "no sandbox needs this patch: " + of + ", " + strings.Join(parts, ", ")
 	}
-	return msg
+	// A rule left some out (a typo in the selector, most often): not a
+	// patch that is already there.
+	return "no sandbox was selected: " + of + ", " + strings.Join(parts, ", ") + "; `kubectl molt plan -f <ops file>` lists each sandbox with why"
 }
 
 // SelectsNothing reports whether s has no candidate and none of the

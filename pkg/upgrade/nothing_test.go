@@ -42,13 +42,13 @@ func TestNothingSelectedTellsATypoFromDone(t *testing.T) {
 		name:      "selector typo",
 		ops:       ops(map[string]string{"agents.kruise.io/sandbox-templte": "my-sandbox-pool"}),
 		sandboxes: sandboxes,
-		want: "no sandbox needs this patch: of the 4 sandboxes in namespace ns, 4 do not match spec.selector " +
+		want: "no sandbox was selected: of the 4 sandboxes in namespace ns, 4 do not match spec.selector " +
 			"(agents.kruise.io/sandbox-templte=my-sandbox-pool); `kubectl molt plan -f <ops file>` lists each sandbox with why",
 	}, {
 		name:      "state filter and done",
 		ops:       ops(pool),
 		sandboxes: sandboxes[1:],
-		want: "no sandbox needs this patch: of the 3 sandboxes in namespace ns, 2 are in a phase spec.stateFilter leaves out (Paused: 2), " +
+		want: "no sandbox was selected: of the 3 sandboxes in namespace ns, 2 are in a phase spec.stateFilter leaves out (Paused: 2), " +
 			"1 already has the patched template; `kubectl molt plan -f <ops file>` lists each sandbox with why",
 	}, {
 		name:      "applied twice",
@@ -58,7 +58,7 @@ func TestNothingSelectedTellsATypoFromDone(t *testing.T) {
 	}, {
 		name: "empty namespace",
 		ops:  ops(pool),
-		want: "no sandbox needs this patch: namespace ns has no sandbox (an ops selects only in its own namespace)",
+		want: "no sandbox was selected: namespace ns has no sandbox (an ops selects only in its own namespace)",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel, err := Select(tc.ops, tc.sandboxes, nil)

@@ -368,7 +368,7 @@ func TestStatusSaysWhyAnOpsStopped(t *testing.T) {
 			{Type: "InvalidPatch", Status: metav1.ConditionTrue, Reason: "PatchRefused", Message: "spec.containers[0].image: Invalid value: \"My-Registry/App:V2\""}},
 			"My-Registry/App:V2", "Failed (InvalidPatch): spec.containers[0].image"},
 		{"nothing selected", "Completed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "NothingSelected",
-			Message: "nothing was upgraded: no sandbox needs this patch: of the 2 sandboxes in namespace default, 2 do not match spec.selector (app=sandbx)"}},
+			Message: "nothing was upgraded: no sandbox was selected: of the 2 sandboxes in namespace default, 2 do not match spec.selector (app=sandbx)"}},
 			"2 do not match spec.selector", "Completed without upgrading any sandbox (NothingSelected): nothing was upgraded"},
 		{"applied again", "Completed", []metav1.Condition{{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "NothingToUpdate",
 			Message: "no sandbox needs this patch: of the 2 sandboxes in namespace default, 2 already have the patched template"}}, "2 already have the patched template", ""},

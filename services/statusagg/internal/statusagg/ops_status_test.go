@@ -393,11 +393,11 @@ func TestNothingSelectedIsToldApartFromNothingToUpdate(t *testing.T) {
 		reason, event, start string
 	}{
 		{"a selector with a typo", []upgrade.Exclusion{box("a", upgrade.ExcludedSelector), box("b", upgrade.ExcludedSelector)},
-			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox needs this patch: of the 2 sandboxes in namespace ns, 2 do not match spec.selector (app=sandbx)"},
+			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox was selected: of the 2 sandboxes in namespace ns, 2 do not match spec.selector (app=sandbx)"},
 		{"a namespace without sandboxes", nil,
-			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox needs this patch: namespace ns has no sandbox"},
+			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox was selected: namespace ns has no sandbox"},
 		{"applied again", []upgrade.Exclusion{box("a", upgrade.ExcludedSelector), box("b", upgrade.ExcludedNoNeed)},
-			agentsv1alpha1.ProgressingReasonNothingToUpdate, EventOpsCompleted, "no sandbox needs this patch: of the 2 sandboxes in namespace ns, 1 does not match"},
+			agentsv1alpha1.ProgressingReasonNothingToUpdate, EventOpsCompleted, "no sandbox was selected: of the 2 sandboxes in namespace ns, 1 does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := desiredOpsStatus(ops, ops, upgrade.Selection{MaxUnavailable: 1, Excluded: tc.excluded}, nil)
