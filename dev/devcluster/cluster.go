@@ -288,6 +288,11 @@ func (c *Cluster) process(name string) *Process {
 	return nil
 }
 
+// ErrExitedAtStart is Start's error when a process of the cluster exited
+// before it answered: most often a port it was given was taken meanwhile
+// by another process (ports are picked free, then bound by the child).
+var ErrExitedAtStart = errors.New("exited during start-up")
+
 // waitHTTP polls url until it answers 200, the process exits, or timeout.
 func waitHTTP(ctx context.Context, c *Cluster, name, url, token string, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
@@ -297,7 +302,7 @@ func waitHTTP(ctx context.Context, c *Cluster, name, url, token string, timeout 
 	var last error
 	for time.Now().Before(deadline) {
 		if p := c.process(name); p != nil && p.Exited() {
-			return fmt.Errorf("%s exited during start-up: %v (see %s)", name, p.Cmd.ProcessState, p.LogPath)
+			return fmt.Errorf("%s %w: %v (see %s)", name, ErrExitedAtStart, p.Cmd.ProcessState, p.LogPath)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

@@ -109,14 +109,28 @@ func Start() (*Env, error) {
 
 	startCtx, startCancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer startCancel()
-	cluster, err := devcluster.Start(startCtx, devcluster.Config{
-		BinDir:     binDir,
-		StateDir:   stateDir,
-		Nodes:      3,
-		KwokConfig: filepath.Join(root, "deploy", "kwok", "stages.yaml"),
-		PodCIDR:    pods.CIDR(),
-		CRDDir:     filepath.Join(root, "deploy", "crds"),
-	})
+	var cluster *devcluster.Cluster
+	for attempt := 1; ; attempt++ {
+		cluster, err = devcluster.Start(startCtx, devcluster.Config{
+			BinDir:     binDir,
+			StateDir:   stateDir,
+			Nodes:      3,
+			KwokConfig: filepath.Join(root, "deploy", "kwok", "stages.yaml"),
+			PodCIDR:    pods.CIDR(),
+			CRDDir:     filepath.Join(root, "deploy", "crds"),
+		})
+		if err == nil || attempt == 3 || !errors.Is(err, devcluster.ErrExitedAtStart) {
+			break
+		}
+		// A port picked free was taken by a test package starting beside
+		// this one before the child bound it: again, on new ports and a
+		// clean state.
+		fmt.Fprintf(os.Stderr, "testenv: %v; starting the control plane again\n", err)
+		if rerr := os.RemoveAll(stateDir); rerr != nil {
+			err = errors.Join(err, rerr)
+			break
+		}
+	}
 	if err != nil {
 		cancel()
 		pods.release()

@@ -168,7 +168,7 @@ func plural(n int, word string) string {
 // MisspellingNote is what AnnotationMisspeltContainer's value v means to a
 // user reading the ops's condition: why molt paused it, and the two ways on.
 func MisspellingNote(namespace, name, v string) string {
-	return fmt.Sprintf("molt paused this ops before its first sandbox: spec.patch adds %s, with only an image, which looks like a misspelt container name: as written, every upgraded pod would get it beside the real container, which would keep its old image. "+
+	return fmt.Sprintf("molt paused this ops before its first sandbox: spec.patch adds %s, with a new tag of that container's image, which looks like a misspelt container name: as written, every upgraded pod would get it beside the real container, which would keep its old image. "+
 		"If it is a typo, delete this ops and create one with the right name; if the new container is meant, resume the ops (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
 		strings.TrimSpace(v), name, namespace)
 }

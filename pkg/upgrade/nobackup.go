@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
@@ -48,6 +50,12 @@ func NoBackupNote(namespace, name, v string) string {
 // since, and whether that upgrade's backup is still there for this ops's
 // postUpgrade to restore is up to the hooks (guide 000's postUpgrade deletes
 // it once restored, so its rollback ops restores nothing).
+//
+// sel.PodOf gives a candidate's pod (nil when it has none or it is not known):
+// a failure after the backup whose original pod is still there (a new pod
+// the API server refused before the old one was deleted) is resumed from
+// PreUpgrade on it (ResumeAt), where this ops takes no backup of what it has
+// held since the failed attempt's.
 func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
 	lc := ops.Spec.Lifecycle
 	if lc == nil || lc.PostUpgrade == nil || lc.PreUpgrade != nil || len(ops.Spec.Patch.Raw) == 0 ||
@@ -60,7 +68,7 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 			continue
 		}
 		if failed, reason, ok := FailedAttempt(c.Sandbox); c.Resume && ok && ResumeStage(reason) != agentsv1alpha1.UpgradingReasonPreUpgrade &&
-			backedUp(c.Sandbox, failed) {
+			backedUp(c.Sandbox, failed) && !KeepsOriginalPod(c.Sandbox, sel.PodOf.of(c.Sandbox)) {
 			continue // its backup was taken by the attempt it resumes
 		}
 		if c.Resume && keepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
@@ -125,6 +133,32 @@ func Unprotected(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
 		return nil
 	}
 	return WithoutRestore(ops, sel)
+}
+
+// PodOf returns the pod a sandbox's controller reference proves its own,
+// nil when it has none (or the caller cannot know).
+type PodOf func(sb *agentsv1alpha1.Sandbox) *corev1.Pod
+
+// of is p's answer for sb; nil when p is.
+func (p PodOf) of(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
+	if p == nil {
+		return nil
+	}
+	return p(sb)
+}
+
+// KeepsOriginalPod reports whether pod, sb's pod, is one that neither the
+// failed attempt sb's status shows nor any it continued built (NewPodOf):
+// the original pod, still there (its replacement was refused before it was
+// deleted). A resume goes back to PreUpgrade on it (ResumeAt): its
+// workspace has moved on since the failed attempt's backup.
+func KeepsOriginalPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
+	if pod == nil || pod.DeletionTimestamp != nil {
+		return false
+	}
+	failed := CurrentAttempt(sb)
+	chain := append([]string{failed}, ResumedChain(sb, failed)...)
+	return !slices.ContainsFunc(chain, func(a string) bool { return NewPodOf(pod, a) })
 }
 
 // keepsItsPod reports whether sb, resuming a failure from before its backup,

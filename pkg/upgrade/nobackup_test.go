@@ -67,6 +67,20 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 	if got := WithoutBackup(ops, sel); !slices.Equal(got, want) {
 		t.Errorf("withoutBackup = %v, want %v", got, want)
 	}
+	// pod-failed's new pod was refused before its old one was deleted: the
+	// resume backs that original pod up again (ResumeAt), and this ops,
+	// with no preUpgrade, takes nothing of what it held since (a review).
+	// A pod the failed attempt built holds no workspace of its own.
+	pods := map[string]*corev1.Pod{
+		"pod-failed":  {ObjectMeta: metav1.ObjectMeta{Name: "pod-failed"}},
+		"post-failed": {ObjectMeta: metav1.ObjectMeta{Name: "post-failed", Annotations: map[string]string{AnnotationPodAttempt: "u1"}}},
+	}
+	sel.PodOf = func(sb *agentsv1alpha1.Sandbox) *corev1.Pod { return pods[sb.Name] }
+	want = []string{"fresh", "pod-failed", "pod-failed-unbacked", "pre-failed", "upgraded-with-backup", "upgraded-without-backup"}
+	if got := WithoutBackup(ops, sel); !slices.Equal(got, want) {
+		t.Errorf("withoutBackup with pod-failed's original pod still there = %v, want %v", got, want)
+	}
+	sel.PodOf = nil
 	withPre := ops.DeepCopy()
 	withPre.Spec.Lifecycle.PreUpgrade = &agentsv1alpha1.UpgradeAction{}
 	if got := WithoutBackup(withPre, sel); len(got) != 0 {

@@ -11,8 +11,9 @@ import (
 )
 
 // NothingSelected says why a selection of the ops's namespace has no
-// candidate ("no sandbox needs this patch" only when each already has the
-// patched template, "no sandbox was selected" otherwise), for the ops's NothingToUpdate condition: how many of the
+// candidate ("no sandbox needs this patch" when each already has the
+// patched template, "no sandbox was selected" when none has, "no selected
+// sandbox needs this patch" between), for the ops's NothingToUpdate condition: how many of the
 // namespace's sandboxes each rule left out, in the order the rules are
 // checked. A selector with a typo and a patch already applied both end with
 // nothing to update; only the message tells them apart. Unless every sandbox
@@ -63,12 +64,15 @@ func NothingSelected(namespace string, s Selection) string {
 	if len(s.Excluded) == 1 {
 		of = "of the 1 sandbox in namespace " + namespace
 	}
-	if count[ExcludedNoNeed] == len(s.Excluded) {
+	switch count[ExcludedNoNeed] {
+	case len(s.Excluded):
 		return "no sandbox needs this patch: " + of + ", " + strings.Join(parts, ", ")
+	case 0:
+		// Rules left every one out (a typo in the selector, most often):
+		// not a patch that is already there.
+		return "no sandbox was selected: " + of + ", " + strings.Join(parts, ", ") + "; `kubectl molt plan -f <ops file>` lists each sandbox with why"
 	}
-	// A rule left some out (a typo in the selector, most often): not a
-	// patch that is already there.
-	return "no sandbox was selected: " + of + ", " + strings.Join(parts, ", ") + "; `kubectl molt plan -f <ops file>` lists each sandbox with why"
+	return "no selected sandbox needs this patch: " + of + ", " + strings.Join(parts, ", ") + "; `kubectl molt plan -f <ops file>` lists each sandbox with why"
 }
 
 // SelectsNothing reports whether s has no candidate and none of the

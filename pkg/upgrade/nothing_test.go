@@ -48,7 +48,7 @@ func TestNothingSelectedTellsATypoFromDone(t *testing.T) {
 		name:      "state filter and done",
 		ops:       ops(pool),
 		sandboxes: sandboxes[1:],
-		want: "no sandbox was selected: of the 3 sandboxes in namespace ns, 2 are in a phase spec.stateFilter leaves out (Paused: 2), " +
+		want: "no selected sandbox needs this patch: of the 3 sandboxes in namespace ns, 2 are in a phase spec.stateFilter leaves out (Paused: 2), " +
 			"1 already has the patched template; `kubectl molt plan -f <ops file>` lists each sandbox with why",
 	}, {
 		name:      "applied twice",

@@ -46,6 +46,10 @@ type Selection struct {
 	Refused int
 	// MaxUnavailable is the resolved budget (at least 1).
 	MaxUnavailable int
+	// PodOf, set by a caller that knows the sandboxes' pods, tells whether
+	// a failed sandbox still has its original pod (WithoutBackup); nil
+	// when not known.
+	PodOf PodOf
 }
 
 // Exclusion is a sandbox Select leaves out, and why.

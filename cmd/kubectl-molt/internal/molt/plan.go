@@ -189,6 +189,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if err != nil {
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s: %v; the selector would admit no sandbox: fix the manifest", ns, ops.Name, err)}
 	}
+	sel.PodOf = sandboxPods(ctx, kube, ns, sel)
 	w := a.out
 	fmt.Fprintf(w, "Plan for SandboxUpdateOps %s/%s (dry run: nothing was changed)\n", ns, ops.Name)
 	if ended != "" {

@@ -1,10 +1,15 @@
 package molt
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
@@ -91,7 +96,7 @@ func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []
 	var out []string
 	for _, c := range sel.Candidates {
 		sb := c.Sandbox
-		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil || resumesPastBackup(c) {
+		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil || resumesPastBackup(c, sel.PodOf) {
 			continue
 		}
 		out = append(out, sb.Name)
@@ -100,11 +105,40 @@ func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []
 }
 
 // resumesPastBackup reports whether c resumes a failed attempt from a stage
-// after its backup (upgrade.ResumeStage of its failure).
-func resumesPastBackup(c upgrade.Candidate) bool {
+// after its backup (upgrade.ResumeStage of its failure), on a pod that
+// attempt built: its original pod still there (podOf; a new pod refused
+// before the old one was deleted) is backed up again (upgrade.ResumeAt),
+// and without a preUpgrade what it has held since the failed attempt's
+// backup is lost.
+func resumesPastBackup(c upgrade.Candidate, podOf upgrade.PodOf) bool {
 	if !c.Resume {
 		return false
 	}
 	reason, ok := upgrade.ReasonFor(c.Sandbox, upgrade.CurrentAttempt(c.Sandbox))
-	return ok && upgrade.Rank(upgrade.ResumeStage(reason)) > upgrade.Rank(agentsv1alpha1.UpgradingReasonPreUpgrade)
+	if !ok || upgrade.Rank(upgrade.ResumeStage(reason)) <= upgrade.Rank(agentsv1alpha1.UpgradingReasonPreUpgrade) {
+		return false
+	}
+	return podOf == nil || !upgrade.KeepsOriginalPod(c.Sandbox, podOf(c.Sandbox))
+}
+
+// sandboxPods is an upgrade.PodOf from the pods of namespace ns, listed once
+// when sel resumes a failed sandbox (a resume's first stage depends on its
+// pod); nil when it resumes none, or the pods cannot be listed (the checks
+// then take each resume at its failure's stage, as without them).
+func sandboxPods(ctx context.Context, kube kubernetes.Interface, ns string, sel upgrade.Selection) upgrade.PodOf {
+	if !slices.ContainsFunc(sel.Candidates, func(c upgrade.Candidate) bool { return c.Resume }) {
+		return nil
+	}
+	list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	return func(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
+		for i := range list.Items {
+			if pod := &list.Items[i]; pod.Name == sb.Name && upgrade.ControlledBy(pod, sb.UID) {
+				return pod
+			}
+		}
+		return nil
+	}
 }

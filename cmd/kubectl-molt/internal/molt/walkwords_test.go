@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -112,6 +113,20 @@ func TestHooksNotRun(t *testing.T) {
 	// that failed before its backup is backed up by nothing.
 	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked", "pre-failed"}) {
 		t.Errorf("hooksNotRun of an ops without hooks = %v, want [hooked pre-failed]", got)
+	}
+	// Unless its pod is the original one, which the failed attempt did not
+	// replace (its new pod refused): the resume backs that pod up again.
+	sel.PodOf = func(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name}}
+	}
+	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked", "post-failed", "pre-failed"}) {
+		t.Errorf("hooksNotRun with the original pods still there = %v, want [hooked post-failed pre-failed]", got)
+	}
+	sel.PodOf = func(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Annotations: map[string]string{upgrade.AnnotationPodAttempt: "failed-attempt"}}}
+	}
+	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked", "pre-failed"}) {
+		t.Errorf("hooksNotRun with the pods the failed attempt built = %v, want [hooked pre-failed]", got)
 	}
 	withHooks := &agentsv1alpha1.SandboxUpdateOps{}
 	withHooks.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}

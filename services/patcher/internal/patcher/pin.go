@@ -85,7 +85,7 @@ func (e *pinRefused) Error() string {
 // message is the attempt's failure for the user: what was refused, that
 // nothing changed, and the way on.
 func (e *pinRefused) message(sb *agentsv1alpha1.Sandbox) string {
-	return fmt.Sprintf("the API server refused annotation %s on sandbox %s/%s, which fixes %s for this direct upgrade as it begins: %s; nothing was changed, preUpgrade did not run and the pod keeps running: let molt's patcher write molt.dev/ annotations on Sandboxes (an admission policy or webhook, or the patcher's RBAC), then change spec.template again to upgrade",
+	return fmt.Sprintf("the API server refused annotation %s on sandbox %s/%s, which fixes %s for this direct upgrade as it begins: %s; the template and the pod were not touched (at most the annotation of its hooks was written), preUpgrade did not run and the pod keeps running: let molt's patcher write molt.dev/ annotations on Sandboxes (an admission policy or webhook, or the patcher's RBAC), then change spec.template again to upgrade",
 		e.annotation, sb.Namespace, sb.Name, e.what, e.words)
 }
 

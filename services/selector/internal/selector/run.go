@@ -79,6 +79,7 @@ func runController(ctx context.Context, cfg Config, rt *service.Runtime, pub *ev
 		o.LabelSelector = agentsv1alpha1.LabelPodTemplateHash
 	}))
 	podInformer := podFactory.Core().V1().Pods()
+	s.pods = podInformer.Lister()
 	d := &direct{client: client, sandboxes: sandboxInformer.Lister(), ops: opsInformer.Lister(), pods: podInformer.Lister(), publisher: pub, republishAfter: cfg.RepublishAfter}
 	s.pendingDirect = d.pendingDirect
 	directCtl := controller.New("selector-direct", d.sync, controller.WithMetrics(queues))

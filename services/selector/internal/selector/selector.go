@@ -6,10 +6,12 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -24,10 +26,13 @@ import (
 // It reads from listers, writes only labels, annotations and finalizers
 // (never status: statusagg owns it) and publishes `requested`.
 type Selector struct {
-	client         versioned.Interface
-	kube           kubernetes.Interface
-	opsLister      listers.SandboxUpdateOpsLister
-	sandboxLister  listers.SandboxLister
+	client        versioned.Interface
+	kube          kubernetes.Interface
+	opsLister     listers.SandboxUpdateOpsLister
+	sandboxLister listers.SandboxLister
+	// pods are the sandboxes' pods (podcycler's, by pod-template-hash);
+	// nil in tests that need none.
+	pods           corelisters.PodLister
 	publisher      *events.Publisher
 	republishAfter time.Duration
 	enqueueAfter   func(key string, d time.Duration)
@@ -48,6 +53,19 @@ type Selector struct {
 	// pendingDirect returns a direct attempt of sb that its status does not
 	// show yet (direct.pendingDirect): such a sandbox is not claimed.
 	pendingDirect func(ctx context.Context, sb *agentsv1alpha1.Sandbox) (string, error)
+}
+
+// podOf is sb's pod when the pod cache has one its controller reference
+// proves sb's, else nil.
+func (s *Selector) podOf(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
+	if s.pods == nil {
+		return nil
+	}
+	pod, err := s.pods.Pods(sb.Namespace).Get(sb.Name)
+	if err != nil || !upgrade.ControlledBy(pod, sb.UID) {
+		return nil
+	}
+	return pod
 }
 
 // waitsForBudget is false only when the namespace's last sync left nothing

@@ -536,7 +536,7 @@ func TestPatchCheckNamesTheQuotaAPatchedPodExceeds(t *testing.T) {
 	}
 }
 
-// A patch that adds a container with only an image, under a name a letter or
+// A patch that adds a container with a new tag of its image, under a name a letter or
 // two from the template's container, pauses the ops before its first
 // sandbox, saying which; resumed by the user, it goes on and is not paused
 // again (the new container is meant).

@@ -83,6 +83,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	} else {
 		s.opsTails.forget(key)
 	}
+	sel.PodOf = s.podOf
 	want := desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
 	if selErr == nil && sel.Total() > 0 && upgrade.FinalPhase(want.Phase) && !upgrade.IsFinished(ops) {
 		// An end is for good: decided on the API server's sandboxes, not a
@@ -94,6 +95,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 		if sel, selErr = upgrade.Select(ops, sandboxes, otherActive); selErr == nil {
 			s.opsTails.set(key, sel)
 		}
+		sel.PodOf = s.podOf
 		want = desiredOpsStatus(ops, upgrade.ActiveOps(all), sel, selErr)
 	}
 	if selErr == nil && want.Phase == agentsv1alpha1.SandboxUpdateOpsCompleted && !upgrade.IsFinished(ops) {

@@ -397,7 +397,7 @@ func TestNothingSelectedIsToldApartFromNothingToUpdate(t *testing.T) {
 		{"a namespace without sandboxes", nil,
 			agentsv1alpha1.ProgressingReasonNothingSelected, EventOpsNothingSelected, "nothing was upgraded: no sandbox was selected: namespace ns has no sandbox"},
 		{"applied again", []upgrade.Exclusion{box("a", upgrade.ExcludedSelector), box("b", upgrade.ExcludedNoNeed)},
-			agentsv1alpha1.ProgressingReasonNothingToUpdate, EventOpsCompleted, "no sandbox was selected: of the 2 sandboxes in namespace ns, 1 does not match"},
+			agentsv1alpha1.ProgressingReasonNothingToUpdate, EventOpsCompleted, "no selected sandbox needs this patch: of the 2 sandboxes in namespace ns, 1 does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := desiredOpsStatus(ops, ops, upgrade.Selection{MaxUnavailable: 1, Excluded: tc.excluded}, nil)

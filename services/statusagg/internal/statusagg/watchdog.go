@@ -481,7 +481,7 @@ func (w *watchdog) fail(ctx context.Context, sb *agentsv1alpha1.Sandbox, attempt
 func stageHandledBy(sb *agentsv1alpha1.Sandbox, stage string) string {
 	consumers := "patcher` (then `hookrunner`, once it is patched)"
 	if patchedForAttempt(sb) {
-		consumers = "hookrunner` (the sandbox is patched for this upgrade: the patcher passes the request on to it)"
+		consumers = "hookrunner` (the sandbox is patched for this upgrade: the patcher passes the request on to it; if hookrunner's shows nothing pending, `nats consumer info MOLT_EVENTS patcher`)"
 	}
 	switch stage {
 	case agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResumeSucceed:
@@ -542,7 +542,7 @@ func (w *watchdog) missing(sb *agentsv1alpha1.Sandbox, stage string) string {
 			pod = "the sandbox has no pod now, and the resume may back up the pod it gets next where the last backup is: copy a backup that must be kept away first"
 		}
 		if patchedForAttempt(sb) {
-			return "the patcher patched the sandbox for this upgrade, and statusagg received no report that its preUpgrade hook ended (hookrunner did not send one, or NATS did not deliver it); check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`; " + pod + ": create a new SandboxUpdateOps to resume"
+			return "the patcher patched the sandbox for this upgrade, and statusagg received no report that its preUpgrade hook ended (hookrunner did not send one, the patcher did not pass the request on, or NATS did not deliver it); check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`, then the patcher's (`nats consumer info MOLT_EVENTS patcher`); " + pod + ": create a new SandboxUpdateOps to resume"
 		}
 		return "statusagg received no report that the preUpgrade hook ended (the patcher or hookrunner did not send one, or NATS did not deliver it); check their logs and `nats consumer info MOLT_EVENTS patcher` (and hookrunner); " + pod + ": create a new SandboxUpdateOps to resume"
 	}

@@ -293,13 +293,13 @@ func TestStalledPreUpgradeAfterThePatchNamesHookrunner(t *testing.T) {
 	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sbx", Namespace: "ns", Annotations: map[string]string{
 		upgrade.AnnotationAttemptHooks: upgrade.AttemptHooksValue("ops-uid", nil)}}}
 	sb.Status.Conditions = []metav1.Condition{{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonPreUpgrade, Message: "ops-uid"}}
-	if got := stageHandledBy(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "MOLT_EVENTS hookrunner`") || strings.Contains(got, "MOLT_EVENTS patcher`") {
-		t.Errorf("stageHandledBy of a patched sandbox = %q, want hookrunner's consumer alone", got)
+	if got := stageHandledBy(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "nats consumer info MOLT_EVENTS hookrunner`") {
+		t.Errorf("stageHandledBy of a patched sandbox = %q, want hookrunner's consumer first", got)
 	}
 	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	w := &watchdog{s: &server{pods: corelisters.NewPodLister(pods)}}
-	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "MOLT_EVENTS hookrunner`") || strings.Contains(got, "MOLT_EVENTS patcher`") {
-		t.Errorf("missing of a patched sandbox = %q, want hookrunner's consumer alone", got)
+	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "check hookrunner's log and `nats consumer info MOLT_EVENTS hookrunner`") {
+		t.Errorf("missing of a patched sandbox = %q, want hookrunner's consumer first", got)
 	}
 	sb.Annotations[upgrade.AnnotationAttemptHooks] = upgrade.AttemptHooksValue("an-older-attempt", nil)
 	if got := w.missing(sb, agentsv1alpha1.UpgradingReasonPreUpgrade); !strings.Contains(got, "MOLT_EVENTS patcher`") {
