@@ -105,6 +105,10 @@ func (c *Controller) Run(ctx context.Context, workers int, synced ...cache.Infor
 	return nil
 }
 
+// conflictsBeforeError is how many Conflicts in a row a key's sync meets
+// before they are logged as errors.
+const conflictsBeforeError = 5
+
 func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	key, shutdown := c.queue.Get()
 	if shutdown {
@@ -114,9 +118,10 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	if err := c.sync(ctx, key); err != nil {
 		switch {
 		case ctx.Err() != nil:
-		case apierrors.IsConflict(err):
+		case apierrors.IsConflict(err) && c.queue.NumRequeues(key) < conflictsBeforeError:
 			// Another writer moved the object since it was read: the
-			// retry reads it again. Routine, not an error to page on.
+			// retry reads it again. Routine, not an error to page on,
+			// unless it keeps coming (a cache that does not catch up).
 			klog.FromContext(ctx).V(1).Info("sync met a newer version of the object, will retry", "controller", c.name, "key", key, "err", err)
 		default:
 			klog.FromContext(ctx).Error(err, "sync failed, will retry", "controller", c.name, "key", key)
