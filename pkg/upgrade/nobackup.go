@@ -157,8 +157,7 @@ func KeepsOriginalPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
 		return false
 	}
 	failed := CurrentAttempt(sb)
-	chain := append([]string{failed}, ResumedChain(sb, failed)...)
-	return !slices.ContainsFunc(chain, func(a string) bool { return NewPodOf(pod, a) })
+	return originalPod(pod, append([]string{failed}, ResumedChain(sb, failed)...))
 }
 
 // keepsItsPod reports whether sb, resuming a failure from before its backup,

@@ -138,7 +138,7 @@ func ResumeAt(failedReason string, failed []string, pod *corev1.Pod, targetRevis
 	if at == "" {
 		return ""
 	}
-	if pod != nil && !slices.ContainsFunc(failed, func(a string) bool { return NewPodOf(pod, a) }) {
+	if originalPod(pod, failed) {
 		return agentsv1alpha1.UpgradingReasonPreUpgrade
 	}
 	if Rank(at) < Rank(agentsv1alpha1.UpgradingReasonUpgradePod) {
@@ -149,6 +149,13 @@ func ResumeAt(failedReason string, failed []string, pod *corev1.Pod, targetRevis
 		at = agentsv1alpha1.UpgradingReasonUpgradePod
 	}
 	return at
+}
+
+// originalPod reports whether pod is there and none of the failed attempts
+// built it (NewPodOf): the pod they started from, still holding the live
+// workspace.
+func originalPod(pod *corev1.Pod, failed []string) bool {
+	return pod != nil && !slices.ContainsFunc(failed, func(a string) bool { return NewPodOf(pod, a) })
 }
 
 // BuiltBy reports whether pod was created by molt during attempt (it

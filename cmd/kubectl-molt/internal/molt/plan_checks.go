@@ -133,11 +133,13 @@ func sandboxPods(ctx context.Context, kube kubernetes.Interface, ns string, sel 
 	if err != nil {
 		return nil
 	}
+	byName := make(map[string]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
 	return func(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
-		for i := range list.Items {
-			if pod := &list.Items[i]; pod.Name == sb.Name && upgrade.ControlledBy(pod, sb.UID) {
-				return pod
-			}
+		if pod := byName[sb.Name]; pod != nil && upgrade.ControlledBy(pod, sb.UID) {
+			return pod
 		}
 		return nil
 	}
