@@ -231,6 +231,14 @@ func TestDirectUpgradeBackAndForth(t *testing.T) {
 func waitDirectUpgraded(t *testing.T, s *stack, ns, name, image string) {
 	t.Helper()
 	ctx := context.Background()
+	// The edit's generation: a Succeeded recorded before it (an ops's, or
+	// the last attempt's) is not this upgrade's. statusagg writes a fast
+	// attempt's first stages together, so the old Succeeded can still show
+	// while the new pod, which runs the image, waits for its postUpgrade.
+	edited, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, 2*time.Minute, "direct upgrade of "+name+" to "+image, func() (bool, error) {
 		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -241,8 +249,9 @@ func waitDirectUpgraded(t *testing.T, s *stack, ns, name, image string) {
 			return false, err
 		}
 		up := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
-		ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && sb.Status.Phase == agentsv1alpha1.SandboxRunning && pod.Spec.Containers[0].Image == image
-		return ok, fmt.Errorf("phase %s upgrading %+v pod image %s", sb.Status.Phase, up, pod.Spec.Containers[0].Image)
+		ok := up != nil && up.Reason == agentsv1alpha1.UpgradingReasonSucceeded && up.ObservedGeneration >= edited.Generation &&
+			sb.Status.Phase == agentsv1alpha1.SandboxRunning && pod.Spec.Containers[0].Image == image
+		return ok, fmt.Errorf("phase %s upgrading %+v (edit's generation %d) pod image %s", sb.Status.Phase, up, edited.Generation, pod.Spec.Containers[0].Image)
 	})
 }
 

@@ -39,7 +39,8 @@ the stage it belongs to, the pods involved and, for a failure, the reason and th
 output tails; then the time spent in each stage. --follow keeps printing new events.
 
 It logs in to NATS as the read-only user viewer (flags --nats-*); the defaults fit
-` + "`make up`" + ` run from the repository root.`,
+` + "`make up`" + `: its password is read beside its kubeconfig (.molt/kubeconfig), or from
+.molt in the current directory.`,
 		Example: `  kubectl molt history default/box-3
   kubectl molt history box-3 -n default --follow
   # a cluster's NATS, through a port-forward (NetworkPolicy admits only molt's pods):
@@ -79,6 +80,9 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 	ns, name, err := a.sandboxArg(arg)
 	if err != nil {
 		return err
+	}
+	if a.flags.KubeConfig != nil {
+		o.nats.kubeconfig = *a.flags.KubeConfig
 	}
 	nc, err := o.nats.connect()
 	if err != nil {

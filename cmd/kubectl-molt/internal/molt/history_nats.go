@@ -19,22 +19,26 @@ import (
 
 // natsOptions say how history logs in to NATS. The defaults are the local
 // stack's (`make up`): the viewer user, its password in
-// .molt/nats-auth/viewer.password.
+// .molt/nats-auth/viewer.password, found beside the kubeconfig
+// .molt/kubeconfig or in the current directory.
 type natsOptions struct {
 	url          string
 	user         string
 	passwordFile string
-	creds        string
-	tlsCA        string
-	tlsCert      string
-	tlsKey       string
+	// kubeconfig is the --kubeconfig flag's value ("" for $KUBECONFIG):
+	// the local stack's password lies beside its kubeconfig.
+	kubeconfig string
+	creds      string
+	tlsCA      string
+	tlsCert    string
+	tlsKey     string
 }
 
 func (o *natsOptions) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.url, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env NATS_URL)")
 	cmd.Flags().StringVar(&o.user, "nats-user", envOr("NATS_USER", "viewer"), "NATS user, read-only viewer by default (env NATS_USER)")
 	cmd.Flags().StringVar(&o.passwordFile, "nats-password-file", os.Getenv("MOLT_NATS_PASSWORD_FILE"),
-		"file holding the user's password (env MOLT_NATS_PASSWORD_FILE; default: env NATS_PASSWORD, else .molt/nats-auth/<user>.password as make up writes it)")
+		"file holding the user's password (env MOLT_NATS_PASSWORD_FILE; default: env NATS_PASSWORD, else nats-auth/<user>.password beside the kubeconfig, else .molt/nats-auth/<user>.password in the current directory, as make up writes them)")
 	cmd.Flags().StringVar(&o.creds, "nats-creds", "", "NATS credentials file, instead of --nats-user and a password")
 	cmd.Flags().StringVar(&o.tlsCA, "nats-tls-ca", os.Getenv("NATS_CA"), "PEM file of the CA that signs the NATS server's certificate; set, TLS is required (env NATS_CA)")
 	cmd.Flags().StringVar(&o.tlsCert, "nats-tls-cert", os.Getenv("NATS_CERT"), "PEM client certificate for a NATS server that verifies its clients, with --nats-tls-key (env NATS_CERT)")
@@ -83,8 +87,8 @@ func (o natsOptions) connect() (*nats.Conn, error) {
 		hint := "is molt's NATS running there? (flag --nats-url)"
 		switch {
 		case (errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization")) && noPassword:
-			hint = fmt.Sprintf("NATS refused the login, and no password was sent: none of --nats-password-file, $NATS_PASSWORD, or %s in the current directory (the local stack's, read from the repository's root) gave one; pass one of them, or --nats-creds",
-				filepath.Join(".molt", "nats-auth", o.user+".password"))
+			hint = fmt.Sprintf("NATS refused the login, and no password was sent: none of --nats-password-file, $NATS_PASSWORD or the local stack's files (%s) gave one; pass one of them, or --nats-creds",
+				strings.Join(o.localPasswordFiles(), ", "))
 		case errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization"):
 			hint = fmt.Sprintf("NATS refused the login with %s: check --nats-user and --nats-password-file (or --nats-creds)", from)
 		case service.IsTLSError(err):
@@ -101,9 +105,8 @@ func (o natsOptions) tls() service.NATSTLS {
 }
 
 // password is the user's password: --nats-password-file, else $NATS_PASSWORD,
-// else the local stack's file when it exists, else none. source says which,
-// for a refused login (a local stack's file in the current directory may be
-// another stack's).
+// else the first local stack's file that exists, else none. source says
+// which, for a refused login (a local stack's file may be another stack's).
 func (o natsOptions) password() (pw, source string, err error) {
 	file := o.passwordFile
 	source = "--nats-password-file " + file
@@ -111,12 +114,16 @@ func (o natsOptions) password() (pw, source string, err error) {
 		if pw := os.Getenv("NATS_PASSWORD"); pw != "" {
 			return pw, "$NATS_PASSWORD", nil
 		}
-		local := filepath.Join(".molt", "nats-auth", o.user+".password")
-		if _, err := os.Stat(local); err != nil {
+		for _, local := range o.localPasswordFiles() {
+			if _, err := os.Stat(local); err == nil {
+				file = local
+				break
+			}
+		}
+		if file == "" {
 			return "", "", nil
 		}
-		file = local
-		source = "the local stack's file " + local + " in the current directory (pass --nats-password-file if that stack is not the one at --nats-url)"
+		source = "the local stack's file " + file + " (pass --nats-password-file if that stack is not the one at --nats-url)"
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -133,4 +140,34 @@ func redact(u string) string {
 		}
 	}
 	return u
+}
+
+// localPasswordFiles are where `make up` leaves the user's password, in the
+// order they are tried: beside each kubeconfig (make up's is
+// .molt/kubeconfig, next to .molt/nats-auth), so that the stack kubectl
+// talks to is the one logged in to from any directory; then the current
+// directory's .molt, for a shell at the repository's root.
+func (o natsOptions) localPasswordFiles() []string {
+	kubeconfigs := filepath.SplitList(os.Getenv("KUBECONFIG"))
+	if o.kubeconfig != "" {
+		kubeconfigs = []string{o.kubeconfig}
+	}
+	var files []string
+	seen := map[string]bool{}
+	add := func(f string) {
+		if abs, err := filepath.Abs(f); err == nil {
+			f = abs
+		}
+		if !seen[f] {
+			seen[f] = true
+			files = append(files, f)
+		}
+	}
+	for _, k := range kubeconfigs {
+		if k != "" {
+			add(filepath.Join(filepath.Dir(k), "nats-auth", o.user+".password"))
+		}
+	}
+	add(filepath.Join(".molt", "nats-auth", o.user+".password"))
+	return files
 }

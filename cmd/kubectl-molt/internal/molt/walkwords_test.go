@@ -20,6 +20,7 @@ import (
 func TestPasswordSaysWhereItCameFrom(t *testing.T) {
 	t.Chdir(t.TempDir())
 	t.Setenv("NATS_PASSWORD", "")
+	t.Setenv("KUBECONFIG", "")
 	o := natsOptions{user: "viewer"}
 	if pw, source, err := o.password(); err != nil || pw != "" || source != "" {
 		t.Fatalf("no password anywhere: %q, %q, %v; want none", pw, source, err)
@@ -31,7 +32,11 @@ func TestPasswordSaysWhereItCameFrom(t *testing.T) {
 	if err := os.WriteFile(local, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if pw, source, err := o.password(); err != nil || pw != "s3cret" || !strings.Contains(source, "the local stack's file "+local+" in the current directory") {
+	abs, err := filepath.Abs(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, source, err := o.password(); err != nil || pw != "s3cret" || !strings.Contains(source, "the local stack's file "+abs+" (") {
 		t.Errorf("local file: %q, %q, %v", pw, source, err)
 	}
 	t.Setenv("NATS_PASSWORD", "fromenv")
@@ -41,6 +46,44 @@ func TestPasswordSaysWhereItCameFrom(t *testing.T) {
 	o.passwordFile = local
 	if pw, source, _ := o.password(); pw != "s3cret" || source != "--nats-password-file "+local {
 		t.Errorf("flag: %q, %q", pw, source)
+	}
+}
+
+// The local stack's password is found beside its kubeconfig, so history
+// works from any directory once KUBECONFIG points at the stack, as the
+// README says to (a walk had to cd to the repository's root); --kubeconfig
+// wins over $KUBECONFIG, and either over the current directory's .molt.
+func TestPasswordBesideTheKubeconfig(t *testing.T) {
+	writePassword := func(dir, pw string) string {
+		t.Helper()
+		f := filepath.Join(dir, "nats-auth", "viewer.password")
+		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(pw+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	stack, other := t.TempDir(), t.TempDir()
+	fromStack := writePassword(stack, "stack")
+	fromOther := writePassword(other, "other")
+	t.Chdir(t.TempDir())
+	writePassword(".molt", "cwd")
+	t.Setenv("NATS_PASSWORD", "")
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none")+string(os.PathListSeparator)+filepath.Join(stack, "kubeconfig"))
+
+	o := natsOptions{user: "viewer"}
+	if pw, source, err := o.password(); err != nil || pw != "stack" || !strings.Contains(source, fromStack) {
+		t.Errorf("$KUBECONFIG's second entry: %q, %q, %v; want %s", pw, source, err, fromStack)
+	}
+	o.kubeconfig = filepath.Join(other, "kubeconfig")
+	if pw, source, err := o.password(); err != nil || pw != "other" || !strings.Contains(source, fromOther) {
+		t.Errorf("--kubeconfig: %q, %q, %v; want %s", pw, source, err, fromOther)
+	}
+	o.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if pw, _, err := o.password(); err != nil || pw != "cwd" {
+		t.Errorf("no password beside --kubeconfig: %q, %v; want the current directory's", pw, err)
 	}
 }
 
