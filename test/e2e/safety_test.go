@@ -232,9 +232,10 @@ func waitDirectUpgraded(t *testing.T, s *stack, ns, name, image string) {
 	t.Helper()
 	ctx := context.Background()
 	// The edit's generation: a Succeeded recorded before it (an ops's, or
-	// the last attempt's) is not this upgrade's. statusagg writes a fast
-	// attempt's first stages together, so the old Succeeded can still show
-	// while the new pod, which runs the image, waits for its postUpgrade.
+	// the last attempt's) is not this upgrade's. Until statusagg has handled
+	// the attempt's first event (it lags under load), the old Succeeded
+	// still shows while the phase follows the pods: the new pod, which runs
+	// the image, is Running before its postUpgrade (README, direct upgrades).
 	edited, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
