@@ -67,7 +67,7 @@ func TestSandboxSetProgressDeadline(t *testing.T) {
 		t.Errorf("Progressing turned False %s after the member was created, before the %s deadline", time.Since(created), deadline)
 	}
 	for _, want := range []string{"1 member on the current revision (" + rev + ")", "warm-abcde: pod warm-abcde does not exist yet",
-		"kubectl patch sbs warm -n " + ns, "kubectl describe pod warm-abcde -n " + ns} {
+		"kubectl edit sbs warm -n " + ns, "kubectl describe pod warm-abcde -n " + ns} {
 		if c.Reason != statusagg.SetProgressReasonMembersNotAvailable || !strings.Contains(c.Message, want) {
 			t.Errorf("Progressing %+v: want reason %s and %q in the message", c, statusagg.SetProgressReasonMembersNotAvailable, want)
 		}

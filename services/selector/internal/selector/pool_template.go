@@ -188,6 +188,6 @@ func templateRefusedMessage(set *agentsv1alpha1.SandboxSet, revision, cause stri
 	return upgrade.WithNote(
 		fmt.Sprintf("SandboxSet %s/%s: "+what, set.Namespace, set.Name, revision, cause),
 		fmt.Sprintf("no idle sandbox was replaced and none is created from this revision (checked again every %s); "+
-			"fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
+			"fix spec.template with `kubectl edit sbs %s -n %s`",
 			templateRecheck, set.Name, set.Namespace))
 }

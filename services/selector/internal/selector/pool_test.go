@@ -773,10 +773,10 @@ func TestTemplateRefusedMessage(t *testing.T) {
 			wantNot:   []string{"fix spec.template", "kubectl patch"},
 			wantSuffx: "or free room in the namespace"},
 		{name: "quota full, refill, long words", cause: long(quotaFull), wantSuffx: "or free room in the namespace"},
-		{name: "pod security, refill", cause: podSecurity, want: []string{"PodSecurity", "fix spec.template"}, wantSuffx: `--type merge -p '{"spec":{"template":...}}'` + "`"},
+		{name: "pod security, refill", cause: podSecurity, want: []string{"PodSecurity", "fix spec.template"}, wantSuffx: "`kubectl edit sbs warm -n team-a`"},
 		{name: "quota, members on an earlier template accepted", cause: quotaFull, baseline: true,
-			want: []string{"exceeded quota", "fix spec.template"}, wantSuffx: `--type merge -p '{"spec":{"template":...}}'` + "`"},
-		{name: "webhook, long words", cause: long(webhook), wantSuffx: `--type merge -p '{"spec":{"template":...}}'` + "`"},
+			want: []string{"exceeded quota", "fix spec.template"}, wantSuffx: "`kubectl edit sbs warm -n team-a`"},
+		{name: "webhook, long words", cause: long(webhook), wantSuffx: "`kubectl edit sbs warm -n team-a`"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

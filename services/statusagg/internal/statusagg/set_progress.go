@@ -112,6 +112,6 @@ func membersNotAvailableMessage(set *agentsv1alpha1.SandboxSet, revision string,
 	return upgrade.WithNote(
 		fmt.Sprintf("%d %s on the current revision (%s) not available for longer than %s: %s%s",
 			len(late), members, revision, deadline, strings.Join(quoted, "; "), more),
-		fmt.Sprintf("their pods do not work, and the rolling update stops at maxUnavailable: fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`, "+
+		fmt.Sprintf("their pods do not work, and the rolling update stops at maxUnavailable: fix spec.template with `kubectl edit sbs %s -n %s`, "+
 			"or see why with `kubectl describe pod %s -n %s`", set.Name, set.Namespace, late[0].Name, set.Namespace))
 }

@@ -112,7 +112,7 @@ func TestSetProgress(t *testing.T) {
 	}
 	for _, want := range []string{"3 members on the current revision (r2) not available for longer than 5m0s",
 		"warm-a: pod warm-a is Pending; container main waits: ImagePullBackOff", "warm-b: pod warm-b", "(and 1 more)",
-		"kubectl patch sbs warm -n ns --type merge", "kubectl describe pod warm-a -n ns"} {
+		"kubectl edit sbs warm -n ns", "kubectl describe pod warm-a -n ns"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q lacks %q", c.Message, want)
 		}

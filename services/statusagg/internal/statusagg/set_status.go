@@ -40,7 +40,7 @@ const (
 // spec.template: what the pool does (nothing), why, and the command that
 // sets spec.template.
 func noTemplateMessage(set *agentsv1alpha1.SandboxSet) string {
-	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the pool creates, replaces and deletes nothing: %s with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`",
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the pool creates, replaces and deletes nothing: %s with `kubectl edit sbs %s -n %s`",
 		agentsv1alpha1.NoSetTemplateProblem, set.Name, set.Namespace))
 }
 
@@ -87,7 +87,7 @@ const (
 func membersFailingMessage(set *agentsv1alpha1.SandboxSet, revision, why string) string {
 	return upgrade.WithNote(
 		fmt.Sprintf("members of the current revision (%s) keep dying: %s", revision, why),
-		fmt.Sprintf("they are kept, not replaced, and hold the rolling update: fix spec.template with `kubectl patch sbs %s -n %s --type merge -p '{\"spec\":{\"template\":...}}'`; "+
+		fmt.Sprintf("they are kept, not replaced, and hold the rolling update: fix spec.template with `kubectl edit sbs %s -n %s`; "+
 			"changing the template, or deleting the failed members (those of `kubectl get sbx -n %s -l %s=%s,%s=false` whose STATUS is Failed or Succeeded; never a claimed sandbox), resumes replacing them; "+
 			"without either, the pool tries 3 more replacements every %s",
 			set.Name, set.Namespace, set.Namespace, agentsv1alpha1.LabelSandboxPool, set.Name, agentsv1alpha1.LabelSandboxClaimed, upgrade.DeadMembersRetry))

@@ -112,7 +112,7 @@ func TestSetStatusWithoutTemplate(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != TemplateReasonNoTemplate {
 		t.Fatalf("TemplateRefused = %+v, want True, reason %s", c, TemplateReasonNoTemplate)
 	}
-	for _, want := range []string{"creates, replaces and deletes nothing", "spec.templateRef is not supported", "set spec.template", "kubectl patch sbs warm -n ns"} {
+	for _, want := range []string{"creates, replaces and deletes nothing", "spec.templateRef is not supported", "set spec.template", "kubectl edit sbs warm -n ns"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q lacks %q", c.Message, want)
 		}
@@ -146,7 +146,7 @@ func TestSetStatusShowsDeadMembersKept(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != MembersFailingReasonDeadMembersKept {
 		t.Fatalf("MembersFailing = %+v, want True, reason %s", c, MembersFailingReasonDeadMembersKept)
 	}
-	for _, want := range []string{"warm-b: pod warm-b has failed; container sandbox exited with code 1", "kubectl patch sbs warm -n ns",
+	for _, want := range []string{"warm-b: pod warm-b has failed; container sandbox exited with code 1", "kubectl edit sbs warm -n ns",
 		"deleting the failed members", "agents.kruise.io/sandbox-pool=warm"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q lacks %q", c.Message, want)
