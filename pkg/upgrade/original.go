@@ -112,6 +112,16 @@ func PatchedForFresh(sb *agentsv1alpha1.Sandbox, attempt string) bool {
 	return attempt != "" && sb.Annotations[AnnotationOriginalTemplateFor] == attempt
 }
 
+// PatchedFor reports whether the patcher has written sb's spec for attempt,
+// fresh or a resume: that write pins the attempt's hooks
+// (AnnotationAttemptHooks names it), and for a fresh attempt keeps the
+// template it replaced (PatchedForFresh). For a sandbox woken for attempt,
+// the patcher writes only once the woken pod is Ready: from then on the
+// attempt's stages own the pod.
+func PatchedFor(sb *agentsv1alpha1.Sandbox, attempt string) bool {
+	return attempt != "" && (HooksFixedFor(sb) == attempt || PatchedForFresh(sb, attempt))
+}
+
 // PodTemplate returns the template a pod that sb gets outside UpgradePod is
 // built from: OriginalTemplate while it holds, else spec.template. original
 // says which.

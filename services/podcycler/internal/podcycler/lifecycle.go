@@ -231,10 +231,11 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 		logger.V(2).Info("Skip: pod missing during an upgrade stage that owns it", "stage", reason, "attempt", attempt)
 		return nil
 	}
-	if reason == agentsv1alpha1.UpgradingReasonResuming && upgrade.PatchedForFresh(sb, attempt) {
+	if reason == agentsv1alpha1.UpgradingReasonResuming && upgrade.PatchedFor(sb, attempt) {
 		// The status lags: the patcher patched the woken sandbox, so the
 		// woken pod was Ready, and the attempt's stages own the pod as in
-		// ResumeSucceed above.
+		// ResumeSucceed above (a resume's patch as a fresh attempt's: its
+		// pinned hooks name it).
 		logger.V(2).Info("Skip: pod missing while the status shows Resuming of an attempt the patcher has patched", "attempt", attempt)
 		return nil
 	}
@@ -243,7 +244,7 @@ func (c *cycler) createMissingPod(ctx context.Context, key string, sb *agentsv1a
 	// replaced for the attempt then): after that the attempt's stages own
 	// the pod as for any other.
 	// (A resume's mark is re-keyed to it by the selector at admission.)
-	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || upgrade.PatchedForFresh(sb, admitted)) {
+	if admitted := admittedNotShown(sb); admitted != "" && (!upgrade.AdmittedToWake(sb) || upgrade.PatchedFor(sb, admitted)) {
 		// An ops admitted the sandbox and statusagg has not recorded the
 		// attempt yet: its stages own the pod as they will once recorded.
 		// A pod missing now is one its UpgradePod handler (in this replica

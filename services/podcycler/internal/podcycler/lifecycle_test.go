@@ -303,3 +303,67 @@ func TestWokenPodPastItsPatchIsLeftToTheStages(t *testing.T) {
 		waitPodReady(t, ns, name, string(woken.UID))
 	}
 }
+
+// The same for a woken sandbox whose attempt resumes one that failed in
+// PreUpgrade (review): the selector moves the kept template to the resume at
+// admission, so only the hooks the patcher pins say it has patched. While
+// the status still shows the failed attempt, or the resume Resuming, a pod
+// missing past that patch is UpgradePod's to build; one built here from the
+// kept template would be replaced too, a second pod of the attempt.
+func TestWokenPodPastAResumesPatchIsLeftToTheStages(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	startPodcycler(t)
+	const v1, v2 = "registry.example/sandbox:v1", "registry.example/sandbox:v2"
+
+	for _, shown := range []struct{ attempt, reason string }{
+		{"a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed},
+		{"a2", agentsv1alpha1.UpgradingReasonResuming},
+	} {
+		name := "sbx-resume-" + strings.ToLower(shown.reason)
+		sb := createSandbox(t, ns, name, v1)
+		original, ok := upgrade.OriginalTemplateValue(sb.Spec.Template)
+		if !ok {
+			t.Fatal("the template cannot be kept")
+		}
+		// a1 patched v2 and failed in PreUpgrade; ops2 admits the paused
+		// sandbox to wake it for a2, which resumes a1.
+		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) {
+			s.Spec.Paused = true
+			s.Spec.Template.Spec.Containers[0].Image = v2
+			metav1.SetMetaDataLabel(&s.ObjectMeta, agentsv1alpha1.LabelUpdateOps, "ops2")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationClaim, upgrade.ClaimValue("ops2", "a2"))
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, agentsv1alpha1.AnnotationUpgradeResumeTrigger, "true")
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationResumes, upgrade.ResumesValue("a2", "a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed))
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationOriginalTemplate, original)
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationOriginalTemplateFor, "a2")
+		})
+		setUpgradeStatus(t, ns, name, shown.attempt, shown.reason)
+		woken := waitPodReady(t, ns, name, "")
+		if got := woken.Spec.Containers[0].Image; got != v1 {
+			t.Fatalf("%s: woken pod runs %s, want the template from before a1's patch (%s)", name, got, v1)
+		}
+		// What the patcher writes once the woken pod is Ready.
+		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) {
+			s.Annotations[upgrade.AnnotationAttemptHooks] = upgrade.AttemptHooksValue("a2", nil)
+		})
+		// UpgradePod deletes the woken pod while the status still lags.
+		if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &woken.UID}}); err != nil {
+			t.Fatal(err)
+		}
+		waitPodGone(t, ns, name)
+		testenv.Consistently(t, 3*time.Second, "no pod built for "+name+" past a2's patch", func() (bool, error) {
+			p, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			return false, fmt.Errorf("pod %s (uid %s, image %s) built", p.Name, p.UID, p.Spec.Containers[0].Image)
+		})
+		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = false })
+		setUpgradeStatus(t, ns, name, "a2", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
+		waitPodReady(t, ns, name, string(woken.UID))
+	}
+}
