@@ -39,13 +39,26 @@ func (r *upgradeRun) assertOldPodRuns(t *testing.T) {
 // checkpoints) fails the sandbox's Checkpointing at once with the server's
 // words; the old pod keeps running. Before, the create was left to
 // redeliveries minutes apart, and the sandbox failed on a deadline with no
-// word of the cause.
+// word of the cause. A paused sandbox's failure says to resume it with
+// Recreate: its pod stops with the pause, and its resume is not woken, so a
+// CheckpointRestore resume would find no pod to checkpoint (review).
 func TestRefusedCheckpointFailsCheckpointingAtOnce(t *testing.T) {
 	startPodcycler(t)
+	for _, paused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("paused=%v", paused), func(t *testing.T) {
+			refusedCheckpoint(t, paused)
+		})
+	}
+}
+
+func refusedCheckpoint(t *testing.T, paused bool) {
 	r := startUpgrade(t, "sbx-ckpt-refused", func(s *corev1.PodSpec) {
 		s.Containers[0].Env = []corev1.EnvVar{{Name: "UPGRADED", Value: "1"}}
 	})
-	updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) { markCheckpointRestore(s, testAttempt) })
+	updateSandbox(t, r.ns, r.name, func(s *agentsv1alpha1.Sandbox) {
+		markCheckpointRestore(s, testAttempt)
+		s.Spec.Paused = paused // mid-stage: the pause waits for the attempt
+	})
 	const words = "checkpoints are not allowed in this namespace"
 	testenv.Get(t).Refuse(t, r.ns, testenv.Refusal{
 		Group: agentsv1alpha1.SchemeGroupVersion.Group, Resource: "checkpoints",
@@ -60,10 +73,14 @@ func TestRefusedCheckpointFailsCheckpointingAtOnce(t *testing.T) {
 	failed := r.bus.subscribe(t, r.ns, r.name, events.TokenFailed)
 	r.publishPreHookDone(t)
 
-	wantCheckpointFailed(t, failed,
+	ev := wantCheckpointFailed(t, failed,
 		fmt.Sprintf("the API server refused checkpoint %s of pod %s of sandbox %s/%s", upgrade.CheckpointName(r.name, testAttempt), r.name, r.ns, r.name),
 		words, "podcycler did not delete the old pod", "then create a new SandboxUpdateOps",
 	)
+	const recreate = "resume it with a SandboxUpdateOps of updateStrategy.type Recreate"
+	if got := strings.Contains(ev.Data.Message, recreate); got != paused {
+		t.Errorf("message %q says %q: %v, want %v (paused %v)", ev.Data.Message, recreate, got, paused, paused)
+	}
 	r.assertOldPodRuns(t)
 }
 
@@ -225,7 +242,7 @@ func TestCheckpointBeingDeletedFailsCheckpointing(t *testing.T) {
 // wantCheckpointFailed waits for the failed event on failed and checks that it
 // is filed as CheckpointFailed under Checkpointing with a message holding
 // every one of wants.
-func wantCheckpointFailed(t *testing.T, failed <-chan events.Event, wants ...string) {
+func wantCheckpointFailed(t *testing.T, failed <-chan events.Event, wants ...string) events.Event {
 	t.Helper()
 	ev := next(t, failed, "failed", 20*time.Second)
 	t.Logf("failed: %s", ev.Data.Message)
@@ -237,4 +254,5 @@ func wantCheckpointFailed(t *testing.T, failed <-chan events.Event, wants ...str
 			t.Errorf("message %q lacks %q", ev.Data.Message, want)
 		}
 	}
+	return ev
 }

@@ -189,6 +189,9 @@ func (c *cycler) replacePod(ctx context.Context, ev events.Event) error {
 			return err
 		}
 		if problem != "" {
+			if sb.Spec.Paused {
+				problem = upgrade.WithNote(problem, pausedCheckpointNote)
+			}
 			return c.failCheckpoint(ctx, d, problem)
 		}
 		pod.Annotations[upgrade.AnnotationRestoreFrom] = id
