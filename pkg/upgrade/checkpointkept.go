@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
@@ -29,12 +30,20 @@ func PausedForCheckpointKept(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool
 }
 
 // CheckpointLeftBehind names the candidates of ops that resume a
-// CheckpointRestore attempt which failed after their old pod was gone (their
-// failure carries CheckpointKeptNote: the workspace is only in a kept
-// checkpoint), when ops is not a CheckpointRestore itself: it would start
-// their new pod from an empty filesystem and leave the checkpoint unused. A
-// guide's "continue" or "rollback" ops, written without updateStrategy, is
-// Recreate by default, so this is easy to do by mistake.
+// CheckpointRestore attempt which failed after their old pod was gone, when
+// ops is not a CheckpointRestore itself: it would start their new pod from
+// an empty filesystem and leave the checkpoint, the workspace's only copy,
+// unused. A guide's "continue" or "rollback" ops, written without
+// updateStrategy, is Recreate by default, so this is easy to do by mistake.
+// Those are
+//   - a failure that carries CheckpointKeptNote (UpgradePod's, once the old
+//     pod is gone);
+//   - a PostUpgradeFailed whose resume by ops rebuilds the pod
+//     (rebuildsRestoredPod): the pod restored from the checkpoint, or yet to
+//     be, holds the workspace.
+//
+// sel.PodOf gives a candidate's pod; when it is not known, a
+// PostUpgradeFailed is taken as rebuilt (the pause errs to the safe side).
 func CheckpointLeftBehind(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string {
 	if ops.Spec.UpdateStrategy.Type == agentsv1alpha1.UpgradeTypeCheckpointRestore {
 		return nil
@@ -45,11 +54,38 @@ func CheckpointLeftBehind(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) [
 			continue
 		}
 		if cond := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); cond != nil &&
-			agentsv1alpha1.IsUpgradingFailedReason(cond.Reason) && HasCheckpointKeptNote(cond.Message) {
+			agentsv1alpha1.IsUpgradingFailedReason(cond.Reason) && HasCheckpointKeptNote(cond.Message) ||
+			rebuildsRestoredPod(c.Sandbox, ops, sel.PodOf.of(c.Sandbox)) {
 			names = append(names, c.Sandbox.Name)
 		}
 	}
 	return names
+}
+
+// rebuildsRestoredPod reports whether sb failed PostUpgrade in a
+// CheckpointRestore attempt and ops, resuming it, would build its pod again
+// (ResumeAt gives UpgradePod for pod, sb's pod, under ops's patch): the pod
+// is gone, not Ready, not restored yet, or not of the patched template. Its
+// workspace is in that pod, or only in the attempt's checkpoint.
+func rebuildsRestoredPod(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, pod *corev1.Pod) bool {
+	failed, reason, ok := FailedAttempt(sb)
+	if !ok || reason != agentsv1alpha1.UpgradingReasonPostUpgradeFailed || !ChecksPoint(sb, failed) || sb.Spec.Template == nil {
+		return false
+	}
+	target := sb.Spec.Template
+	if len(ops.Spec.Patch.Raw) > 0 {
+		patched, err := ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
+		if err != nil {
+			return false // the patcher fails it before the pod is touched
+		}
+		target = patched
+	}
+	revision, err := Revision(target)
+	if err != nil {
+		return false
+	}
+	chain := append([]string{failed}, ResumedChain(sb, failed)...)
+	return ResumeAt(reason, chain, pod, revision) == agentsv1alpha1.UpgradingReasonUpgradePod
 }
 
 // CheckpointKeptPauseNote is what AnnotationCheckpointKept's value v (the
