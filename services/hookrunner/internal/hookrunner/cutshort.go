@@ -25,8 +25,8 @@ func (e podGoneError) Unwrap() error { return e.error }
 // error, if any), with backupCutShort (preUpgrade) or restoreCutShort
 // (postUpgrade) added when the pod went away while it ran: said by the call (podGoneError), or found now (the
 // runtime may report the hook killed, or stop answering, as its pod stops).
-func (h *HookRunner) withCutShortNote(ctx context.Context, st step, pod *corev1.Pod, d events.Data, err error, message string) string {
-	note := backupCutShort(d)
+func (h *HookRunner) withCutShortNote(ctx context.Context, st step, pod *corev1.Pod, d events.Data, paused bool, err error, message string) string {
+	note := backupCutShort(d, paused)
 	if st != preStep {
 		note = restoreCutShort(d)
 	}
@@ -52,15 +52,20 @@ func restoreCutShort(d events.Data) string {
 
 // backupCutShort is what a preUpgrade cut short by its pod's deletion adds to
 // its failure, for attempt d: what is left and the way on, which then needs no
-// other next step.
-func backupCutShort(d events.Data) string {
+// other next step. A paused sandbox (woken for the upgrade) gets no pod now:
+// the failed attempt ends, and the pause stops it again.
+func backupCutShort(d events.Data, paused bool) string {
 	from := "its template"
 	next := "then change spec.template again to go on"
 	if d.Ops.Name != "" {
 		from = "the template it ran before the patch"
 		next = fmt.Sprintf("then, once SandboxUpdateOps %s has ended, `kubectl molt retry %s -n %s` (or a new SandboxUpdateOps that selects the sandbox) resumes it", d.Ops.Name, d.Ops.Name, d.Sandbox.Namespace)
 	}
-	return "molt has no word of a backup by this run: cut short, it may have written none, a partial one or a whole one where the last backup is (its output says how far it got): check that backup is intact before relying on it. The sandbox gets a new pod from " + from + ", holding only what its persistent volumes keep; " +
+	gets := "The sandbox gets a new pod from " + from + ", holding only what its persistent volumes keep; "
+	if paused {
+		gets = "The sandbox is paused, so it is left with no pod; the pod it gets next (woken by the next upgrade, or unpaused) is built from " + from + " and holds only what its persistent volumes keep; "
+	}
+	return "molt has no word of a backup by this run: cut short, it may have written none, a partial one or a whole one where the last backup is (its output says how far it got): check that backup is intact before relying on it. " + gets +
 		"the next upgrade runs preUpgrade on that pod, backing it up where the last backup is: copy a backup that must be kept away first, " + next
 }
 

@@ -165,10 +165,10 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		return err // shutting down: redeliver to the next runner
 	case err != nil:
 		message := withRuntimesNote(sb, err, agentruntime.ErrorMessageWithOutput(err, res))
-		return h.fail(ctx, next, st, h.withCutShortNote(ctx, st, pod, d, err, message), nil)
+		return h.fail(ctx, next, st, h.withCutShortNote(ctx, st, pod, d, sb.Spec.Paused, err, message), nil)
 	case !res.Succeeded():
 		code := res.ExitCode
-		return h.fail(ctx, next, st, h.withCutShortNote(ctx, st, pod, d, nil, res.FailureMessage()), &code)
+		return h.fail(ctx, next, st, h.withCutShortNote(ctx, st, pod, d, sb.Spec.Paused, nil, res.FailureMessage()), &code)
 	}
 	code := res.ExitCode
 	next.Data.HookExitCode = &code

@@ -155,12 +155,18 @@ func TestBackupCutShortSaysTheWayOn(t *testing.T) {
 		{events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "team"}}, "once SandboxUpdateOps up has ended, `kubectl molt retry up -n team`"},
 		{events.Data{}, "change spec.template again"},
 	} {
-		got := backupCutShort(tc.d)
-		for _, want := range []string{"molt has no word of a backup by this run", "check that backup is intact", "copy a backup that must be kept away first", tc.want} {
+		got := backupCutShort(tc.d, false)
+		for _, want := range []string{"molt has no word of a backup by this run", "check that backup is intact", "copy a backup that must be kept away first", "The sandbox gets a new pod", tc.want} {
 			if !strings.Contains(got, want) {
 				t.Errorf("backupCutShort(ops %q) = %q, lacks %q", tc.d.Ops.Name, got, want)
 			}
 		}
+	}
+	// A paused sandbox woken for the upgrade is stopped again, not given a
+	// pod at once (a walk read "gets a new pod" and found none).
+	got := backupCutShort(events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "team"}}, true)
+	if !strings.Contains(got, "The sandbox is paused, so it is left with no pod") || strings.Contains(got, "The sandbox gets a new pod") {
+		t.Errorf("backupCutShort of a paused sandbox = %q; want it to say it is left with no pod", got)
 	}
 }
 
@@ -199,21 +205,21 @@ func TestCutShortNoteWhenThePodWentAway(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: "ns", UID: "p1"}}
 	d := events.Data{Ops: events.OpsRef{Name: "up"}, Sandbox: events.SandboxRef{Namespace: "ns", Name: "box"}}
 	gone := &HookRunner{kube: fake.NewClientset()}
-	if got := gone.withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") || !strings.Contains(got, "molt has no word of a backup by this run") {
+	if got := gone.withCutShortNote(context.Background(), preStep, pod, d, false, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") || !strings.Contains(got, "molt has no word of a backup by this run") {
 		t.Errorf("preUpgrade whose pod went: %q, want the deletion and the note", got)
 	}
-	if got := gone.withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") ||
+	if got := gone.withCutShortNote(context.Background(), postStep, pod, d, false, nil, "hook exited with code 143"); !strings.Contains(got, "was deleted while the hook ran") ||
 		!strings.Contains(got, "Check that the backup is still whole") || !strings.Contains(got, "`kubectl molt retry up -n ns`") {
 		t.Errorf("postUpgrade whose pod went: %q, want the deletion, the backup to check and the retry", got)
 	}
 	direct := events.Data{Sandbox: d.Sandbox}
-	if got := gone.withCutShortNote(context.Background(), postStep, pod, direct, nil, "hook exited with code 143"); !strings.Contains(got, "change spec.template again") {
+	if got := gone.withCutShortNote(context.Background(), postStep, pod, direct, false, nil, "hook exited with code 143"); !strings.Contains(got, "change spec.template again") {
 		t.Errorf("direct postUpgrade whose pod went: %q, want the way on of a direct upgrade", got)
 	}
-	if got := there(pod).withCutShortNote(context.Background(), postStep, pod, d, nil, "hook exited with code 1"); got != "hook exited with code 1" {
+	if got := there(pod).withCutShortNote(context.Background(), postStep, pod, d, false, nil, "hook exited with code 1"); got != "hook exited with code 1" {
 		t.Errorf("postUpgrade whose pod is there: %q, want the message alone", got)
 	}
-	if got := there(pod).withCutShortNote(context.Background(), preStep, pod, d, nil, "hook exited with code 1"); got != "hook exited with code 1" {
+	if got := there(pod).withCutShortNote(context.Background(), preStep, pod, d, false, nil, "hook exited with code 1"); got != "hook exited with code 1" {
 		t.Errorf("preUpgrade whose pod is there: %q, want the message alone", got)
 	}
 }

@@ -52,7 +52,7 @@ func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, res
 		if resumed != "" {
 			return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and %s. Its spec.template may still carry the patch of the failed upgrade this one resumes (attempt %s), and every new SandboxUpdateOps wakes it with that template first: fix spec.template by hand (kubectl edit sbx %s -n %s, e.g. the image the pod ran before), or fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, again, resumed, sb.Name, sb.Namespace)
 		}
-		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and %s: fix what keeps the pod from starting (its image, its resources, its node), then create a new SandboxUpdateOps", why, again)
+		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and %s: every new SandboxUpdateOps wakes it with that template first, so fix what keeps the pod from starting (its image or resources: kubectl edit sbx %s -n %s; or its node), then create a new SandboxUpdateOps", why, again, sb.Name, sb.Namespace)
 	}
 	last := "no pod was created for it yet"
 	for {

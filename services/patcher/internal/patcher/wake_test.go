@@ -84,6 +84,11 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 		if err != nil || got != nil || !strings.Contains(why, "not Ready within 1s") || !strings.Contains(why, "ContainerCreating") {
 			t.Fatalf("waitAwake = %v, %q, %v; want the timeout with what the pod waited for", got, why, err)
 		}
+		// A new ops wakes it with the same template (a walk's retry failed
+		// the same way): the way on names the edit.
+		if !strings.Contains(why, "every new SandboxUpdateOps wakes it with that template first") || !strings.Contains(why, "kubectl edit sbx box-0 -n default") {
+			t.Errorf("waitAwake = %q; want it to say a new ops wakes it the same way, and how to edit the template", why)
+		}
 	})
 	t.Run("unpaused during the wait: says it is not paused again", func(t *testing.T) {
 		paused := sb.DeepCopy()
