@@ -131,7 +131,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		if p := bytes.TrimSpace(ops.Spec.Patch.Raw); len(p) == 0 || string(p) == "{}" || string(p) == "null" {
 			// "already have the patched template" is true of an empty patch,
 			// and says nothing: what an ops without one is for does.
-			progressing.Message = agentsv1alpha1.TruncateConditionMessage("spec.patch is empty, and no selected sandbox is resuming a failed upgrade: an ops without a patch only finishes sandboxes an earlier ops left failed (its hooks run on those), so there is nothing to do; to upgrade sandboxes, set spec.patch. " + progressing.Message)
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage("spec.patch is empty, and no selected sandbox is resuming a failed upgrade: an ops without a patch only finishes sandboxes an earlier ops left failed (its hooks run on those), so there is nothing to do; to upgrade sandboxes, delete this ops and apply it again with spec.patch (it is immutable). What was found: " + progressing.Message)
 		}
 	case sel.Updated == sel.Total():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsCompleted

@@ -372,6 +372,11 @@ func TestNothingToUpdateSaysThePatchIsEmpty(t *testing.T) {
 			if got := strings.HasPrefix(c.Message, "spec.patch is empty"); got != tc.want {
 				t.Errorf("message %q: says the patch is empty %t, want %t", c.Message, got, tc.want)
 			}
+			// spec.patch is immutable: the way on is a new ops (a walk
+			// read "set spec.patch").
+			if tc.want && !strings.Contains(c.Message, "delete this ops and apply it again with spec.patch") {
+				t.Errorf("message %q does not say to apply the ops again with a patch", c.Message)
+			}
 		})
 	}
 }
