@@ -222,10 +222,10 @@ func deletionWaitMessage(finishing []string) string {
 	if len(named) > maxNamedFailures {
 		named, more = named[:maxNamedFailures], fmt.Sprintf(" and %d more", len(finishing)-maxNamedFailures)
 	}
-	count := "1 sandbox"
+	count := "1 sandbox to end the attempt it is in"
 	if len(finishing) != 1 {
-		count = fmt.Sprintf("%d sandboxes", len(finishing))
+		count = fmt.Sprintf("%d sandboxes to end the attempts they are in", len(finishing))
 	}
-	return fmt.Sprintf("being deleted: waiting for %s to end the attempt they are in (%s%s); each ends by its stage's deadline, Succeeded or in a failed reason a new ops resumes; then the ops label and the finalizer are removed. Sandboxes not started are not touched",
+	return fmt.Sprintf("being deleted: waiting for %s (%s%s); each ends by its stage's deadline, Succeeded or in a failed reason a new ops resumes; then the ops label and the finalizer are removed. Sandboxes not started are not touched",
 		count, strings.Join(named, ", "), more)
 }
