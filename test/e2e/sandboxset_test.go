@@ -291,3 +291,53 @@ spec:
 		}
 	})
 }
+
+// A warm pool whose members' containers exit under restartPolicy Never (the
+// local kubelet ends such a pod Failed) keeps its dead members after a few
+// replacements and says so: MembersFailing=True, DeadMembersKept, with the
+// container's words and the way on. A walk could not reach this on the local
+// stack: every crash was a CrashLoopBackOff, whatever the restart policy.
+func TestSandboxSetKeepsMembersThatDie(t *testing.T) {
+	s := Stack(t)
+	ns := s.env.Namespace(t)
+	kubectl(t, `apiVersion: agents.kruise.io/v1alpha1
+kind: SandboxSet
+metadata: {name: dying}
+spec:
+  replicas: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: sandbox, image: my-registry/crash-image:v1}]
+`, "apply", "-n", ns, "-f", "-")
+	var failing *metav1.Condition
+	testenv.Eventually(t, 2*time.Minute, "MembersFailing on set dying", func() (bool, error) {
+		set, err := s.agents.AgentsV1alpha1().SandboxSets(ns).Get(context.Background(), "dying", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		failing = meta.FindStatusCondition(set.Status.Conditions, "MembersFailing")
+		return failing != nil && failing.Status == metav1.ConditionTrue, fmt.Errorf("MembersFailing %+v", failing)
+	})
+	if failing.Reason != "DeadMembersKept" {
+		t.Errorf("MembersFailing reason %q, want DeadMembersKept", failing.Reason)
+	}
+	for _, want := range []string{"container sandbox exited with code 1", "kubectl edit sbs dying -n " + ns} {
+		if !strings.Contains(failing.Message, want) {
+			t.Errorf("MembersFailing message %q lacks %q", failing.Message, want)
+		}
+	}
+	list, err := s.agents.AgentsV1alpha1().Sandboxes(ns).List(context.Background(), metav1.ListOptions{LabelSelector: agentsv1alpha1.LabelSandboxPool + "=dying"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, sb := range list.Items {
+		if sb.Status.Phase == agentsv1alpha1.SandboxFailed {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no member of set dying is Failed (%d members)", len(list.Items))
+	}
+}
