@@ -110,6 +110,10 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return p.fail(ctx, ev, why)
 		}
 		woken, problem, err := p.waitAwake(ctx, sb, d.ResumedAttempt)
+		if errors.Is(err, errSandboxGone) {
+			logger.Info("skip: the sandbox was deleted during its wake-up")
+			return nil
+		}
 		if err != nil {
 			return err
 		}

@@ -2,10 +2,12 @@ package patcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -29,7 +31,8 @@ import (
 // the pod is woken with, and a new ops cannot wake it past a bad one; or,
 // when no preUpgrade has run since (upgrade.OriginalTemplate), the pod is
 // woken with the template from before that patch, and the message says how
-// to give that up.
+// to give that up. A sandbox deleted meanwhile ends the wait
+// (errSandboxGone).
 func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, resumed string) (*corev1.Pod, string, error) {
 	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, p.wakeTimeout)
@@ -55,7 +58,10 @@ func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, res
 		return fmt.Sprintf("the paused sandbox was woken for its upgrade with its template as it is, and its pod will not be Ready: %s; nothing was patched and %s: every new SandboxUpdateOps wakes it with that template first, so fix what keeps the pod from starting (its image or resources: kubectl edit sbx %s -n %s; or its node), then create a new SandboxUpdateOps", why, again, sb.Name, sb.Namespace)
 	}
 	last := "no pod was created for it yet"
-	for {
+	for polls := 1; ; polls++ {
+		if polls%sandboxRecheckPolls == 0 && p.sandboxGone(ctx, sb) {
+			return nil, "", errSandboxGone
+		}
 		pod, err := p.currentPod(ctx, sb)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -79,6 +85,33 @@ func (p *Patcher) waitAwake(ctx context.Context, sb *agentsv1alpha1.Sandbox, res
 		case <-tick.C:
 		}
 	}
+}
+
+// sandboxRecheckPolls: every this many polls (5 s) the wake-up looks
+// whether its sandbox is still there.
+const sandboxRecheckPolls = 10
+
+// errSandboxGone ends a wake-up whose sandbox was deleted (or is being
+// deleted, or was created again under its name) meanwhile: its pod will
+// never be Ready for it, and waiting out the wake timeout would hold one of
+// the patcher's workers for nothing (a namespace deleted with many woken
+// sandboxes in it would hold them all). statusagg tells the deletion.
+var errSandboxGone = errors.New("the sandbox was deleted during its wake-up")
+
+// sandboxGone reports whether sb is gone, being deleted, or replaced by a
+// sandbox of the same name, as the API server has it now (false when it
+// cannot be read: the wait goes on).
+func (p *Patcher) sandboxGone(ctx context.Context, sb *agentsv1alpha1.Sandbox) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cur, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	}
+	return cur.UID != sb.UID || cur.DeletionTimestamp != nil
 }
 
 // pausedNow reports whether sb is paused as the API server has it now (as

@@ -2,6 +2,7 @@ package patcher
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,26 @@ func TestWaitAwakeNamesTheCauseAtOnce(t *testing.T) {
 		// the same way): the way on names the edit.
 		if !strings.Contains(why, "every new SandboxUpdateOps wakes it with that template first") || !strings.Contains(why, "kubectl edit sbx box-0 -n default") {
 			t.Errorf("waitAwake = %q; want it to say a new ops wakes it the same way, and how to edit the template", why)
+		}
+	})
+	t.Run("sandbox deleted during the wait: the wait ends", func(t *testing.T) {
+		// A review: each such wake-up held a worker for the whole wake
+		// timeout, and a namespace deleted with many woken sandboxes in it
+		// could hold them all.
+		p := &Patcher{agents: agentsfake.NewSimpleClientset(), kube: fake.NewClientset(pod(starting)), wakeTimeout: time.Minute}
+		start := time.Now()
+		got, why, err := p.waitAwake(context.Background(), sb, "")
+		if !errors.Is(err, errSandboxGone) || got != nil || why != "" {
+			t.Fatalf("waitAwake = %v, %q, %v; want errSandboxGone", got, why, err)
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("the wait ended after %s; want it to look again within seconds", took)
+		}
+		p.agents = sandboxesAsNow(t, sb)
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+		defer cancel()
+		if _, why, err := p.waitAwake(ctx, sb, ""); errors.Is(err, errSandboxGone) || !strings.Contains(why, "not Ready within") {
+			t.Errorf("waitAwake of a sandbox still there = %q, %v; want it to wait on until the deadline", why, err)
 		}
 	})
 	t.Run("unpaused during the wait: says it is not paused again", func(t *testing.T) {
