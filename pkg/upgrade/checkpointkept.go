@@ -92,7 +92,7 @@ func rebuildsRestoredPod(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.Sandbox
 // sandboxes it names) means to a user reading the ops's condition: why molt
 // paused it, and the ways on.
 func CheckpointKeptPauseNote(namespace, name, v string) string {
-	return fmt.Sprintf("molt paused this ops before its first sandbox: sandboxes %s failed a CheckpointRestore upgrade after their old pod was gone, so their workspace is kept only in a checkpoint (kubectl get cp -n %s), and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem and leave the checkpoint unused. "+
+	return fmt.Sprintf("molt paused this ops before its first sandbox: sandboxes %s failed a CheckpointRestore upgrade after their old pod was gone, so their workspace is kept only in a checkpoint (kubectl get cp -n %s) or a pod restored from it, and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem and leave the checkpoint unused. "+
 		"To restore it, delete this ops and create it again with updateStrategy.type CheckpointRestore (its patch may set no container image, not even the same one); "+
 		"if those workspaces may go, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
 		strings.TrimSpace(v), namespace, agentsv1alpha1.UpgradeTypeRecreate, name, namespace)

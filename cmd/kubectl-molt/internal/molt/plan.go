@@ -267,7 +267,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	if left := upgrade.CheckpointLeftBehind(ops, sel); len(left) > 0 {
 		named := strings.Join(left[:min(len(left), 5)], ", ") + more(len(left)-5)
-		fmt.Fprintf(w, "  warning: %d sandboxes (%s) failed a CheckpointRestore upgrade after their old pod was gone: their workspace is kept only in a checkpoint (kubectl get cp -n %s), and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
+		fmt.Fprintf(w, "  warning: %d sandboxes (%s) failed a CheckpointRestore upgrade after their old pod was gone: their workspace is kept only in a checkpoint (kubectl get cp -n %s) or a pod restored from it, and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
 			len(left), named, ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType())
 		if !upgrade.PausedOnce(ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go\n")

@@ -63,7 +63,7 @@ func backupCutShort(d events.Data, paused bool) string {
 	}
 	gets := "The sandbox gets a new pod from " + from + ", holding only what its persistent volumes keep; "
 	if paused {
-		gets = "The sandbox is paused, so it is left with no pod; the pod it gets next (woken by the next upgrade, or unpaused) is built from " + from + " and holds only what its persistent volumes keep; "
+		gets = "The sandbox is paused, so it is left with no pod (unless it was unpaused meanwhile); the pod it gets next (woken by the next upgrade, or unpaused) is built from " + from + " and holds only what its persistent volumes keep; "
 	}
 	return "molt has no word of a backup by this run: cut short, it may have written none, a partial one or a whole one where the last backup is (its output says how far it got): check that backup is intact before relying on it. " + gets +
 		"the next upgrade runs preUpgrade on that pod, backing it up where the last backup is: copy a backup that must be kept away first, " + next

@@ -155,7 +155,7 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 // CheckpointFailed is not woken (upgrade.WakeAtAdmission: the backup is
 // taken), so a CheckpointRestore resume would find no pod to checkpoint.
 const pausedCheckpointNote = "the sandbox is paused, so its pod stops again now and a resume is not woken: " +
-	"resume it with a SandboxUpdateOps of updateStrategy.type Recreate (it builds the new pod, and postUpgrade restores what preUpgrade backed up), not CheckpointRestore, which would find no pod to checkpoint"
+	"resume it with a SandboxUpdateOps of updateStrategy.type Recreate (it builds the new pod, and postUpgrade restores what preUpgrade backed up), not CheckpointRestore, which would find no pod to checkpoint and no checkpoint to restore"
 
 // failCheckpoint ends the attempt in CheckpointFailed with message.
 func (c *cycler) failCheckpoint(ctx context.Context, in events.Data, message string) error {

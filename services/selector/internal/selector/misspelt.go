@@ -65,7 +65,6 @@ func (s *Selector) pauseForNoBackup(ctx context.Context, ops *agentsv1alpha1.San
 	if upgrade.PausedOnce(ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt) || sel.NotStarted != sel.Total() {
 		return false, nil
 	}
-	sel.PodOf = s.podOf
 	names := upgrade.Unprotected(ops, sel)
 	if len(names) == 0 {
 		return false, nil

@@ -248,6 +248,7 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	s.pausedPassed.Delete(ops.UID) // resumed: checked (and recorded) at its first admission
+	sel.PodOf = s.podOf            // the pauses below look at a resumed sandbox's pod
 	if paused, err := s.pauseForMisspelling(ctx, ops, sel); err != nil || paused {
 		return err
 	}
