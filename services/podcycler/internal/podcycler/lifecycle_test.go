@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -284,20 +285,7 @@ func TestWokenPodPastItsPatchIsLeftToTheStages(t *testing.T) {
 			s.Annotations[upgrade.AnnotationOriginalTemplateFor] = "a1"
 		})
 		// UpgradePod deletes the woken pod while the status still shows reason.
-		if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &woken.UID}}); err != nil {
-			t.Fatal(err)
-		}
-		waitPodGone(t, ns, name)
-		testenv.Consistently(t, 3*time.Second, "no pod built for "+name+" in "+reason+" past its patch", func() (bool, error) {
-			p, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return true, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			return false, fmt.Errorf("pod %s (uid %s, image %s) built", p.Name, p.UID, p.Spec.Containers[0].Image)
-		})
+		deleteWokenPodAndSeeNoneBuilt(t, ns, woken, "in "+reason+" past its patch")
 		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = false })
 		setUpgradeStatus(t, ns, name, "a1", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
 		waitPodReady(t, ns, name, string(woken.UID))
@@ -348,22 +336,31 @@ func TestWokenPodPastAResumesPatchIsLeftToTheStages(t *testing.T) {
 			s.Annotations[upgrade.AnnotationAttemptHooks] = upgrade.AttemptHooksValue("a2", nil)
 		})
 		// UpgradePod deletes the woken pod while the status still lags.
-		if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &woken.UID}}); err != nil {
-			t.Fatal(err)
-		}
-		waitPodGone(t, ns, name)
-		testenv.Consistently(t, 3*time.Second, "no pod built for "+name+" past a2's patch", func() (bool, error) {
-			p, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return true, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			return false, fmt.Errorf("pod %s (uid %s, image %s) built", p.Name, p.UID, p.Spec.Containers[0].Image)
-		})
+		deleteWokenPodAndSeeNoneBuilt(t, ns, woken, "past a2's patch")
 		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) { s.Spec.Paused = false })
 		setUpgradeStatus(t, ns, name, "a2", agentsv1alpha1.UpgradingReasonUpgradePodFailed)
 		waitPodReady(t, ns, name, string(woken.UID))
 	}
+}
+
+// deleteWokenPodAndSeeNoneBuilt deletes woken, as UpgradePod's handler does,
+// and checks that the lifecycle loop builds no pod for its sandbox (when says
+// in which state, for the failure).
+func deleteWokenPodAndSeeNoneBuilt(t *testing.T, ns string, woken *corev1.Pod, when string) {
+	t.Helper()
+	kube := testenv.Get(t).Kube.CoreV1().Pods(ns)
+	if err := kube.Delete(context.Background(), woken.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &woken.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodGone(t, ns, woken.Name)
+	testenv.Consistently(t, 3*time.Second, "no pod built for "+woken.Name+" "+when, func() (bool, error) {
+		p, err := kube.Get(context.Background(), woken.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("pod %s (uid %s, image %s) built", p.Name, p.UID, p.Spec.Containers[0].Image)
+	})
 }
