@@ -144,7 +144,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 			return err
 		}
 		if problem := upgrade.PatchProblem(ops); problem != "" {
-			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; the patcher did not apply it to this sandbox, and its pod was not touched", ops.Name, problem))
+			return p.fail(ctx, ev, fmt.Sprintf("SandboxUpdateOps %s: %s; the patcher did not apply it to this sandbox, and its pod was not touched%s", ops.Name, problem, pausedAgain(sb)))
 		}
 		checkpoint := ops.Spec.UpdateStrategy.EffectiveType() == agentsv1alpha1.UpgradeTypeCheckpointRestore
 		checkpoints = checkpoint
@@ -182,7 +182,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		}
 		target, err = upgrade.ApplyPatch(sb.Spec.Template, ops.Spec.Patch.Raw)
 		if err != nil {
-			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err))
+			return p.fail(ctx, ev, fmt.Sprintf("spec.patch of SandboxUpdateOps %s cannot be applied to this sandbox's template: %v; the sandbox and its pod were not changed%s: fix the patch (or the sandbox's template) and create a new SandboxUpdateOps", ops.Name, err, pausedAgain(sb)))
 		}
 		if why := addedWithoutImage(sb, ops); why != "" {
 			return p.fail(ctx, ev, why)
@@ -375,6 +375,15 @@ func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*
 		return nil, fmt.Errorf("get pod %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	return pod, nil
+}
+
+// pausedAgain is what a failure before the patch adds for a paused sandbox
+// woken for the upgrade: its pod stops again with the pause ("" otherwise).
+func pausedAgain(sb *agentsv1alpha1.Sandbox) string {
+	if sb.Spec.Paused && upgrade.AdmittedToWake(sb) {
+		return " (it was woken for the upgrade and is paused again)"
+	}
+	return ""
 }
 
 // opsOf returns the ops d names; gone when it is not there (or another ops

@@ -138,3 +138,23 @@ func sandboxesAsNow(t *testing.T, sb *agentsv1alpha1.Sandbox) *agentsfake.Client
 	}
 	return c
 }
+
+// A failure before the patch of a paused sandbox woken for the upgrade says
+// that it is paused again: "its pod was not touched" alone reads as if the
+// woken pod ran on (review).
+func TestPausedAgainIsSaidOfAWokenSandbox(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box-0",
+		Labels:      map[string]string{agentsv1alpha1.LabelUpdateOps: "up"},
+		Annotations: map[string]string{agentsv1alpha1.AnnotationUpgradeResumeTrigger: "true"}}}
+	if got := pausedAgain(sb); got != "" {
+		t.Errorf("pausedAgain of a running sandbox = %q, want none", got)
+	}
+	sb.Spec.Paused = true
+	if got := pausedAgain(sb); !strings.Contains(got, "paused again") {
+		t.Errorf("pausedAgain of a woken paused sandbox = %q, want it to say it is paused again", got)
+	}
+	delete(sb.Annotations, agentsv1alpha1.AnnotationUpgradeResumeTrigger)
+	if got := pausedAgain(sb); got != "" {
+		t.Errorf("pausedAgain of a paused sandbox not woken = %q, want none", got)
+	}
+}
