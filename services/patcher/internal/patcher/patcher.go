@@ -377,15 +377,6 @@ func (p *Patcher) currentPod(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*
 	return pod, nil
 }
 
-// pausedAgain is what a failure before the patch adds for a paused sandbox
-// woken for the upgrade: its pod stops again with the pause ("" otherwise).
-func pausedAgain(sb *agentsv1alpha1.Sandbox) string {
-	if sb.Spec.Paused && upgrade.AdmittedToWake(sb) {
-		return " (it was woken for the upgrade and is paused again)"
-	}
-	return ""
-}
-
 // opsOf returns the ops d names; gone when it is not there (or another ops
 // has its name now). The cache may be behind: an ops just created, or
 // created again under a deleted one's name (the way to resume), is read live.

@@ -135,3 +135,12 @@ func (p *Patcher) failWake(ctx context.Context, in events.Event, message string)
 		out.Message = agentsv1alpha1.TruncateConditionMessage(message)
 	})
 }
+
+// pausedAgain is what a failure before the patch adds for a paused sandbox
+// woken for the upgrade: its pod stops again with the pause ("" otherwise).
+func pausedAgain(sb *agentsv1alpha1.Sandbox) string {
+	if sb.Spec.Paused && upgrade.AdmittedToWake(sb) {
+		return " (it was woken for the upgrade and is paused again)"
+	}
+	return ""
+}
