@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"encoding/json"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
@@ -64,12 +65,34 @@ func KeepOwnLifecycle(sb *agentsv1alpha1.Sandbox, written *agentsv1alpha1.Sandbo
 		// Changed since that ops wrote it (removed, too), or a value that
 		// cannot be read: what it is now is the sandbox's own, written over
 		// the stale value so that it does not come back.
+	case writtenByAnOps(sb):
+		// An earlier ops's hooks, left in place as it kept nothing (the
+		// sandbox had no hooks of its own, nor spec.upgradePolicy): not the
+		// sandbox's own either. Kept as its own, they would come back once
+		// this ops is done: the hooks of an ops that failed, over those of
+		// the one that fixed them (a walk's next direct upgrade ran them).
+		own = nil
+		if sb.Spec.UpgradePolicy == nil {
+			return ""
+		}
 	case own == nil && sb.Spec.UpgradePolicy == nil:
 		return ""
 	}
 	// Two pointers to structs of strings and ints always encode.
 	b, _ := json.Marshal(KeptLifecycle{Own: own, Written: written})
 	return string(b)
+}
+
+// writtenByAnOps reports whether sb's spec.lifecycle is the one an ops's
+// attempt wrote and pinned (AnnotationAttemptHooks of an attempt that is not
+// direct: a direct attempt pins the sandbox's own hooks), unchanged since.
+func writtenByAnOps(sb *agentsv1alpha1.Sandbox) bool {
+	var pinned AttemptHooks
+	value, ok := sb.Annotations[AnnotationAttemptHooks]
+	if !ok || json.Unmarshal([]byte(value), &pinned) != nil || pinned.Attempt == "" || strings.HasPrefix(pinned.Attempt, DirectAttemptPrefix) {
+		return false
+	}
+	return equality.Semantic.DeepEqual(sb.Spec.Lifecycle, pinned.Lifecycle)
 }
 
 // OwnLifecycleBack says what becomes of sb's AnnotationOwnLifecycle once the

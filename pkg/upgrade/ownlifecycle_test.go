@@ -39,6 +39,13 @@ func TestKeepOwnLifecycle(t *testing.T) {
 		{"edited since the first ops: the edit is its own", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: edited}}, keptAOverOwn), opsB, &KeptLifecycle{Own: edited, Written: opsB}},
 		{"an annotation that cannot be read: the lifecycle now is kept", withKept(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "{"), opsB, &KeptLifecycle{Own: opsA, Written: opsB}},
 		{"removed since the first ops, no upgradePolicy: none is its own now", withKept(&agentsv1alpha1.Sandbox{}, keptAOverOwn), opsB, &KeptLifecycle{Written: opsB}},
+		// A first ops wrote its hooks over none and kept nothing (it
+		// failed, say): they are not the sandbox's own, and do not come
+		// back over the second ops's once it is done (a walk).
+		{"an earlier ops's hooks left in place: not its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "ops-a-uid", opsA), opsB, nil},
+		{"an earlier ops's hooks, with upgradePolicy set since: none is its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA, UpgradePolicy: direct}}, "ops-a-uid", opsA), opsB, &KeptLifecycle{Written: opsB}},
+		{"edited since that ops pinned them: the edit is its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: edited}}, "ops-a-uid", opsA), opsB, &KeptLifecycle{Own: edited, Written: opsB}},
+		{"pinned by a direct attempt: the sandbox's own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, DirectAttemptPrefix+"abc-3", own), opsB, &KeptLifecycle{Own: own, Written: opsB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			value := KeepOwnLifecycle(tc.sb, tc.written)
@@ -127,4 +134,13 @@ func TestOwnLifecycleDue(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pinnedBy is sb with AnnotationAttemptHooks fixing lifecycle for attempt.
+func pinnedBy(sb *agentsv1alpha1.Sandbox, attempt string, lifecycle *agentsv1alpha1.SandboxLifecycle) *agentsv1alpha1.Sandbox {
+	if sb.Annotations == nil {
+		sb.Annotations = map[string]string{}
+	}
+	sb.Annotations[AnnotationAttemptHooks] = AttemptHooksValue(attempt, lifecycle)
+	return sb
 }
