@@ -132,6 +132,15 @@ func HeldContainers(pod *corev1.Pod) []string {
 // image cannot be pulled.
 var pullFailure = regexp.MustCompile(`container (\S+): (ErrImagePull|ImagePullBackOff|InvalidImageName) - `)
 
+// ImageNotPulled returns the container that message (a failure's, from
+// ContainerFailure) says cannot pull its image.
+func ImageNotPulled(message string) (container string, ok bool) {
+	if m := pullFailure.FindStringSubmatch(message); m != nil {
+		return m[1], true
+	}
+	return "", false
+}
+
 // PatchImageNotPulled returns the image patch sets on the container that
 // message (an UpgradePodFailed's, from ContainerFailure) says cannot be
 // pulled, and that container's name: the patch itself is the cause, so the

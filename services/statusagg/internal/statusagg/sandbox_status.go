@@ -305,6 +305,9 @@ func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) st
 	switch {
 	case ops != "":
 		next = opsNextStepFor(ops, sb.Namespace)
+		if container, ok := upgrade.ImageNotPulled(failure); ok {
+			next = imageNotPulledNextStep(ops, sb.Namespace, container)
+		}
 	case direct:
 		next = directNextStep
 	default:
@@ -331,6 +334,14 @@ func opsDeletedNextStep(ops string) string {
 // opsNextStepFor is what a sandbox that ops ops failed says to do next.
 func opsNextStepFor(ops, namespace string) string {
 	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox here: fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` resumes it from the failed step; the retry keeps the ops's patch and hooks, so if one of them is the cause, create a new SandboxUpdateOps with it fixed instead", ops, ops, namespace)
+}
+
+// imageNotPulledNextStep is what a sandbox that ops ops failed because
+// container's image cannot be pulled says to do next: a retry keeps the
+// patch, which most likely set that image (the ops's condition says whether
+// it did, upgrade.ImageNotPulledHint).
+func imageNotPulledNextStep(ops, namespace, container string) string {
+	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox here: if container %s's image name or tag is wrong, `kubectl molt retry`, which keeps the patch, fails the same way, so create a new SandboxUpdateOps whose patch sets a working image on it (it resumes the sandbox at UpgradePod, its backup kept), or the old one to roll back; if the registry or its credentials (imagePullSecrets) were the cause, fix them, then, once that ops has ended, `kubectl molt retry %s -n %s`", ops, container, ops, namespace)
 }
 
 // unclaimedFailureMessage is the MESSAGE of a failed sandbox no ops claims:

@@ -70,8 +70,8 @@ func TestDesiredSandboxStatus(t *testing.T) {
 		{"unready pod is Pending", testSandbox(), testPod(false), agentsv1alpha1.SandboxPending, metav1.ConditionFalse, ReadyReasonPodNotReady, "pod sb is Running"},
 		{"a stage in progress is Upgrading", withUpgrade(testSandbox(), "UpgradePod", ""), testPod(true),
 			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", ""},
-		{"a failure stays Upgrading with its message", withUpgrade(testSandbox(), "UpgradePodFailed", "container main: ErrImagePull - nope"), testPod(false),
-			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", "container main: ErrImagePull - nope; " + opsNextStepFor("ops", "ns")},
+		{"a failure stays Upgrading with its message", withUpgrade(testSandbox(), "UpgradePodFailed", "container main: CrashLoopBackOff - back-off 10s restarting failed container"), testPod(false),
+			agentsv1alpha1.SandboxUpgrading, metav1.ConditionFalse, "Upgrading", "container main: CrashLoopBackOff - back-off 10s restarting failed container; " + opsNextStepFor("ops", "ns")},
 		{"success falls back to the pod", withUpgrade(testSandbox(), "Succeeded", ""), testPod(true),
 			agentsv1alpha1.SandboxRunning, metav1.ConditionTrue, "PodReady", ""},
 	} {
@@ -291,7 +291,7 @@ func TestPodNotReadyMessageIsStableWhileThePodCycles(t *testing.T) {
 // is; no ops claims it any more (its ops was deleted), that nothing drives
 // it and how to go on.
 func TestUnclaimedFailureSaysHowToGoOn(t *testing.T) {
-	const failure = "container main: ErrImagePull - nope"
+	const failure = "container main: CrashLoopBackOff - back-off 10s restarting failed container"
 	sb := withUpgrade(testSandbox(), agentsv1alpha1.UpgradingReasonUpgradePodFailed, failure)
 	if st := desiredSandboxStatus(sb, testPod(true)); st.Message != failure+"; "+opsNextStepFor("ops", "ns") {
 		t.Errorf("claimed: message %q, want the failure's, then how its ops is retried", st.Message)
@@ -390,5 +390,24 @@ func TestPausedSandboxKeptForItsUpgradeSaysSo(t *testing.T) {
 	again := desiredSandboxStatus(sb, nil)
 	if c := meta.FindStatusCondition(again.Conditions, agentsv1alpha1.ConditionSandboxPaused); c == nil || c.Status != metav1.ConditionTrue || c.Reason != PausedReasonPodStopped || again.Phase != agentsv1alpha1.SandboxPaused {
 		t.Errorf("upgrade ended, pod stopped: phase %s, SandboxPaused %+v; want Paused, True/%s", again.Phase, c, PausedReasonPodStopped)
+	}
+}
+
+// A sandbox an ops failed because its new image does not pull does not say
+// that `kubectl molt retry` resumes it: the retry keeps the patch that most
+// likely set that image (a walk followed it and failed the same way; the
+// ops's condition already said so). Any other failure keeps the retry.
+func TestImageNotPulledNextStep(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box-0", Namespace: "team",
+		Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "bad"}}}
+	pull := `new pod box-0 not Ready: container sandbox: ImagePullBackOff - Back-off pulling image "my-registry/sandbox-image:non-existent"`
+	got := failureWithNextStep(sb, "ops-uid", pull)
+	for _, want := range []string{pull, "fails the same way", "create a new SandboxUpdateOps whose patch sets a working image on it", "imagePullSecrets", "`kubectl molt retry bad -n team`"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("message %q lacks %q", got, want)
+		}
+	}
+	if hook := failureWithNextStep(sb, "ops-uid", "hook exited with code 1"); !strings.Contains(hook, "resumes it from the failed step") {
+		t.Errorf("a hook's failure says %q; want the retry as its way on", hook)
 	}
 }
