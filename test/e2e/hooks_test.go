@@ -299,7 +299,19 @@ func TestResumeAfterBadImage(t *testing.T) {
 		!strings.Contains(c.Message, "the patch's image my-registry/sandbox-image:non-existent (container sandbox) cannot be pulled") {
 		t.Errorf("Progressing of the failed ops = %+v, want it to name the image the patch sets as the cause", c)
 	}
-	kubectl(t, "", "delete", "suo", "bad", "-n", ns, "--wait=true", "--timeout=60s")
+	// So do the sandbox's MESSAGE and `kubectl molt retry` (a walk followed
+	// the sandbox's "retry resumes it" and failed the same way).
+	if sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), "img-00", metav1.GetOptions{}); err != nil ||
+		!strings.Contains(sb.Status.Message, "keeps the patch, fails the same way") || strings.Contains(sb.Status.Message, "resumes it from the failed step") {
+		t.Errorf("img-00's message = %q (%v), want it to say a retry fails the same way", sb.Status.Message, err)
+	}
+	out, errOut, code := molt(t, "", "retry", "bad", "-n", ns)
+	if code != 0 || !strings.Contains(out, "warning: the patch's image my-registry/sandbox-image:non-existent (container sandbox) cannot be pulled") ||
+		!strings.Contains(out, "kubectl molt abort bad-retry -n "+ns) {
+		t.Errorf("retry of an ops whose image does not pull: exit %d, want 0 and a warning naming the image and how to stop it:\n%s%s", code, out, errOut)
+	}
+	waitOps(t, s, ns, "bad-retry", agentsv1alpha1.SandboxUpdateOpsFailed, 2*time.Minute)
+	kubectl(t, "", "delete", "suo", "bad-retry", "-n", ns, "--wait=true", "--timeout=60s")
 	kubectl(t, hookOps("good", "img-pool", "my-registry/sandbox-image:v2", "", restoreHook, 30), "apply", "-n", ns, "-f", "-")
 	waitOps(t, s, ns, "good", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
 	if got := workspaceFile(t, s, ns, "img-00"); got != "data-img-00" {

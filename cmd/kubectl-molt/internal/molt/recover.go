@@ -124,7 +124,7 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 			ns, name, len(tail), strings.Join(tail, ", "), name, ns)}
 	}
 	reasons := map[string][]string{}
-	var failedReasons []string
+	var failedReasons, failures []string
 	for i := range claimed {
 		sb := &claimed[i]
 		if upgrade.StateFor(sb, ops.Name, ops.UID) != upgrade.Failed {
@@ -133,6 +133,9 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		r, _ := upgrade.ReasonFor(sb, string(ops.UID))
 		reasons[r] = append(reasons[r], sb.Name)
 		failedReasons = append(failedReasons, r)
+		if c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading); c != nil {
+			failures = append(failures, c.Message)
+		}
 	}
 	// What the retry would start is read from the sandboxes as they are now,
 	// not from the failed ops's last status: another ops may have upgraded
@@ -213,6 +216,11 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		parts = append(parts, fmt.Sprintf("%d not started", targets.notStarted))
 	}
 	fmt.Fprintf(a.out, "created SandboxUpdateOps %s/%s %s: retries %s\n", ns, newName, how, strings.Join(parts, "; and "))
+	if hint := upgrade.ImageNotPulledHint(next.Spec.Patch.Raw, failures); hint != "" {
+		// The registry may have been the cause, so the retry is made; but
+		// a wrong image fails it the same way (a walk's did).
+		fmt.Fprintf(a.out, "warning: %s (to stop this retry: kubectl molt abort %s -n %s)\n", hint, newName, ns)
+	}
 	if err := deleteAndWait(ctx, agents, ops, o.timeout); err != nil {
 		// The retry runs all the same: the failed ops left behind is final
 		// and holds nothing.
