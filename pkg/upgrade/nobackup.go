@@ -71,7 +71,7 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 			backedUp(c.Sandbox, failed) && !KeepsOriginalPod(c.Sandbox, sel.PodOf.of(c.Sandbox)) {
 			continue // its backup was taken by the attempt it resumes
 		}
-		if c.Resume && keepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
+		if c.Resume && KeepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
 			continue // a rollback of a PreUpgradeFailed: the old pod is kept
 		}
 		names = append(names, c.Sandbox.Name)
@@ -160,11 +160,11 @@ func KeepsOriginalPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
 	return originalPod(pod, append([]string{failed}, ResumedChain(sb, failed)...))
 }
 
-// keepsItsPod reports whether sb, resuming a failure from before its backup,
+// KeepsItsPod reports whether sb, resuming a failure from before its backup,
 // keeps its pod under patch: the patched template is the one its pod was
 // built from (OriginalTemplate), as a rollback to the old image makes it,
 // so podcycler keeps the pod and nothing is lost.
-func keepsItsPod(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
+func KeepsItsPod(sb *agentsv1alpha1.Sandbox, patch []byte) bool {
 	orig, ok := OriginalTemplate(sb)
 	if !ok || sb.Spec.Template == nil {
 		return false

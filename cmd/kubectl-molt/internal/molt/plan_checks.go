@@ -88,7 +88,9 @@ func ownHooksReplaced(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selectio
 // backup is not one: the failed attempt's preUpgrade took it, and the
 // resume goes on after it (the guides' postUpgrade-only ops for a
 // PostUpgradeFailed sandbox; a walk was told to add the preUpgrade they
-// leave out).
+// leave out). Nor is a rollback of a failure before the backup that keeps
+// the pod (upgrade.KeepsItsPod: the guides' rollback after PreUpgradeFailed,
+// whose pod is not replaced, as the plan's note says).
 func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
 	if lc := ops.Spec.Lifecycle; lc != nil && lc.PreUpgrade != nil {
 		return nil
@@ -96,7 +98,8 @@ func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []
 	var out []string
 	for _, c := range sel.Candidates {
 		sb := c.Sandbox
-		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil || resumesPastBackup(c, sel.PodOf) {
+		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil || resumesPastBackup(c, sel.PodOf) ||
+			(c.Resume && upgrade.KeepsItsPod(sb, ops.Spec.Patch.Raw)) {
 			continue
 		}
 		out = append(out, sb.Name)

@@ -171,6 +171,30 @@ func TestHooksNotRun(t *testing.T) {
 	if got := hooksNotRun(&agentsv1alpha1.SandboxUpdateOps{}, sel); !slices.Equal(got, []string{"hooked", "pre-failed"}) {
 		t.Errorf("hooksNotRun with the pods the failed attempt built = %v, want [hooked pre-failed]", got)
 	}
+	// A rollback of pre-failed to the template its pod runs keeps that pod:
+	// nothing is replaced, so nothing is lost (walk 2: the plan warned and,
+	// in the same output, said the pod is kept).
+	tpl := func(image string) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
+	}
+	original, ok := upgrade.OriginalTemplateValue(tpl("img:v1"))
+	if !ok {
+		t.Fatal("the template cannot be kept")
+	}
+	preFailed := sel.Candidates[4].Sandbox
+	preFailed.Spec.Template = tpl("img:v2")
+	preFailed.Annotations = map[string]string{upgrade.AnnotationOriginalTemplate: original, upgrade.AnnotationOriginalTemplateFor: "failed-attempt"}
+	preFailed.Status.Phase = agentsv1alpha1.SandboxUpgrading
+	rollback := &agentsv1alpha1.SandboxUpdateOps{}
+	rollback.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v1"}]}}`)
+	if got := hooksNotRun(rollback, sel); !slices.Equal(got, []string{"hooked"}) {
+		t.Errorf("hooksNotRun of a rollback = %v, want [hooked]", got)
+	}
+	forward := &agentsv1alpha1.SandboxUpdateOps{}
+	forward.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v3"}]}}`)
+	if got := hooksNotRun(forward, sel); !slices.Equal(got, []string{"hooked", "pre-failed"}) {
+		t.Errorf("hooksNotRun of an ops to another image = %v, want [hooked pre-failed]", got)
+	}
 	withHooks := &agentsv1alpha1.SandboxUpdateOps{}
 	withHooks.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PreUpgrade: hook}
 	if got := hooksNotRun(withHooks, sel); len(got) != 0 {
