@@ -84,15 +84,22 @@ func KeepOwnLifecycle(sb *agentsv1alpha1.Sandbox, written *agentsv1alpha1.Sandbo
 }
 
 // writtenByAnOps reports whether sb's spec.lifecycle is the one an ops's
-// attempt wrote and pinned (AnnotationAttemptHooks of an attempt that is not
-// direct: a direct attempt pins the sandbox's own hooks), unchanged since.
+// attempt wrote over no hooks of the sandbox's own (AnnotationAttemptHooks
+// with OverNone, of an attempt that is not direct), unchanged since.
 func writtenByAnOps(sb *agentsv1alpha1.Sandbox) bool {
-	var pinned AttemptHooks
-	value, ok := sb.Annotations[AnnotationAttemptHooks]
-	if !ok || json.Unmarshal([]byte(value), &pinned) != nil || pinned.Attempt == "" || strings.HasPrefix(pinned.Attempt, DirectAttemptPrefix) {
+	pinned, ok := pinnedHooks(sb)
+	if !ok || !pinned.OverNone || pinned.Attempt == "" || strings.HasPrefix(pinned.Attempt, DirectAttemptPrefix) {
 		return false
 	}
 	return equality.Semantic.DeepEqual(sb.Spec.Lifecycle, pinned.Lifecycle)
+}
+
+// OwnsNoHooks reports whether sb has no hooks of its own now: its
+// spec.lifecycle is empty, or an earlier ops's written over none
+// (writtenByAnOps). Hooks kept aside in AnnotationOwnLifecycle are not
+// looked at: KeepOwnLifecycle keeps them.
+func OwnsNoHooks(sb *agentsv1alpha1.Sandbox) bool {
+	return sb.Spec.Lifecycle == nil || writtenByAnOps(sb)
 }
 
 // OwnLifecycleBack says what becomes of sb's AnnotationOwnLifecycle once the

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -42,10 +43,15 @@ func TestKeepOwnLifecycle(t *testing.T) {
 		// A first ops wrote its hooks over none and kept nothing (it
 		// failed, say): they are not the sandbox's own, and do not come
 		// back over the second ops's once it is done (a walk).
-		{"an earlier ops's hooks left in place: not its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "ops-a-uid", opsA), opsB, nil},
-		{"an earlier ops's hooks, with upgradePolicy set since: none is its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA, UpgradePolicy: direct}}, "ops-a-uid", opsA), opsB, &KeptLifecycle{Written: opsB}},
-		{"edited since that ops pinned them: the edit is its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: edited}}, "ops-a-uid", opsA), opsB, &KeptLifecycle{Own: edited, Written: opsB}},
+		{"an earlier ops's hooks left in place: not its own", pinnedOverNone(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "ops-a-uid", opsA), opsB, nil},
+		{"an earlier ops's hooks, with upgradePolicy set since: none is its own", pinnedOverNone(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA, UpgradePolicy: direct}}, "ops-a-uid", opsA), opsB, &KeptLifecycle{Written: opsB}},
+		{"edited since that ops pinned them: the edit is its own", pinnedOverNone(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: edited}}, "ops-a-uid", opsA), opsB, &KeptLifecycle{Own: edited, Written: opsB}},
 		{"pinned by a direct attempt: the sandbox's own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, DirectAttemptPrefix+"abc-3", own), opsB, &KeptLifecycle{Own: own, Written: opsB}},
+		// Its own hooks equal the ops's (guide 000's in both): that ops kept
+		// nothing, as they were already the sandbox's, and pinned them not
+		// over none: they stay its own (a review: they were lost, and a
+		// later direct upgrade ran no backup).
+		{"own hooks equal to the last ops's: still its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own, UpgradePolicy: direct}}, "ops-a-uid", own), opsB, &KeptLifecycle{Own: own, Written: opsB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			value := KeepOwnLifecycle(tc.sb, tc.written)
@@ -143,4 +149,40 @@ func pinnedBy(sb *agentsv1alpha1.Sandbox, attempt string, lifecycle *agentsv1alp
 	}
 	sb.Annotations[AnnotationAttemptHooks] = AttemptHooksValue(attempt, lifecycle)
 	return sb
+}
+
+// pinnedOverNone is sb with AnnotationAttemptHooks as an ops's attempt that
+// wrote lifecycle over no hooks of the sandbox's own leaves it.
+func pinnedOverNone(sb *agentsv1alpha1.Sandbox, attempt string, lifecycle *agentsv1alpha1.SandboxLifecycle) *agentsv1alpha1.Sandbox {
+	if sb.Annotations == nil {
+		sb.Annotations = map[string]string{}
+	}
+	sb.Annotations[AnnotationAttemptHooks] = OpsAttemptHooksValue(&agentsv1alpha1.Sandbox{}, attempt, lifecycle)
+	return sb
+}
+
+// The pin an ops's attempt writes says OverNone only when the sandbox has no
+// hooks of its own: none at all, or an earlier ops's written over none.
+func TestOpsAttemptHooksOverNone(t *testing.T) {
+	own, opsA, opsB := hooks("own"), hooks("a"), hooks("b")
+	for _, tc := range []struct {
+		name string
+		sb   *agentsv1alpha1.Sandbox
+		want bool
+	}{
+		{"no hooks", &agentsv1alpha1.Sandbox{}, true},
+		{"hooks of its own", &agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: own}}, false},
+		{"an earlier ops's over none", pinnedOverNone(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "ops-a-uid", opsA), true},
+		{"an earlier ops's, equal to its own", pinnedBy(&agentsv1alpha1.Sandbox{Spec: agentsv1alpha1.SandboxSpec{Lifecycle: opsA}}, "ops-a-uid", opsA), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pinned AttemptHooks
+			if err := json.Unmarshal([]byte(OpsAttemptHooksValue(tc.sb, "ops-b-uid", opsB)), &pinned); err != nil {
+				t.Fatal(err)
+			}
+			if pinned.OverNone != tc.want || pinned.Attempt != "ops-b-uid" || !equality.Semantic.DeepEqual(pinned.Lifecycle, opsB) {
+				t.Errorf("pin %+v, want OverNone %v", pinned, tc.want)
+			}
+		})
+	}
 }

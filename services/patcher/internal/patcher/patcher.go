@@ -289,7 +289,7 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 func (p *Patcher) writeSpec(ctx context.Context, sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, target *corev1.PodTemplateSpec, checkpoint bool, attempt string, fresh bool) (written, refused string, stored *corev1.PodTemplateSpec, err error) {
 	strategyOK := !checkpoint || sb.Annotations[upgrade.AnnotationUpgradeStrategy] == upgrade.StrategyValue(attempt)
 	sameTemplate := equality.Semantic.DeepEqual(sb.Spec.Template, target)
-	pinned := sb.Annotations[upgrade.AnnotationAttemptHooks] == upgrade.AttemptHooksValue(attempt, ops.Spec.Lifecycle)
+	pinned := upgrade.HooksPinned(sb, attempt, ops.Spec.Lifecycle)
 	if strategyOK && sameTemplate && pinned && equality.Semantic.DeepEqual(sb.Spec.Lifecycle, ops.Spec.Lifecycle) {
 		klog.FromContext(ctx).V(1).Info("skip write: spec already patched")
 		return "", "", nil, nil
@@ -492,7 +492,7 @@ func specPatch(sb *agentsv1alpha1.Sandbox, target *corev1.PodTemplateSpec, lifec
 	if sb.Annotations == nil {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
 	}
-	ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationAttemptHooks), Value: upgrade.AttemptHooksValue(attempt, lifecycle)})
+	ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationAttemptHooks), Value: upgrade.OpsAttemptHooksValue(sb, attempt, lifecycle)})
 	if keep != "" {
 		ops = append(ops, op{Op: "add", Path: "/metadata/annotations/" + upgrade.PointerToken(upgrade.AnnotationOwnLifecycle), Value: keep})
 	}
