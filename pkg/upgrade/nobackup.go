@@ -71,7 +71,7 @@ func WithoutBackup(ops *agentsv1alpha1.SandboxUpdateOps, sel Selection) []string
 			backedUp(c.Sandbox, failed) && !KeepsOriginalPod(c.Sandbox, sel.PodOf.of(c.Sandbox)) {
 			continue // its backup was taken by the attempt it resumes
 		}
-		if c.Resume && KeepsItsPod(c.Sandbox, ops.Spec.Patch.Raw) {
+		if c.Resume && RollbackKeepsPod(c.Sandbox, ops, sel.PodOf.of(c.Sandbox)) {
 			continue // a rollback of a PreUpgradeFailed: the old pod is kept
 		}
 		names = append(names, c.Sandbox.Name)
@@ -158,6 +158,16 @@ func KeepsOriginalPod(sb *agentsv1alpha1.Sandbox, pod *corev1.Pod) bool {
 	}
 	failed := CurrentAttempt(sb)
 	return originalPod(pod, append([]string{failed}, ResumedChain(sb, failed)...))
+}
+
+// RollbackKeepsPod reports whether ops, resuming sb's failure from before
+// its backup, keeps pod, sb's pod: its patch gives the template the pod was
+// built from (KeepsItsPod), and podcycler keeps a pod only when it is there,
+// not going, Ready, and the attempt does not checkpoint (a CheckpointRestore
+// attempt replaces it). A pod not known (nil) is not kept.
+func RollbackKeepsPod(sb *agentsv1alpha1.Sandbox, ops *agentsv1alpha1.SandboxUpdateOps, pod *corev1.Pod) bool {
+	return pod != nil && pod.DeletionTimestamp == nil && PodReady(pod) &&
+		ops.Spec.UpdateStrategy.EffectiveType() != agentsv1alpha1.UpgradeTypeCheckpointRestore && KeepsItsPod(sb, ops.Spec.Patch.Raw)
 }
 
 // KeepsItsPod reports whether sb, resuming a failure from before its backup,

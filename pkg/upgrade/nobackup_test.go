@@ -116,3 +116,46 @@ func TestWithoutBackupNamesTheSandboxesNeverBackedUp(t *testing.T) {
 		t.Errorf("WithoutRestore with no patch = %v, want none", got)
 	}
 }
+
+// A rollback keeps the pod only as podcycler does: the pod is there, not
+// going and Ready, and the attempt does not checkpoint; an unknown pod is not
+// kept (a review: the template alone hid a replaced pod's lost workspace).
+func TestRollbackKeepsPod(t *testing.T) {
+	tpl := func(image string) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: image}}}}
+	}
+	original, ok := OriginalTemplateValue(tpl("img:v1"))
+	if !ok {
+		t.Fatal("the template cannot be kept")
+	}
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Annotations: map[string]string{
+		AnnotationOriginalTemplate: original, AnnotationOriginalTemplateFor: "u1"}}}
+	sb.Spec.Template = tpl("img:v2")
+	sb.Status.Phase = agentsv1alpha1.SandboxUpgrading
+	sb.Status.Conditions = []metav1.Condition{
+		{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonPreUpgradeFailed, Message: "u1"},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonPreUpgradeFailed},
+	}
+	rollback := &agentsv1alpha1.SandboxUpdateOps{}
+	rollback.Spec.Patch = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v1"}]}}`)}
+	ready := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	if !RollbackKeepsPod(sb, rollback, ready) {
+		t.Errorf("a rollback to the template its Ready pod runs: not kept, want kept")
+	}
+	if RollbackKeepsPod(sb, rollback, &corev1.Pod{}) {
+		t.Errorf("a pod that is not Ready: kept, want replaced")
+	}
+	if RollbackKeepsPod(sb, rollback, nil) {
+		t.Errorf("no pod known: kept, want not")
+	}
+	cr := rollback.DeepCopy()
+	cr.Spec.UpdateStrategy.Type = agentsv1alpha1.UpgradeTypeCheckpointRestore
+	if RollbackKeepsPod(sb, cr, ready) {
+		t.Errorf("under CheckpointRestore: kept, want replaced")
+	}
+	forward := rollback.DeepCopy()
+	forward.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v3"}]}}`)
+	if RollbackKeepsPod(sb, forward, ready) {
+		t.Errorf("a patch to another image: kept, want replaced")
+	}
+}

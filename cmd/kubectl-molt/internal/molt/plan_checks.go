@@ -89,8 +89,8 @@ func ownHooksReplaced(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selectio
 // resume goes on after it (the guides' postUpgrade-only ops for a
 // PostUpgradeFailed sandbox; a walk was told to add the preUpgrade they
 // leave out). Nor is a rollback of a failure before the backup that keeps
-// the pod (upgrade.KeepsItsPod: the guides' rollback after PreUpgradeFailed,
-// whose pod is not replaced, as the plan's note says).
+// the pod (upgrade.RollbackKeepsPod: the guides' rollback after
+// PreUpgradeFailed, whose Ready pod is not replaced, as the plan's note says).
 func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []string {
 	if lc := ops.Spec.Lifecycle; lc != nil && lc.PreUpgrade != nil {
 		return nil
@@ -99,7 +99,7 @@ func hooksNotRun(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) []
 	for _, c := range sel.Candidates {
 		sb := c.Sandbox
 		if (c.State != upgrade.NotStarted && !c.Resume) || sb.Spec.Lifecycle == nil || sb.Spec.Lifecycle.PreUpgrade == nil || resumesPastBackup(c, sel.PodOf) ||
-			(c.Resume && upgrade.KeepsItsPod(sb, ops.Spec.Patch.Raw)) {
+			(c.Resume && sel.PodOf != nil && upgrade.RollbackKeepsPod(sb, ops, sel.PodOf(sb))) {
 			continue
 		}
 		out = append(out, sb.Name)

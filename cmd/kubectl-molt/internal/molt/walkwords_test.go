@@ -187,8 +187,15 @@ func TestHooksNotRun(t *testing.T) {
 	preFailed.Status.Phase = agentsv1alpha1.SandboxUpgrading
 	rollback := &agentsv1alpha1.SandboxUpdateOps{}
 	rollback.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v1"}]}}`)
+	if got := hooksNotRun(rollback, sel); !slices.Equal(got, []string{"hooked", "pre-failed"}) {
+		t.Errorf("hooksNotRun of a rollback whose pod is not Ready (replaced) = %v, want [hooked pre-failed]", got)
+	}
+	sel.PodOf = func(sb *agentsv1alpha1.Sandbox) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Annotations: map[string]string{upgrade.AnnotationPodAttempt: "failed-attempt"}},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
 	if got := hooksNotRun(rollback, sel); !slices.Equal(got, []string{"hooked"}) {
-		t.Errorf("hooksNotRun of a rollback = %v, want [hooked]", got)
+		t.Errorf("hooksNotRun of a rollback that keeps its Ready pod = %v, want [hooked]", got)
 	}
 	forward := &agentsv1alpha1.SandboxUpdateOps{}
 	forward.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"sandbox","image":"img:v3"}]}}`)
