@@ -302,7 +302,7 @@ func TestResumeAfterBadImage(t *testing.T) {
 	// So do the sandbox's MESSAGE and `kubectl molt retry` (a walk followed
 	// the sandbox's "retry resumes it" and failed the same way).
 	if sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), "img-00", metav1.GetOptions{}); err != nil ||
-		!strings.Contains(sb.Status.Message, "keeps the patch, fails the same way") || strings.Contains(sb.Status.Message, "resumes it from the failed step") {
+		!strings.Contains(sb.Status.Message, "`kubectl molt retry` fails the same way") || strings.Contains(sb.Status.Message, "resumes it from the failed step") {
 		t.Errorf("img-00's message = %q (%v), want it to say a retry fails the same way", sb.Status.Message, err)
 	}
 	out, errOut, code := molt(t, "", "retry", "bad", "-n", ns)

@@ -341,7 +341,7 @@ func opsNextStepFor(ops, namespace string) string {
 // patch, which most likely set that image (the ops's condition says whether
 // it did, upgrade.ImageNotPulledHint).
 func imageNotPulledNextStep(ops, namespace, container string) string {
-	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox here: if container %s's image name or tag is wrong, `kubectl molt retry`, which keeps the patch, fails the same way, so create a new SandboxUpdateOps whose patch sets a working image on it (it resumes the sandbox at UpgradePod, its backup kept), or the old one to roll back; if the registry or its credentials (imagePullSecrets) were the cause, fix them, then, once that ops has ended, `kubectl molt retry %s -n %s`", ops, container, ops, namespace)
+	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox here: if container %s's image name or tag is wrong, `kubectl molt retry` fails the same way (it keeps the patch, and the template keeps the image), so create a new SandboxUpdateOps whose patch sets a working image on it, or the old one to roll back, with the postUpgrade that restores the backup (it resumes the sandbox at UpgradePod, its backup kept); if the registry or its credentials (imagePullSecrets) were the cause, fix them, then, once that ops has ended, `kubectl molt retry %s -n %s`", ops, container, ops, namespace)
 }
 
 // unclaimedFailureMessage is the MESSAGE of a failed sandbox no ops claims:

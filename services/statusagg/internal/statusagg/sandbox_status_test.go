@@ -402,7 +402,7 @@ func TestImageNotPulledNextStep(t *testing.T) {
 		Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "bad"}}}
 	pull := `new pod box-0 not Ready: container sandbox: ImagePullBackOff - Back-off pulling image "my-registry/sandbox-image:non-existent"`
 	got := failureWithNextStep(sb, "ops-uid", pull)
-	for _, want := range []string{pull, "fails the same way", "create a new SandboxUpdateOps whose patch sets a working image on it", "imagePullSecrets", "`kubectl molt retry bad -n team`"} {
+	for _, want := range []string{pull, "fails the same way", "create a new SandboxUpdateOps whose patch sets a working image on it", "with the postUpgrade that restores the backup", "imagePullSecrets", "`kubectl molt retry bad -n team`"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("message %q lacks %q", got, want)
 		}
