@@ -314,8 +314,10 @@ func TestWokenPodPastAResumesPatchIsLeftToTheStages(t *testing.T) {
 		if !ok {
 			t.Fatal("the template cannot be kept")
 		}
-		// a1 patched v2 and failed in PreUpgrade; ops2 admits the paused
-		// sandbox to wake it for a2, which resumes a1.
+		// a1 patched v2 and failed in PreUpgrade (recorded first, as it is
+		// long before a resume); ops2 admits the paused sandbox to wake it
+		// for a2, which resumes a1.
+		setUpgradeStatus(t, ns, name, shown.attempt, shown.reason)
 		updateSandbox(t, ns, name, func(s *agentsv1alpha1.Sandbox) {
 			s.Spec.Paused = true
 			s.Spec.Template.Spec.Containers[0].Image = v2
@@ -326,7 +328,6 @@ func TestWokenPodPastAResumesPatchIsLeftToTheStages(t *testing.T) {
 			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationOriginalTemplate, original)
 			metav1.SetMetaDataAnnotation(&s.ObjectMeta, upgrade.AnnotationOriginalTemplateFor, "a2")
 		})
-		setUpgradeStatus(t, ns, name, shown.attempt, shown.reason)
 		woken := waitPodReady(t, ns, name, "")
 		if got := woken.Spec.Containers[0].Image; got != v1 {
 			t.Fatalf("%s: woken pod runs %s, want the template from before a1's patch (%s)", name, got, v1)
