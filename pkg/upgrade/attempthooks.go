@@ -73,20 +73,15 @@ func HooksPinned(sb *agentsv1alpha1.Sandbox, attempt string, lifecycle *agentsv1
 // HooksFixedFor returns the attempt sb's AnnotationAttemptHooks fixes the
 // hooks of ("" when there is none, or one that cannot be read).
 func HooksFixedFor(sb *agentsv1alpha1.Sandbox) string {
-	var pinned AttemptHooks
-	if value, ok := sb.Annotations[AnnotationAttemptHooks]; ok && json.Unmarshal([]byte(value), &pinned) == nil {
-		return pinned.Attempt
-	}
-	return ""
+	pinned, _ := pinnedHooks(sb)
+	return pinned.Attempt
 }
 
 // HooksFor returns the hooks attempt runs on sb: those AnnotationAttemptHooks
 // fixed for it, else (an attempt begun before the annotation was written, or
 // a value that cannot be read) the sandbox's spec.lifecycle.
 func HooksFor(sb *agentsv1alpha1.Sandbox, attempt string) *agentsv1alpha1.SandboxLifecycle {
-	var pinned AttemptHooks
-	if value, ok := sb.Annotations[AnnotationAttemptHooks]; ok && attempt != "" &&
-		json.Unmarshal([]byte(value), &pinned) == nil && pinned.Attempt == attempt {
+	if pinned, ok := pinnedHooks(sb); ok && attempt != "" && pinned.Attempt == attempt {
 		return pinned.Lifecycle
 	}
 	return sb.Spec.Lifecycle

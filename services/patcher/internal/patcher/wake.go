@@ -102,9 +102,7 @@ var errSandboxGone = errors.New("the sandbox was deleted during its wake-up")
 // sandbox of the same name, as the API server has it now (false when it
 // cannot be read: the wait goes on).
 func (p *Patcher) sandboxGone(ctx context.Context, sb *agentsv1alpha1.Sandbox) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cur, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	cur, err := p.sandboxNow(ctx, sb)
 	switch {
 	case apierrors.IsNotFound(err):
 		return true
@@ -114,12 +112,17 @@ func (p *Patcher) sandboxGone(ctx context.Context, sb *agentsv1alpha1.Sandbox) b
 	return cur.UID != sb.UID || cur.DeletionTimestamp != nil
 }
 
+// sandboxNow reads sb as the API server has it now, waiting at most 5 s.
+func (p *Patcher) sandboxNow(ctx context.Context, sb *agentsv1alpha1.Sandbox) (*agentsv1alpha1.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+}
+
 // pausedNow reports whether sb is paused as the API server has it now (as
 // read before, when it cannot be read).
 func (p *Patcher) pausedNow(ctx context.Context, sb *agentsv1alpha1.Sandbox) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cur, err := p.agents.AgentsV1alpha1().Sandboxes(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{})
+	cur, err := p.sandboxNow(ctx, sb)
 	if err != nil || cur.UID != sb.UID {
 		return sb.Spec.Paused
 	}
