@@ -159,10 +159,21 @@ func editDistance(a, b string) int {
 }
 
 func plural(n int, word string) string {
+	return Agree(n, word, word+"s")
+}
+
+// Sandboxes is "1 sandbox" or "N sandboxes", for a message that counts them.
+func Sandboxes(n int) string {
+	return fmt.Sprintf("%d %s", n, Agree(n, "sandbox", "sandboxes"))
+}
+
+// Agree is one when n is 1, else many: the verb or pronoun that agrees with
+// a count of n.
+func Agree(n int, one, many string) string {
 	if n == 1 {
-		return word
+		return one
 	}
-	return word + "s"
+	return many
 }
 
 // MisspellingNote is what AnnotationMisspeltContainer's value v means to a

@@ -88,7 +88,7 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 			return true, nil
 		}
 		if line := strings.Join(inFlight, ", "); line != last {
-			fmt.Fprintf(a.out, "waiting for %d sandboxes in flight to end their attempt: %s\n", len(inFlight), line)
+			fmt.Fprintf(a.out, "waiting for %s in flight to end %s attempt: %s\n", upgrade.Sandboxes(len(inFlight)), upgrade.Agree(len(inFlight), "its", "their"), line)
 			last = line
 		}
 		return false, nil

@@ -204,7 +204,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if strategy == "" {
 		strategy = agentsv1alpha1.UpgradeTypeRecreate
 	}
-	fmt.Fprintf(w, "  strategy %s, maxUnavailable %d, %d sandboxes selected\n", strategy, sel.MaxUnavailable, sel.Total())
+	fmt.Fprintf(w, "  strategy %s, maxUnavailable %d, %s selected\n", strategy, sel.MaxUnavailable, upgrade.Sandboxes(sel.Total()))
 	if active := upgrade.ActiveOps(append(all, ops)); active != nil && active.Name != ops.Name {
 		fmt.Fprintf(w, "  it would wait in Pending until SandboxUpdateOps %s ends: one ops is active per namespace\n", active.Name)
 		if active.Spec.Paused {
@@ -233,33 +233,35 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		break
 	}
 	if names, added := imagelessAdds(ops, sel); len(names) > 0 {
-		fmt.Fprintf(w, "  warning: the patch adds %s with no image to %d sandboxes (%s), whose template has no container of that name: their pod would be refused, so their upgrade fails before its backup (PreUpgradeFailed), touching nothing; fix the container's name in the patch, or select only the sandboxes it fits\n",
-			strings.Join(added, ", "), len(names), strings.Join(names[:min(len(names), 5)], ", ")+more(len(names)-5))
+		fmt.Fprintf(w, "  warning: the patch adds %s with no image to %s (%s), whose template has no container of that name: %s pod would be refused, so %s upgrade fails before its backup (PreUpgradeFailed), touching nothing; fix the container's name in the patch, or select only the sandboxes it fits\n",
+			strings.Join(added, ", "), upgrade.Sandboxes(len(names)), strings.Join(names[:min(len(names), 5)], ", ")+more(len(names)-5), upgrade.Agree(len(names), "its", "their"), upgrade.Agree(len(names), "its", "their"))
 	}
 	if name, paths := upgrade.SelectedBackupOffVolumes(ops, sel); len(paths) > 0 {
 		fmt.Fprintf(w, "  warning: %s\n", upgrade.BackupOffVolumesNote(name, paths))
 	}
 	if own := ownHooksReplaced(ops, sel); len(own) > 0 {
-		fmt.Fprintf(w, "  warning: %d sandboxes (%s) upgrade directly (spec.upgradePolicy) with hooks of their own in spec.lifecycle, unlike this ops's: this ops's hooks run in their place (a backup their own preUpgrade made is not restored by them), and theirs come back once this ops has succeeded on them and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",
-			len(own), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5))
+		fmt.Fprintf(w, "  warning: %s (%s) %s directly (spec.upgradePolicy) with hooks of %s own in spec.lifecycle, unlike this ops's: this ops's hooks run in %s place (a backup %s own preUpgrade made is not restored by them), and %s come back once this ops has succeeded on %s and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",
+			upgrade.Sandboxes(len(own)), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5), upgrade.Agree(len(own), "upgrades", "upgrade"),
+			upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "theirs"), upgrade.Agree(len(own), "it", "them"))
 	}
 	if skipped := hooksNotRun(ops, sel); len(skipped) > 0 {
-		fmt.Fprintf(w, "  warning: %d sandboxes (%s) have a preUpgrade in spec.lifecycle (their own, or an earlier ops's), and this ops has none: an ops's hooks replace the sandbox's for its upgrade, so they are not run, nothing is backed up, and what their pods hold outside persistent volumes is lost; give this ops the lifecycle to run\n",
-			len(skipped), strings.Join(skipped[:min(len(skipped), 5)], ", ")+more(len(skipped)-5))
+		fmt.Fprintf(w, "  warning: %s (%s) %s a preUpgrade in spec.lifecycle (%s own, or an earlier ops's), and this ops has none: an ops's hooks replace the sandbox's for its upgrade, so they are not run, nothing is backed up, and what %s %s hold outside persistent volumes is lost; give this ops the lifecycle to run\n",
+			upgrade.Sandboxes(len(skipped)), strings.Join(skipped[:min(len(skipped), 5)], ", ")+more(len(skipped)-5), upgrade.Agree(len(skipped), "has", "have"),
+			upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "pod", "pods"))
 	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
-		fmt.Fprintf(w, "  warning: this ops has hooks, and %d sandboxes (%s) do not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where their pods run no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
-			len(bare), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5))
+		fmt.Fprintf(w, "  warning: this ops has hooks, and %s (%s) %s not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where %s %s no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
+			upgrade.Sandboxes(len(bare)), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5), upgrade.Agree(len(bare), "does", "do"), upgrade.Agree(len(bare), "its", "their"), upgrade.Agree(len(bare), "pod runs", "pods run"))
 	}
 	unbacked := upgrade.Unprotected(ops, sel)
 	if len(unbacked) > 0 {
 		named := strings.Join(unbacked[:min(len(unbacked), 5)], ", ") + more(len(unbacked)-5)
 		if lc := ops.Spec.Lifecycle; lc != nil && lc.PostUpgrade != nil {
-			fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken by this ops, and postUpgrade then runs on them: their workspace is lost, or set back to a backup an earlier upgrade left, if its postUpgrade kept it; if that is not meant, add the preUpgrade that takes the backup\n",
-				len(unbacked), named)
+			fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %s (%s) %s a new pod with no backup of %s taken by this ops, and postUpgrade then runs on %s: %s workspace is lost, or set back to a backup an earlier upgrade left, if its postUpgrade kept it; if that is not meant, add the preUpgrade that takes the backup\n",
+				upgrade.Sandboxes(len(unbacked)), named, upgrade.Agree(len(unbacked), "gets", "get"), upgrade.Agree(len(unbacked), "its own", "theirs"), upgrade.Agree(len(unbacked), "it", "them"), upgrade.Agree(len(unbacked), "its", "their"))
 		} else {
-			fmt.Fprintf(w, "  warning: this ops has no hooks: %d sandboxes (%s), whose last upgrade restored their workspace into the pod, get a new pod and nothing backs it up or restores it: their workspace is lost; if that is not meant, add the hooks, or select only the failed sandboxes\n",
-				len(unbacked), named)
+			fmt.Fprintf(w, "  warning: this ops has no hooks: %s (%s), whose last upgrade restored %s workspace into the pod, %s a new pod and nothing backs it up or restores it: %s workspace is lost; if that is not meant, add the hooks, or select only the failed sandboxes\n",
+				upgrade.Sandboxes(len(unbacked)), named, upgrade.Agree(len(unbacked), "its", "their"), upgrade.Agree(len(unbacked), "gets", "get"), upgrade.Agree(len(unbacked), "its", "their"))
 		}
 		if !upgrade.PausedOnce(ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
@@ -267,8 +269,8 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	if left := upgrade.CheckpointLeftBehind(ops, sel); len(left) > 0 {
 		named := strings.Join(left[:min(len(left), 5)], ", ") + more(len(left)-5)
-		fmt.Fprintf(w, "  warning: %d sandboxes (%s) failed a CheckpointRestore upgrade after their old pod was gone: their workspace is kept only in a checkpoint (kubectl get cp -n %s) or a pod restored from it, and this ops, of updateStrategy.type %s, would start their new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
-			len(left), named, ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType())
+		fmt.Fprintf(w, "  warning: %s (%s) failed a CheckpointRestore upgrade after %s old pod was gone: %s workspace is kept only in a checkpoint (kubectl get cp -n %s) or a pod restored from it, and this ops, of updateStrategy.type %s, would start %s new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
+			upgrade.Sandboxes(len(left)), named, upgrade.Agree(len(left), "its", "their"), upgrade.Agree(len(left), "its", "their"), ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType(), upgrade.Agree(len(left), "its", "their"))
 		if !upgrade.PausedOnce(ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go\n")
 		}

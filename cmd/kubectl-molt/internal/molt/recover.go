@@ -150,9 +150,9 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	}
 	targets := retryTargets(ops, list.Items, opsList.Items)
 	if len(targets.since) > 0 {
-		return &exitError{code: ExitError, msg: fmt.Sprintf("a retry of SandboxUpdateOps %s/%s would start again, with its patch, %d sandboxes that another upgrade went through since %s began (%s): %s's patch would be applied to them again and their pod replaced; nothing was changed. "+
+		return &exitError{code: ExitError, msg: fmt.Sprintf("a retry of SandboxUpdateOps %s/%s would start again, with its patch, %s that another upgrade went through since %s began (%s): %s's patch would be applied to %s again and %s pod replaced; nothing was changed. "+
 			"To finish only the others, create a new SandboxUpdateOps whose selector leaves those out; if %s's patch should go to them too, apply it as a new SandboxUpdateOps (`kubectl molt plan -f FILE` shows what it would do)",
-			ns, name, len(targets.since), name, strings.Join(targets.since, ", "), name, name)}
+			ns, name, upgrade.Sandboxes(len(targets.since)), name, strings.Join(targets.since, ", "), name, upgrade.Agree(len(targets.since), "it", "them"), upgrade.Agree(len(targets.since), "its", "their"), name)}
 	}
 	if bare, added := upgrade.ImagelessAdds(ops.Spec.Patch.Raw, targets.starts); len(bare) > 0 {
 		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be retried, nothing was changed: %s",

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"molt.dev/pkg/upgrade"
 )
 
 const (
@@ -204,7 +206,7 @@ func note(s Summary) string {
 	case s.Deleting && s.Updating == 0:
 		return " (being deleted: no sandbox is in a stage; the selector takes its label off the sandboxes, then its finalizer off the ops: if it stays, its Deleting condition says what waits, and is the selector running?)"
 	case s.Deleting:
-		return fmt.Sprintf(" (being deleted: waiting for %d sandboxes in a stage to end their attempt; nothing more is started)", s.Updating)
+		return fmt.Sprintf(" (being deleted: waiting for %s in a stage to end %s attempt; nothing more is started)", upgrade.Sandboxes(s.Updating), upgrade.Agree(s.Updating, "its", "their"))
 	case s.Paused:
 		return " (paused: no new sandbox is admitted)"
 	}

@@ -89,7 +89,7 @@ func (s *Selector) recordClaimRefused(ctx context.Context, ops *agentsv1alpha1.S
 	}
 	patch := metaPatch{Metadata: metaFields{Annotations: map[string]*string{upgrade.AnnotationClaimRefused: ptr(value)}}}
 	if _, err := s.client.AgentsV1alpha1().SandboxUpdateOps(ops.Namespace).Patch(ctx, ops.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("record on ops %s/%s that the API server refuses to let it claim %d sandboxes: %w", ops.Namespace, ops.Name, len(add), err)
+		return fmt.Errorf("record on ops %s/%s that the API server refuses to let it claim %s: %w", ops.Namespace, ops.Name, upgrade.Sandboxes(len(add)), err)
 	}
 	klog.FromContext(ctx).Info("The API server refuses the claim of sandboxes; recorded on the ops, not tried again by it", "refused", add)
 	return nil

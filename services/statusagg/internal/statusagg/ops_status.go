@@ -69,7 +69,7 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 			if sel.Updating > 0 {
 				st.Phase = agentsv1alpha1.SandboxUpdateOpsUpdating
 				setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.ProgressingReasonInvalidPatch, ObservedGeneration: gen,
-					Message: fmt.Sprintf("spec.patch changed after its check: nothing more is admitted; waiting for %d sandboxes in a stage to end", sel.Updating)})
+					Message: fmt.Sprintf("spec.patch changed after its check: nothing more is admitted; waiting for %s in a stage to end", upgrade.Sandboxes(sel.Updating))})
 				return st
 			}
 			st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
@@ -156,13 +156,13 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 	case sel.Stuck():
 		st.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
 		progressing.Reason = agentsv1alpha1.ProgressingReasonClaimRefused
-		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d failed; the %d not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why), and nothing is upgrading, so this ops is final: fix the cause, then `kubectl molt retry %s -n %s`",
-			sel.Updated, sel.Total(), sel.Failed, sel.NotStarted, ops.Name, ops.Namespace)
+		progressing.Message = fmt.Sprintf("%d of %d sandboxes updated, %d failed; the %d not started %s the API server refuses to let this ops claim (condition ClaimRefused says why), and nothing is upgrading, so this ops is final: fix the cause, then `kubectl molt retry %s -n %s`",
+			sel.Updated, sel.Total(), sel.Failed, sel.NotStarted, upgrade.Agree(sel.NotStarted, "is one", "are all ones"), ops.Name, ops.Namespace)
 		if sel.Failed > 0 {
 			// The failures are said as any failed ops says them (the names,
 			// what to do, an image that cannot be pulled).
 			msg := failureMessage(ops, sel)
-			progressing.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the %d sandboxes not started are all ones the API server refuses to let this ops claim (condition ClaimRefused says why); ", sel.NotStarted) + msg)
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the %s not started %s the API server refuses to let this ops claim (condition ClaimRefused says why); ", upgrade.Sandboxes(sel.NotStarted), upgrade.Agree(sel.NotStarted, "is one", "are all ones")) + msg)
 			setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionFailureBudgetExhausted, Status: metav1.ConditionTrue,
 				Reason: agentsv1alpha1.BudgetReasonSandboxesFailed, Message: msg, ObservedGeneration: gen})
 		}
@@ -250,10 +250,11 @@ func warnOfNoBackup(st *agentsv1alpha1.SandboxUpdateOpsStatus, ops *agentsv1alph
 	}
 	list := namedList(names)
 	setCondition(&st.Conditions, metav1.Condition{Type: agentsv1alpha1.ConditionPostUpgradeWithoutBackup, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.NoBackupReasonNoPreUpgrade, ObservedGeneration: ops.Generation,
-		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %d sandboxes (%s) get a new pod with no backup of theirs taken by this ops, and postUpgrade then runs on them: their workspace is lost, and a restore finds no backup of theirs, or the one an earlier upgrade took if its postUpgrade kept it (work since then is lost). "+
+		Message: agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("spec.lifecycle has a postUpgrade hook but no preUpgrade: %s (%s) %s a new pod with no backup of %s taken by this ops, and postUpgrade then runs on %s: %s workspace is lost, and a restore finds no backup of %s, or the one an earlier upgrade took if its postUpgrade kept it (work since then is lost). "+
 			"molt pauses the ops before its first sandbox for this (Progressing reason NoBackup), once: if that is not meant, delete it (kubectl delete suo %s -n %s) and create one with the preUpgrade that takes the backup, "+
 			"or one that selects only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\" in spec.selector.matchLabels)",
-			len(names), list, ops.Name, ops.Namespace))})
+			upgrade.Sandboxes(len(names)), list, upgrade.Agree(len(names), "gets", "get"), upgrade.Agree(len(names), "its own", "theirs"), upgrade.Agree(len(names), "it", "them"),
+			upgrade.Agree(len(names), "its", "their"), upgrade.Agree(len(names), "its own", "theirs"), ops.Name, ops.Namespace))})
 }
 
 // waitingFor says what an ops that is not the active one waits for.

@@ -325,7 +325,7 @@ func TestPatchChangedAfterItsCheckWaitsForTheTail(t *testing.T) {
 	if st.Phase != agentsv1alpha1.SandboxUpdateOpsUpdating || invalid == nil || invalid.Status != metav1.ConditionTrue {
 		t.Fatalf("with one in a stage: phase %s, InvalidPatch %+v; want Updating, True", st.Phase, invalid)
 	}
-	if p := meta.FindStatusCondition(st.Conditions, "Progressing"); p == nil || !strings.Contains(p.Message, "waiting for 1 sandboxes in a stage to end") {
+	if p := meta.FindStatusCondition(st.Conditions, "Progressing"); p == nil || !strings.Contains(p.Message, "waiting for 1 sandbox in a stage to end") {
 		t.Fatalf("Progressing = %+v", p)
 	}
 	st = desiredOpsStatus(ops, ops, selection(1, upgrade.Updated, upgrade.Updated, upgrade.NotStarted), nil)

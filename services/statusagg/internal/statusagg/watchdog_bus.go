@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/upgrade"
 )
 
 // EventStreamUnreachable is the Warning Event on an ops (a direct attempt's
@@ -61,8 +62,8 @@ func (w *watchdog) warnBusDown(stalled map[types.UID]*busStall, cause error) {
 		w.busWarned[uid] = now
 		slices.Sort(st.sandboxes)
 		w.s.recorder.Eventf(st.obj, corev1.EventTypeWarning, EventStreamUnreachable,
-			"%d sandboxes are past their stage's deadline (%s) and cannot be re-driven: NATS does not take statusagg's publishes (%v); nothing is lost, and the stages go on once NATS is back (one still without progress after --redrives + 3 deadlines is failed all the same, saying NATS could not be used): check NATS (its pods, `make status` locally) and that the services reach it",
-			len(st.sandboxes), namedList(st.sandboxes), cause)
+			"%s %s past their stage's deadline (%s) and cannot be re-driven: NATS does not take statusagg's publishes (%v); nothing is lost, and the stages go on once NATS is back (one still without progress after --redrives + 3 deadlines is failed all the same, saying NATS could not be used): check NATS (its pods, `make status` locally) and that the services reach it",
+			upgrade.Sandboxes(len(st.sandboxes)), upgrade.Agree(len(st.sandboxes), "is", "are"), namedList(st.sandboxes), cause)
 	}
 	for uid, last := range w.busWarned {
 		if now.Sub(last) > 2*busWarnEvery {

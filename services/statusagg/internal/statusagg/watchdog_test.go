@@ -202,7 +202,7 @@ func TestStreamUnreachableIsSaidOnTheOps(t *testing.T) {
 		t.Fatalf("events %q, want one on the ops and one on the direct attempt's sandbox", got)
 	}
 	all := strings.Join(got, "\n")
-	for _, want := range []string{"Warning StreamUnreachable 2 sandboxes are past their stage's deadline (box-0, box-1)", "1 sandboxes are past", "connection reconnecting", "nothing is lost", "failed all the same"} {
+	for _, want := range []string{"Warning StreamUnreachable 2 sandboxes are past their stage's deadline (box-0, box-1)", "1 sandbox is past", "connection reconnecting", "nothing is lost", "failed all the same"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("events %q lack %q", got, want)
 		}
