@@ -335,9 +335,9 @@ func TestPluginHistory(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "no events") {
 		t.Errorf("history of a sandbox without events: exit %d\n%s", code, out)
 	}
-	_, errOut, code = molt(t, "", append([]string{"history", ns + "/nobody"}, natsViewerFlags(t)...)...)
-	if code != 2 || !strings.Contains(errOut, "no such sandbox") {
-		t.Errorf("history of a sandbox that does not exist: exit %d, stderr %s", code, errOut)
+	out, errOut, code = molt(t, "", append([]string{"history", ns + "/nobody"}, natsViewerFlags(t)...)...)
+	if code != 2 || !strings.Contains(errOut, "no such sandbox") || out != "" {
+		t.Errorf("history of a sandbox that does not exist: exit %d, stderr %s, stdout (want none) %q", code, errOut, out)
 	}
 	bad := filepath.Join(t.TempDir(), "wrong")
 	if err := os.WriteFile(bad, []byte("wrong\n"), 0o600); err != nil {

@@ -107,7 +107,13 @@ func (a *app) history(ctx context.Context, arg string, o historyOptions) error {
 	current, missing := a.lookupSandbox(ctx, ns, name)
 	h := &historyPrinter{out: a.out, json: o.output == "json", loc: time.Local, current: current}
 	if !h.json {
-		fmt.Fprintf(a.out, "History of sandbox %s/%s (stream %s)\n", ns, name, events.StreamName)
+		// Printed with the first event, so that a name with no history
+		// reads as one line, or at once when following (events may be long
+		// in coming).
+		h.title = fmt.Sprintf("History of sandbox %s/%s (stream %s)\n", ns, name, events.StreamName)
+		if o.follow {
+			h.printTitle()
+		}
 	}
 	caughtUp := false
 	for {
@@ -187,6 +193,7 @@ type historyPrinter struct {
 	// unknown); sandbox is the UID the last attempt printed was of. The
 	// stream keeps the events of an earlier sandbox of the same name.
 	current, sandbox types.UID
+	title            string // printed once, before the first event
 	count            int
 	attempt          string
 	tw               *tabwriter.Writer
@@ -225,8 +232,15 @@ func eventStage(ev events.Event) string {
 	return ""
 }
 
+// printTitle prints the title once.
+func (h *historyPrinter) printTitle() {
+	fmt.Fprint(h.out, h.title)
+	h.title = ""
+}
+
 func (h *historyPrinter) add(ev events.Event) {
 	h.count++
+	h.printTitle()
 	if h.json {
 		line, _ := json.Marshal(struct {
 			Type string      `json:"type"`

@@ -179,3 +179,22 @@ func TestHistoryCallsAWakeUpResuming(t *testing.T) {
 		t.Errorf("stage summary does not call the wake-up Resuming:\n%s", got)
 	}
 }
+
+// The title comes with the first event: a name with no history prints
+// nothing before its one line (or its error, for a typo).
+func TestHistoryTitleWithTheFirstEvent(t *testing.T) {
+	var out bytes.Buffer
+	h := &historyPrinter{out: &out, loc: time.UTC, title: "History of sandbox ns/a (stream S)\n"}
+	h.flush(true)
+	if out.Len() != 0 {
+		t.Fatalf("printed %q before any event", out.String())
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d := events.Data{Attempt: "a1", Ops: events.OpsRef{Name: "up"}}
+	h.add(events.Event{Type: events.TypeRequested, Time: at, Data: d})
+	h.add(events.Event{Type: events.TypePatched, Time: at.Add(time.Second), Data: d})
+	h.flush(true)
+	if got := out.String(); !strings.HasPrefix(got, "History of sandbox ns/a (stream S)\n\nAttempt a1 (ops up)") || strings.Count(got, "History of") != 1 {
+		t.Errorf("history = %q, want the title once, first", got)
+	}
+}
