@@ -111,7 +111,7 @@ func renderScreen(s Summary, color bool) string {
 	}
 	fmt.Fprintf(&b, "SandboxUpdateOps %s/%s  %s%s  elapsed %s\n", s.Namespace, s.Name, phase, note(s), duration(s.ElapsedSeconds))
 	fmt.Fprintf(&b, "%s %s\n", bar(s, 40, color), counts(s, color))
-	fmt.Fprintf(&b, "throughput %.1f/min  ETA %s\n\n", s.PerMinute, eta(s))
+	fmt.Fprintf(&b, "%s\n\n", pace(s, "throughput %.1f/min  ETA %s"))
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STAGE\tSANDBOXES")
@@ -195,7 +195,20 @@ func plainLine(s Summary) string {
 // plainExtra is what follows plainLine: throughput and ETA (not part of
 // what makes a line change).
 func plainExtra(s Summary) string {
-	return fmt.Sprintf("; %.1f/min, ETA %s", s.PerMinute, eta(s))
+	return "; " + pace(s, "%.1f/min, ETA %s")
+}
+
+// pace is the throughput and ETA of an ops in progress, in format; for one
+// that has ended, how long it took (and its throughput, if it updated any:
+// 0.0/min would read as a stall).
+func pace(s Summary, format string) string {
+	if !s.Finished() {
+		return fmt.Sprintf(format, s.PerMinute, eta(s))
+	}
+	if s.Updated == 0 {
+		return "ended after " + duration(s.ElapsedSeconds)
+	}
+	return fmt.Sprintf("ended after %s, %.1f/min", duration(s.ElapsedSeconds), s.PerMinute)
 }
 
 // note says why an unfinished ops admits no new sandbox ("" when it does).

@@ -90,6 +90,24 @@ func TestPausedHasNoETA(t *testing.T) {
 	}
 }
 
+// An ended ops says how long it took, not a throughput of 0.0/min and an
+// ETA, once it updated none.
+func TestEndedSaysHowLongItTook(t *testing.T) {
+	ops, sandboxes := fixture()
+	ops.Status.Phase = agentsv1alpha1.SandboxUpdateOpsFailed
+	for _, updated := range []int32{0, 4} {
+		ops.Status.UpdatedReplicas = updated
+		s := summarize(ops, sandboxes, t0.Add(3*time.Minute), 5)
+		extra, screen := plainExtra(s), renderScreen(s, false)
+		if strings.Contains(extra, "ETA") || strings.Contains(screen, "ETA") || !strings.Contains(extra, "ended after 3m") || !strings.Contains(screen, "ended after 3m") {
+			t.Errorf("updated %d: plain %q, screen %q: want how long it took, and no ETA", updated, extra, screen)
+		}
+		if got := strings.Contains(extra, "/min"); got != (updated > 0) {
+			t.Errorf("updated %d: plain %q: throughput shown %v, want %v", updated, extra, got, updated > 0)
+		}
+	}
+}
+
 // An ops being deleted says so, with no ETA.
 func TestDeletingSaysWhatItWaitsFor(t *testing.T) {
 	ops, sandboxes := fixture()
