@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -164,7 +166,7 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	spec, postOnly := retrySpec(ops, failedReasons, targets.notStarted)
 	newName := o.name
 	if newName == "" {
-		if newName, err = freeName(ctx, agents, ns, name, "-retry"); err != nil {
+		if newName, err = freeRetryName(ctx, agents, ns, name); err != nil {
 			return err
 		}
 	}
@@ -399,20 +401,41 @@ func fitName(name, suffix string) string {
 	return name + suffix
 }
 
-// freeName is name+suffix, or name+suffix-2, -3, ...: the first name no ops
-// has, name shortened where the whole would be longer than maxOpsName.
-func freeName(ctx context.Context, agents versioned.Interface, ns, name, suffix string) (string, error) {
+// freeRetryName lists the ops of ns for retryName.
+func freeRetryName(ctx context.Context, agents versioned.Interface, ns, name string) (string, error) {
 	list, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", fmt.Errorf("list the SandboxUpdateOps of namespace %s: %w", ns, err)
 	}
-	var names []string
+	var taken []string
 	for _, o := range list.Items {
-		names = append(names, o.Name)
+		taken = append(taken, o.Name)
 	}
-	free := fitName(name, suffix)
-	for i := 2; slices.Contains(names, free); i++ {
-		free = fitName(name, fmt.Sprintf("%s-%d", suffix, i))
+	return retryName(name, taken), nil
+}
+
+// retryOf matches the name a retry is given: its ops's name, then -retry
+// and, from the second retry on, its number.
+var retryOf = regexp.MustCompile(`^(.+)-retry(?:-([0-9]+))?$`)
+
+// retryName is the first name no ops in taken has among name-retry,
+// name-retry-2, -3, …, shortened where longer than maxOpsName. A retry of
+// a retry counts on (up-retry's is up-retry-2), not up-retry-retry.
+func retryName(name string, taken []string) string {
+	base, from := name, 1
+	if m := retryOf.FindStringSubmatch(name); m != nil {
+		base, from = m[1], 2
+		if n, err := strconv.Atoi(m[2]); err == nil && n >= 2 {
+			from = n + 1
+		}
 	}
-	return free, nil
+	for i := from; ; i++ {
+		suffix := "-retry"
+		if i > 1 {
+			suffix = fmt.Sprintf("-retry-%d", i)
+		}
+		if free := fitName(base, suffix); !slices.Contains(taken, free) {
+			return free
+		}
+	}
 }
