@@ -110,6 +110,9 @@ func renderScreen(s Summary, color bool) string {
 		phase = paint(color, ansiGreen+ansiBold, phase)
 	}
 	fmt.Fprintf(&b, "SandboxUpdateOps %s/%s  %s%s  elapsed %s\n", s.Namespace, s.Name, phase, note(s), duration(s.ElapsedSeconds))
+	if s.Stale != "" {
+		fmt.Fprintf(&b, "%s\n", paint(color, ansiRed, "warning: "+s.Stale))
+	}
 	fmt.Fprintf(&b, "%s %s\n", bar(s, 40, color), counts(s, color))
 	fmt.Fprintf(&b, "%s\n\n", pace(s, "throughput %.1f/min  ETA %s"))
 

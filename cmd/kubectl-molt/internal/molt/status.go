@@ -169,11 +169,16 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 		said       = map[string]string{}
 		warned     bool
 		s          Summary
+		lease      = &leaseLooker{kube: kube, namespaces: statusaggLeaseNamespaces}
+		stale      string
 	)
 	for {
 		ops, claimed, err := src.read(ctx)
 		if err == nil {
 			s = summarize(ops, claimed, time.Now(), o.slowest)
+			if !s.Finished() {
+				s.Stale = lease.look(ctx, time.Now())
+			}
 			withPodWaits(ctx, &s, func(ctx context.Context, name string) (*corev1.Pod, error) {
 				return kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 			})
@@ -220,6 +225,11 @@ func (a *app) status(ctx context.Context, name string, o statusOptions) error {
 					if said[c.Type] != c.Message {
 						said[c.Type] = c.Message
 						fmt.Fprintf(a.out, "%s %s: %s\n", time.Now().Format("15:04:05"), c.Type, c.Message)
+					}
+				}
+				if s.Stale != stale {
+					if stale = s.Stale; stale != "" {
+						fmt.Fprintf(a.out, "%s warning: %s\n", time.Now().Format("15:04:05"), stale)
 					}
 				}
 				if line := plainLine(s); line != last || !o.watch {

@@ -31,12 +31,15 @@ type Summary struct {
 	Paused    bool   `json:"paused"`
 	// Deleting: the ops is being deleted and waits for the sandboxes in a
 	// stage to end their attempt; nothing more is started.
-	Deleting   bool `json:"deleting"`
-	Total      int  `json:"total"`
-	Updated    int  `json:"updated"`
-	Updating   int  `json:"updating"`
-	Failed     int  `json:"failed"`
-	NotStarted int  `json:"notStarted"`
+	Deleting bool `json:"deleting"`
+	// Stale says that no statusagg runs, so this status is not being
+	// updated (from its Lease; empty when it runs or cannot be told).
+	Stale      string `json:"stale,omitempty"`
+	Total      int    `json:"total"`
+	Updated    int    `json:"updated"`
+	Updating   int    `json:"updating"`
+	Failed     int    `json:"failed"`
+	NotStarted int    `json:"notStarted"`
 	// Released counts, while the ops is being deleted, the sandboxes that
 	// have ended their attempt since and left it (the selector removed its
 	// label): its status is no longer written.
