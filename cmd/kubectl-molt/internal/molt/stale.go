@@ -23,6 +23,10 @@ var statusaggLeaseNamespaces = []string{"molt-system", "kube-system"}
 // slow renewal does not warn.
 const staleAfter = 30 * time.Second
 
+// releasedFor is how long a Lease released by its holder may stay without
+// one before it says that no statusagg runs.
+const releasedFor = 5 * time.Second
+
 // leaseLooker says, at most every leaseLookEvery, whether statusagg's
 // Lease shows that none runs, so the status shown is not being updated.
 type leaseLooker struct {
@@ -67,6 +71,11 @@ func staleLease(lease *coordinationv1.Lease, now time.Time) string {
 		holder = *lease.Spec.HolderIdentity
 	}
 	if holder == "" {
+		// Released by a replica that stopped: a standby takes it within
+		// its retry period (2 s).
+		if lease.Spec.RenewTime != nil && now.Sub(lease.Spec.RenewTime.Time) < releasedFor {
+			return ""
+		}
 		return fmt.Sprintf("no statusagg runs (its %s has no holder): the counts and conditions shown are not being updated; %s", where, next)
 	}
 	if lease.Spec.RenewTime == nil {

@@ -34,7 +34,8 @@ func TestStaleLease(t *testing.T) {
 		{"renewed", statusaggLeaseAt("molt-system", "statusagg-a", at(2*time.Second)), nil, true},
 		{"leader change", statusaggLeaseAt("molt-system", "statusagg-a", at(25*time.Second)), nil, true},
 		{"dead", statusaggLeaseAt("molt-system", "statusagg-a", at(95*time.Second)), []string{"no statusagg runs", "Lease molt-system/molt-statusagg was last renewed 1m35s ago, by statusagg-a", "not being updated", "kubectl get pods -n molt-system"}, false},
-		{"released", statusaggLeaseAt("kube-system", "", at(time.Second)), []string{"no statusagg runs", "Lease kube-system/molt-statusagg has no holder", "make up"}, false},
+		{"just released", statusaggLeaseAt("kube-system", "", at(time.Second)), nil, true},
+		{"released", statusaggLeaseAt("kube-system", "", at(10*time.Second)), []string{"no statusagg runs", "Lease kube-system/molt-statusagg has no holder", "make up"}, false},
 	} {
 		got := staleLease(tc.lease, now)
 		if tc.silent != (got == "") {
