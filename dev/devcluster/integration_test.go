@@ -3,6 +3,7 @@ package devcluster_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -116,9 +117,14 @@ func TestImageRulesOfTheLocalKubelet(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name, image, reason string
+		init                bool // the image is an init container's
+		never               bool // restartPolicy Never: the pod ends Failed
 	}{
-		{"pull-failed", "registry.example.com/agent:non-existent", "ImagePullBackOff"},
-		{"crash", "registry.example.com/agent:crash", "CrashLoopBackOff"},
+		{name: "pull-failed", image: "registry.example.com/agent:non-existent", reason: "ImagePullBackOff"},
+		{name: "crash", image: "registry.example.com/agent:crash", reason: "CrashLoopBackOff"},
+		{name: "init-pull-failed", image: "registry.example.com/agent:non-existent", reason: "ImagePullBackOff", init: true},
+		{name: "init-crash", image: "registry.example.com/agent:crash", reason: "CrashLoopBackOff", init: true},
+		{name: "init-crash-never", image: "registry.example.com/agent:crash", init: true, never: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,10 +132,21 @@ func TestImageRulesOfTheLocalKubelet(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: tc.image}}},
 			}
+			if tc.init {
+				pod.Spec.Containers[0].Image = "registry.example.com/agent:v1"
+				pod.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: tc.image}}
+			}
+			if tc.never {
+				pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+			}
 			if _, err := env.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				t.Fatalf("create pod: %v", err)
 			}
-			testenv.Eventually(t, 60*time.Second, "container waiting with "+tc.reason, func() (bool, error) {
+			what := "container waiting with " + tc.reason
+			if tc.never {
+				what = "pod Failed with its init container terminated"
+			}
+			testenv.Eventually(t, 60*time.Second, what, func() (bool, error) {
 				p, err := env.Kube.CoreV1().Pods(ns).Get(ctx, tc.name, metav1.GetOptions{})
 				if err != nil {
 					return false, err
@@ -137,15 +154,25 @@ func TestImageRulesOfTheLocalKubelet(t *testing.T) {
 				if podReady(p) {
 					t.Fatalf("pod with image %s became Ready", tc.image)
 				}
-				for _, cs := range p.Status.ContainerStatuses {
-					if cs.State.Waiting != nil && cs.State.Waiting.Reason == tc.reason {
+				statuses := p.Status.ContainerStatuses
+				if tc.init {
+					statuses = p.Status.InitContainerStatuses
+					if p.Status.Phase == corev1.PodRunning {
+						t.Fatalf("pod with init image %s is Running", tc.image)
+					}
+				}
+				for _, cs := range statuses {
+					if tc.never && cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0 {
+						return p.Status.Phase == corev1.PodFailed, fmt.Errorf("phase %s", p.Status.Phase)
+					}
+					if cs.State.Waiting != nil && cs.State.Waiting.Reason == tc.reason && tc.reason != "" {
 						if cs.State.Waiting.Message == "" {
 							t.Fatalf("%s without a message", tc.reason)
 						}
 						return true, nil
 					}
 				}
-				return false, nil
+				return false, fmt.Errorf("statuses %+v", statuses)
 			})
 		})
 	}

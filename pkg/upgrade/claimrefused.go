@@ -87,7 +87,7 @@ func ClaimRefusedNote(namespace, name string, refused map[string]string) string 
 		}
 		parts = append(parts, fmt.Sprintf("and %d more (%s)", len(more), named))
 	}
-	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the API server refused the write that claims %d sandboxes for this ops (its label %s), so they are not upgraded by it and nothing of theirs was changed: "+
+	return agentsv1alpha1.TruncateConditionMessage(fmt.Sprintf("the API server refused the write that claims %s for this ops (its label %s), so %s not upgraded by it and nothing of %s was changed: "+
 		"fix the cause (an admission policy or webhook on sandboxes, the selector's RBAC), then `kubectl molt retry %s -n %s` once this ops has ended. %s",
-		len(refused), agentsv1alpha1.LabelUpdateOps, name, namespace, strings.Join(parts, "; ")))
+		Sandboxes(len(refused)), agentsv1alpha1.LabelUpdateOps, Agree(len(refused), "it is", "they are"), Agree(len(refused), "its", "theirs"), name, namespace, strings.Join(parts, "; ")))
 }

@@ -97,7 +97,7 @@ func TestClaimRefusedIsBounded(t *testing.T) {
 		t.Errorf("note %q does not count the sandboxes past the words", note)
 	}
 	note := ClaimRefusedNote("ns", "up", map[string]string{"sbx-1": "frozen"})
-	for _, want := range []string{"refused the write that claims 1 sandboxes", "sbx-1: frozen", "kubectl molt retry up -n ns"} {
+	for _, want := range []string{"refused the write that claims 1 sandbox for this ops (its label agents.kruise.io/update-ops), so it is not upgraded", "sbx-1: frozen", "kubectl molt retry up -n ns"} {
 		if !strings.Contains(note, want) {
 			t.Errorf("note %q lacks %q", note, want)
 		}
