@@ -122,8 +122,8 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	// same instant may still be in a stage. The retry would leave it out,
 	// and nothing would resume it if it then failed.
 	if tail := stillInFlight(ops, claimed); len(tail) > 0 {
-		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is Failed, but %d of its sandboxes %s still ending %s attempt (%s): nothing was changed; wait until %s end (`kubectl molt status %s -n %s -w`; each stage has a deadline), then retry",
-			ns, name, len(tail), upgrade.Agree(len(tail), "is", "are"), upgrade.Agree(len(tail), "its", "their"), strings.Join(tail, ", "), upgrade.Agree(len(tail), "it", "they"), name, ns)}
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s is Failed, but %d of its sandboxes %s still ending %s attempt (%s): nothing was changed; wait until %s (`kubectl molt status %s -n %s -w`; each stage has a deadline), then retry",
+			ns, name, len(tail), upgrade.Agree(len(tail), "is", "are"), upgrade.Agree(len(tail), "its", "their"), strings.Join(tail, ", "), upgrade.Agree(len(tail), "it ends", "they end"), name, ns)}
 	}
 	reasons := map[string][]string{}
 	var failedReasons, failures []string
