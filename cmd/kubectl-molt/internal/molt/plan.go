@@ -242,12 +242,12 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if own := ownHooksReplaced(ops, sel); len(own) > 0 {
 		fmt.Fprintf(w, "  warning: %s (%s) %s directly (spec.upgradePolicy) with hooks of %s own in spec.lifecycle, unlike this ops's: this ops's hooks run in %s place (a backup %s own preUpgrade made is not restored by them), and %s come back once this ops has succeeded on %s and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",
 			upgrade.Sandboxes(len(own)), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5), upgrade.Agree(len(own), "upgrades", "upgrade"),
-			upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "theirs"), upgrade.Agree(len(own), "it", "them"))
+			upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its own", "theirs"), upgrade.Agree(len(own), "it", "them"))
 	}
 	if skipped := hooksNotRun(ops, sel); len(skipped) > 0 {
-		fmt.Fprintf(w, "  warning: %s (%s) %s a preUpgrade in spec.lifecycle (%s own, or an earlier ops's), and this ops has none: an ops's hooks replace the sandbox's for its upgrade, so they are not run, nothing is backed up, and what %s %s hold outside persistent volumes is lost; give this ops the lifecycle to run\n",
+		fmt.Fprintf(w, "  warning: %s (%s) %s a preUpgrade in spec.lifecycle (%s own, or an earlier ops's), and this ops has none: an ops's hooks replace the sandbox's for its upgrade, so they are not run, nothing is backed up, and what %s %s outside persistent volumes is lost; give this ops the lifecycle to run\n",
 			upgrade.Sandboxes(len(skipped)), strings.Join(skipped[:min(len(skipped), 5)], ", ")+more(len(skipped)-5), upgrade.Agree(len(skipped), "has", "have"),
-			upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "pod", "pods"))
+			upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "pod holds", "pods hold"))
 	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
 		fmt.Fprintf(w, "  warning: this ops has hooks, and %s (%s) %s not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where %s %s no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
