@@ -91,7 +91,7 @@ func PodRefusal(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case apierrors.IsForbidden(err) && isRBACDenial(err):
+	case IsRBACDenial(err):
 		return ""
 	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err), apierrors.IsRequestEntityTooLargeError(err):
 		return err.Error()
@@ -146,11 +146,14 @@ func QuotaExceeded(refused string) bool {
 	return quotaExceeded.MatchString(refused)
 }
 
-// isRBACDenial tells the authorizer's refusal ("... cannot create resource
+// IsRBACDenial tells the authorizer's refusal ("... cannot create resource
 // "pods" ...") from admission's. The OwnerReferencesPermissionEnforcement
 // admission plugin's refusals are the caller's permissions too: it may not
 // set finalizers on the owner (blockOwnerDeletion) or delete what it owns.
-func isRBACDenial(err error) bool {
+func IsRBACDenial(err error) bool {
+	if !apierrors.IsForbidden(err) {
+		return false
+	}
 	msg := err.Error()
 	return strings.Contains(msg, `cannot create resource "pods"`) ||
 		strings.Contains(msg, "cannot set blockOwnerDeletion") ||

@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +59,32 @@ func TestPeopleGetMoltKindsThroughEditAndView(t *testing.T) {
 	})
 	if _, err := as("bob").AgentsV1alpha1().SandboxUpdateOps(ns).Create(ctx, ops, dryRun); !apierrors.IsForbidden(err) {
 		t.Errorf("bob (view) applying an ops: %v, want Forbidden", err)
+	}
+	// Who may only look can still plan: the dry runs (of the ops, of the
+	// patched pod) are creates, refused, and the plugin reads the file
+	// itself instead, and says so.
+	makeSandboxes(t, s, ns, "pp", 1, "people", nil)
+	out, errOut, code := molt(t, "apiVersion: agents.kruise.io/v1alpha1\nkind: SandboxUpdateOps\nmetadata: {name: by-bob}\nspec:\n  selector: {matchLabels: {"+poolLabel+": people}}\n  patch: {spec: {containers: [{name: main, image: img:v2}]}}\n",
+		"plan", "-f", "-", "-n", ns, "--as=bob")
+	if code != 0 || !strings.Contains(out, "Plan for SandboxUpdateOps "+ns+"/by-bob") || !strings.Contains(out, "you may not create SandboxUpdateOps in namespace "+ns) || !strings.Contains(out, "needs Kubernetes' edit role") ||
+		!strings.Contains(out, "1 sandbox selected") || !strings.Contains(out, "the patched pod was not checked by the API server: you may not create pods") {
+		t.Errorf("bob (view) planning an ops: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// The size of a warm pool changes through its scale subresource
+	// (kubectl scale sbs): edit may, view may only read it.
+	for _, c := range []struct {
+		user, verb string
+		allowed    bool
+	}{{"alice", "update", true}, {"alice", "patch", true}, {"bob", "get", true}, {"bob", "update", false}} {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: c.user, ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: c.verb, Group: agentsv1alpha1.GroupName, Resource: "sandboxsets", Subresource: "scale"}}}
+		testenv.Eventually(t, time.Minute, fmt.Sprintf("%s may %s sandboxsets/scale: %v", c.user, c.verb, c.allowed), func() (bool, error) {
+			got, err := s.env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				return false, err
+			}
+			return got.Status.Allowed == c.allowed, fmt.Errorf("allowed %v (%s)", got.Status.Allowed, got.Status.Reason)
+		})
 	}
 	// Authorization comes before the lookup: an ops that does not exist
 	// answers Forbidden to whoever may not write statuses, NotFound to

@@ -127,7 +127,16 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		ns = head.Metadata.Namespace
 	}
 	ops, err := dryRunCreate(ctx, agents, ns, manifest)
-	refusedNow := ""
+	refusedNow, noCreate := "", ""
+	if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource") {
+		// RBAC: this account may read but not create ops (Kubernetes'
+		// view role), and a dry run is a create. The file is read here,
+		// strictly, so that whoever may only look can still plan.
+		noCreate = err.Error()
+		if ops, err = decodeOps(manifest, ns); err != nil {
+			return &exitError{code: ExitFailed, msg: fmt.Sprintf("%s: %v\nfix %s and run plan again", manifestName(o.file), err, manifestName(o.file))}
+		}
+	}
 	if (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), oneActiveOpsPolicy) {
 		// The policy refuses every create while another ops of the
 		// namespace is active, dry runs too: nothing is wrong with the
@@ -195,9 +204,12 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	if ended != "" {
 		fmt.Fprintf(w, "  an ops of this name exists and has ended (%s): this is the plan of the file as a new ops (apply it under another name, or delete that one first); `kubectl molt status %s -n %s` shows the one that ran\n", ended, ops.Name, ns)
 	}
-	if refusedNow == "" {
+	switch {
+	case noCreate != "":
+		fmt.Fprintf(w, "  you may not create SandboxUpdateOps in namespace %s (%s), and a server-side dry run is a create: its fields were read here, not checked by the server; applying it needs Kubernetes' edit role (or admin) in the namespace\n", ns, noCreate)
+	case refusedNow == "":
 		fmt.Fprintf(w, "  the API server accepts it (server-side dry run)\n")
-	} else {
+	default:
 		fmt.Fprintf(w, "  the API server refuses to create it while another ops of the namespace is active (%s), so its fields were read here, not checked by the server\n", oneActiveOpsPolicy)
 	}
 	strategy := ops.Spec.UpdateStrategy.Type
@@ -215,7 +227,11 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		fmt.Fprintf(w, "  warning: spec.patch removes %s with null: client-side `kubectl apply` drops null values, so the ops it stores would not remove them (this plan shows the removal); create it with `kubectl create -f %s` or `kubectl apply --server-side -f %s`, which keep them\n",
 			strings.Join(nulls, ", "), manifestName(o.file), manifestName(o.file))
 	}
-	if problem, err := patchProblem(ctx, kube, ops, sel); err != nil {
+	if problem, err := patchProblem(ctx, kube, ops, sel); upgrade.IsRBACDenial(err) {
+		// The selector checks it when the ops is applied, with its own
+		// rights; here only whoever may create pods can.
+		fmt.Fprintf(w, "  the patched pod was not checked by the API server: you may not create pods in namespace %s, and its server-side dry run is a create; molt checks it when the ops is applied, before the first sandbox\n", ns)
+	} else if err != nil {
 		return err
 	} else if problem != "" {
 		return &exitError{code: ExitFailed, msg: fmt.Sprintf("SandboxUpdateOps %s/%s would fail with InvalidPatch before any sandbox is touched: %s\nfix spec.patch in %s and run plan again", ns, ops.Name, problem, manifestName(o.file))}
