@@ -481,6 +481,14 @@ func TestBothLeadersKilledWithTwoReplicas(t *testing.T) {
 			t.Fatalf("delete Lease %s/%s: %v", deployNamespace, l, err)
 		}
 	}
+	// Nor may they outlive the test: the other tests' services elect no
+	// leader, and kubectl molt status takes a Lease nobody renews for a
+	// statusagg that is not running.
+	t.Cleanup(func() {
+		for _, l := range []string{selectorLease, statusaggLease} {
+			_ = env.Kube.CoordinationV1().Leases(deployNamespace).Delete(context.Background(), l, metav1.DeleteOptions{})
+		}
+	})
 	s := OwnStack(t, stackOptions{replicas: 2, natsURL: nc.URL, env: []string{"MOLT_LEADER_ELECT=true"}})
 	t.Logf("namespace %s; service logs in %s", ns, s.cfg.LogDir())
 

@@ -65,7 +65,8 @@ func (l *leaseLooker) look(ctx context.Context, now time.Time) string {
 // a holder renews it.
 func staleLease(lease *coordinationv1.Lease, now time.Time) string {
 	where := fmt.Sprintf("Lease %s/%s", lease.Namespace, lease.Name)
-	next := fmt.Sprintf("start it (`make up` on the local stack; else `kubectl get pods -n %s`, and its log says why it stopped)", lease.Namespace)
+	next := fmt.Sprintf("start it (`make up` on the local stack; else `kubectl get pods -n %s`, and its log says why it stopped); if statusagg runs with --leader-elect=false, this Lease is left from before: delete it (`kubectl delete lease %s -n %s`)",
+		lease.Namespace, lease.Name, lease.Namespace)
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
 		holder = *lease.Spec.HolderIdentity
