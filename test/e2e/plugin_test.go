@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -938,5 +939,50 @@ func TestPlanOfAnEndedOpsNamesWhatItLeftOut(t *testing.T) {
 	out, errOut, code := molt(t, "", "plan", "-f", file, "-n", ns)
 	if code != 0 || !strings.Contains(out, "has ended (Completed)") || !regexp.MustCompile(names[2]+`\s+StateFilter`).MatchString(out) {
 		t.Errorf("plan exit %d, want 0 naming %s left out by the stateFilter:\n%s\n%s", code, names[2], out, errOut)
+	}
+}
+
+// TestPluginStatusSaysWhenNoStatusaggRuns: while an ops runs, `kubectl molt
+// status` reads statusagg's Lease, and one nobody renews says that the
+// status shown is not being updated, with how to start statusagg; a Lease
+// renewed says nothing.
+func TestPluginStatusSaysWhenNoStatusaggRuns(t *testing.T) {
+	s := Stack(t) // its services elect no leader: the Lease is this test's
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	leases := s.env.Kube.CoordinationV1().Leases(deployNamespace)
+	t.Cleanup(func() { _ = leases.Delete(context.Background(), statusaggLease, metav1.DeleteOptions{}) })
+	makeSandboxes(t, s, ns, "nsa", 1, "nsa-pool", nil)
+	// Paused, it stays unfinished for as long as the test needs.
+	kubectl(t, strings.Replace(opsYAML("held", "nsa-pool", "1", "my-registry/sandbox-image:v2"), "spec:\n", "spec:\n  paused: true\n", 1), "apply", "-n", ns, "-f", "-")
+
+	holder := "statusagg-gone"
+	renewed := metav1.NewMicroTime(time.Now().Add(-2 * time.Minute))
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: statusaggLease, Namespace: deployNamespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &renewed}}
+	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := molt(t, "", "status", "held", "-n", ns)
+	if code != 0 || !strings.Contains(out, "warning: no statusagg runs (its Lease "+deployNamespace+"/"+statusaggLease+" was last renewed 2m") || !strings.Contains(out, "by statusagg-gone") {
+		t.Errorf("status with a Lease nobody renews: exit %d\n%s\n%s", code, out, errOut)
+	}
+	jsonOut, _, _ := molt(t, "", "status", "held", "-n", ns, "-o", "json")
+	var sum struct{ Stale string }
+	if err := json.Unmarshal([]byte(jsonOut), &sum); err != nil || !strings.Contains(sum.Stale, "no statusagg runs") {
+		t.Errorf("status -o json with a Lease nobody renews: stale %q (%v)\n%s", sum.Stale, err, jsonOut)
+	}
+
+	got, err := leases.Get(ctx, statusaggLease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewMicroTime(time.Now())
+	got.Spec.RenewTime = &now
+	if _, err := leases.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := molt(t, "", "status", "held", "-n", ns); strings.Contains(out, "warning") {
+		t.Errorf("status with a Lease renewed just now warns:\n%s", out)
 	}
 }
