@@ -15,7 +15,44 @@ import (
 // from the old pod, postUpgrade reads it in the new one. A walk applied seed
 // 000's hooks (backup to /mnt/shared) to sandboxes with no volume there: the
 // archive could not be written, the script's last command exited 0, and every
-// workspace was lost with the upgrade reported Succeeded.
+// workspace was lost with the upgrade reported Succeeded. A warning alone did
+// not stop the next walk: the selector now pauses such an ops before its
+// first sandbox.
+
+// AnnotationBackupOffVolume is the SandboxUpdateOps annotation the selector
+// writes, in the same write as spec.paused: true, when it pauses an ops
+// before its first sandbox because SelectedBackupOffVolumes finds the hooks'
+// paths on no volume that outlives the pod: its value names the paths and
+// the sandbox. As AnnotationNoBackup: written once, and resuming the ops is
+// how a user says the hooks keep the backup elsewhere; `kubectl molt retry`
+// does not copy it.
+const AnnotationBackupOffVolume = "molt.dev/backup-off-volume"
+
+// AnnotationBackupOffVolumePausedAt is written with
+// AnnotationBackupOffVolume: the ops's metadata.generation once paused by
+// that write, and its UID (PausedAtValue).
+const AnnotationBackupOffVolumePausedAt = "molt.dev/backup-off-volume-paused-at"
+
+// PausedForBackupOffVolume returns AnnotationBackupOffVolume's value when ops
+// is paused by the selector's write of it and not resumed since.
+func PausedForBackupOffVolume(ops *agentsv1alpha1.SandboxUpdateOps) (string, bool) {
+	return pausedBy(ops, AnnotationBackupOffVolume, AnnotationBackupOffVolumePausedAt)
+}
+
+// BackupOffVolumeValue is AnnotationBackupOffVolume's value for the paths
+// SelectedBackupOffVolumes found on sandbox name's template.
+func BackupOffVolumeValue(name string, paths []string) string {
+	return strings.Join(paths, ", ") + " (sandbox " + name + ")"
+}
+
+// BackupOffVolumePauseNote is what AnnotationBackupOffVolume's value v means
+// to a user reading the ops's condition: why molt paused it, and the ways on.
+func BackupOffVolumePauseNote(namespace, name, v string) string {
+	return fmt.Sprintf("molt paused this ops before its first sandbox: its preUpgrade and postUpgrade hooks name %s, and none of these is on a volume of the template that outlives the pod (a PersistentVolumeClaim, a hostPath, NFS, CSI, a volumeClaimTemplate; an emptyDir goes with the pod), nor does the sandbox have the csi runtime: a backup written there goes with the old pod, so every workspace would be lost, even with the upgrade reported Succeeded (a script whose last command succeeds exits 0). "+
+		"To keep them, delete this ops (kubectl delete suo %s -n %s), mount persistent storage where the backup goes (seed 000's hooks need it at /mnt/shared: a volume in the sandboxes' template, or runtimes [{name: csi}]), start the scripts with `set -e`, and create it again; "+
+		"if the hooks send the backup out of the pod another way (object storage), resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
+		strings.TrimSpace(v), name, namespace, name, namespace)
+}
 
 // absPath finds the absolute paths a hook's command names: a "/" that starts
 // a word (or follows = or a quote), up to a space, quote or shell operator.
@@ -121,7 +158,7 @@ func SelectedBackupOffVolumes(ops *agentsv1alpha1.SandboxUpdateOps, sel Selectio
 
 // BackupOffVolumesNote says what BackupOffVolumes found for sandbox name.
 func BackupOffVolumesNote(name string, paths []string) string {
-	return fmt.Sprintf("the preUpgrade and postUpgrade hooks name %s, none of which is on a volume of sandbox %s's template that outlives its pod (a PersistentVolumeClaim, a hostPath, NFS, CSI, a volumeClaimTemplate; an emptyDir goes with the pod), and the sandbox has no csi runtime to mount external storage: a backup written there goes with the old pod, and a script that ends with a command that succeeds (an echo) still exits 0, so the upgrade succeeds with the workspace lost. Mount persistent storage where the backup goes (seed 000's hooks need it at /mnt/shared: a volume, or runtimes [{name: csi}] as the guides say), or send the backup out of the pod; end the scripts with `set -e` so that a failed backup fails the hook",
+	return fmt.Sprintf("the preUpgrade and postUpgrade hooks name %s, none of which is on a volume of sandbox %s's template that outlives its pod (a PersistentVolumeClaim, a hostPath, NFS, CSI, a volumeClaimTemplate; an emptyDir goes with the pod), and the sandbox has no csi runtime to mount external storage: a backup written there goes with the old pod, and a script that ends with a command that succeeds (an echo) still exits 0, so the upgrade succeeds with the workspace lost. Mount persistent storage where the backup goes (seed 000's hooks need it at /mnt/shared: a volume, or runtimes [{name: csi}] as the guides say), or send the backup out of the pod; start the scripts with `set -e` so that a failed backup fails the hook",
 		strings.Join(paths, ", "), name)
 }
 

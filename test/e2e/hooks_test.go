@@ -675,10 +675,11 @@ func TestHookThatSucceedsWithStderrSaysSo(t *testing.T) {
 }
 
 // Seed 000's upgrade-with-backup applied verbatim to sandboxes with no
-// volume at /mnt/shared (a walk's mistake): the backup cannot outlive the
-// pod. kubectl molt plan warns, and the ops says so in its condition
-// BackupNotOnVolume and a Warning Event of that name, before its first
-// sandbox is upgraded; it goes on (the hooks might send the backup elsewhere).
+// volume at /mnt/shared (a walk's mistake, twice): the backup cannot outlive
+// the pod. kubectl molt plan warns and says molt would pause it; molt pauses
+// the ops before its first sandbox (Progressing reason BackupNotOnVolume, one
+// Warning Event of that name, the condition BackupNotOnVolume), touching no
+// pod; resumed (the hooks might send the backup elsewhere), it goes on.
 func TestSeedBackupWithNoVolumeThereIsWarned(t *testing.T) {
 	s := Stack(t)
 	ctx := context.Background()
@@ -695,16 +696,36 @@ func TestSeedBackupWithNoVolumeThereIsWarned(t *testing.T) {
 	})
 	ops := strings.Replace(seed(t, "000-02-sandboxupdateops-upgrade-with-backup.yaml"), "  namespace: default\n", "", 1)
 	out, errOut, code := molt(t, ops, "plan", "-f", "-", "-n", ns)
-	if code != 0 || !strings.Contains(out, "warning: the preUpgrade and postUpgrade hooks name /mnt/shared, /home/user/workspace, none of which is on a volume of sandbox nv-00's template that outlives its pod") {
-		t.Errorf("plan (exit %d) does not warn of the backup off any volume:\n%s%s", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "warning: the preUpgrade and postUpgrade hooks name /mnt/shared, /home/user/workspace, none of which is on a volume of sandbox nv-00's template that outlives its pod") ||
+		!strings.Contains(out, "molt would pause it before its first sandbox for this") {
+		t.Errorf("plan (exit %d) does not warn of the backup off any volume, and of the pause:\n%s%s", code, out, errOut)
+	}
+	before, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "nv-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	kubectl(t, ops, "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, "the ops paused before its first sandbox", func() (bool, error) {
+		o, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "upgrade-with-backup", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		p := meta.FindStatusCondition(o.Status.Conditions, agentsv1alpha1.ConditionProgressing)
+		return o.Spec.Paused && p != nil && p.Reason == agentsv1alpha1.ProgressingReasonBackupNotOnVolume &&
+			strings.Contains(p.Message, "molt paused this ops before its first sandbox") && strings.Contains(p.Message, "/mnt/shared") &&
+			o.Status.UpdatedReplicas == 0 && o.Status.UpdatingReplicas == 0, fmt.Errorf("paused %v, progressing %+v, status %+v", o.Spec.Paused, p, o.Status)
+	})
+	if now, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, "nv-00", metav1.GetOptions{}); err != nil || now.UID != before.UID {
+		t.Errorf("the pod of nv-00 was touched while the ops was paused (err %v)", err)
+	}
+	kubectl(t, "", "patch", "suo", "upgrade-with-backup", "-n", ns, "--type", "merge", "-p", `{"spec":{"paused":false}}`)
 	done := waitOps(t, s, ns, "upgrade-with-backup", agentsv1alpha1.SandboxUpdateOpsCompleted, 2*time.Minute)
 	if c := meta.FindStatusCondition(done.Status.Conditions, agentsv1alpha1.ConditionBackupNotOnVolume); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "/mnt/shared") {
 		t.Errorf("ops condition %s = %+v; want True naming /mnt/shared", agentsv1alpha1.ConditionBackupNotOnVolume, c)
 	}
 	testenv.Eventually(t, 30*time.Second, "Warning Event BackupNotOnVolume on the ops", func() (bool, error) {
 		list, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + agentsv1alpha1.ConditionBackupNotOnVolume})
-		return err == nil && len(list.Items) == 1 && list.Items[0].Type == "Warning" && list.Items[0].InvolvedObject.Name == "upgrade-with-backup", err
+		return err == nil && len(list.Items) == 1 && list.Items[0].Type == "Warning" && list.Items[0].InvolvedObject.Name == "upgrade-with-backup" &&
+			strings.Contains(list.Items[0].Message, "molt paused this ops"), fmt.Errorf("events %+v: %v", list, err)
 	})
 }

@@ -254,6 +254,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	if name, paths := upgrade.SelectedBackupOffVolumes(ops, sel); len(paths) > 0 {
 		fmt.Fprintf(w, "  warning: %s\n", upgrade.BackupOffVolumesNote(name, paths))
+		if !upgrade.PausedOnce(ops, upgrade.AnnotationBackupOffVolume, upgrade.AnnotationBackupOffVolumePausedAt) {
+			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if the hooks send the backup out of the pod another way\n")
+		}
 	}
 	if own := ownHooksReplaced(ops, sel); len(own) > 0 {
 		fmt.Fprintf(w, "  warning: %s (%s) %s directly (spec.upgradePolicy) with hooks of %s own in spec.lifecycle, unlike this ops's: this ops's hooks run in %s place (a backup %s own preUpgrade made is not restored by them), and %s come back once this ops has succeeded on %s and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",

@@ -34,6 +34,12 @@ const (
 	// (upgrade.CheckpointLeftBehind, upgrade.AnnotationCheckpointKept); the
 	// message names them and the ways on. A Warning Event of the same name.
 	ProgressingReasonCheckpointKept = "CheckpointKept"
+	// ProgressingReasonBackupNotOnVolume: Progressing=True, paused by the
+	// selector before the first sandbox, as the hooks back up to paths none of
+	// which outlives the pod (ConditionBackupNotOnVolume,
+	// upgrade.AnnotationBackupOffVolume); the message names them and the ways
+	// on. A Warning Event of the same name.
+	ProgressingReasonBackupNotOnVolume = "BackupNotOnVolume"
 	// ProgressingReasonSandboxesStarting: Progressing=True, the ops would
 	// complete, but sandboxes its selector matches have just been created
 	// and have no phase yet, or are Pending: it waits for them to start (at
@@ -120,9 +126,11 @@ const (
 	// ConditionBackupNotOnVolume is True when the ops's preUpgrade and
 	// postUpgrade name paths none of which is on a volume of a selected
 	// sandbox's template that outlives its pod (upgrade.BackupOffVolumes): a
-	// backup written there goes with the old pod. A warning, with an Event of
-	// the same name: the ops goes on (the hooks may send the backup out of the
-	// pod another way).
+	// backup written there goes with the old pod. The selector pauses the ops
+	// before its first sandbox for it, once (Progressing reason
+	// ProgressingReasonBackupNotOnVolume, with a Warning Event of that name):
+	// resuming it is how a user says the hooks send the backup out of the pod
+	// another way.
 	ConditionBackupNotOnVolume = "BackupNotOnVolume"
 	// BackupReasonNoPersistentVolume: BackupNotOnVolume=True.
 	BackupReasonNoPersistentVolume = "NoPersistentVolume"

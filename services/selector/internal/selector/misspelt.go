@@ -92,6 +92,23 @@ func (s *Selector) pauseForCheckpointKept(ctx context.Context, ops *agentsv1alph
 		"it would start sandboxes whose workspace is kept in a checkpoint from an empty filesystem", "sandboxes "+value+" have their workspace only in a checkpoint")
 }
 
+// pauseForBackupOffVolume pauses ops before its first sandbox when its hooks
+// back up to paths none of which is on a volume that outlives the pod
+// (upgrade.SelectedBackupOffVolumes), as pauseForNoBackup does, with
+// upgrade.AnnotationBackupOffVolume naming the paths and the sandbox.
+func (s *Selector) pauseForBackupOffVolume(ctx context.Context, ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) (bool, error) {
+	if upgrade.PausedOnce(ops, upgrade.AnnotationBackupOffVolume, upgrade.AnnotationBackupOffVolumePausedAt) || sel.NotStarted != sel.Total() {
+		return false, nil
+	}
+	name, paths := upgrade.SelectedBackupOffVolumes(ops, sel)
+	if len(paths) == 0 {
+		return false, nil
+	}
+	value := upgrade.BackupOffVolumeValue(name, paths)
+	return s.pauseOnce(ctx, ops, upgrade.AnnotationBackupOffVolume, upgrade.AnnotationBackupOffVolumePausedAt, value,
+		"its hooks back up to paths on no volume that outlives the pod", "its hooks name "+value)
+}
+
 // noBackupNamed is how many sandboxes AnnotationNoBackup (and
 // AnnotationCheckpointKept) names.
 const noBackupNamed = 10

@@ -258,6 +258,9 @@ func (s *Selector) sync(ctx context.Context, key string) error {
 	if paused, err := s.pauseForCheckpointKept(ctx, ops, sel); err != nil || paused {
 		return err
 	}
+	if paused, err := s.pauseForBackupOffVolume(ctx, ops, sel); err != nil || paused {
+		return err
+	}
 	toAdmit := sel.ToAdmit()
 	s.waiting.Store(namespace, sel.NotStarted-sel.Refused > len(toAdmit)) // refused claims never start
 	if len(toAdmit) == 0 {

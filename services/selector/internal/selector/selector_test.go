@@ -637,3 +637,44 @@ func TestOpsWithoutBackupPausesBeforeItsFirstSandbox(t *testing.T) {
 		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
 	}
 }
+
+// An ops whose preUpgrade and postUpgrade back up to a path on no volume that
+// outlives the pod (seed 000's /mnt/shared on sandboxes without storage
+// there) is paused before its first sandbox, naming the paths and the
+// sandbox: a walk saw every workspace lost with the ops Completed while only
+// a warning said why. Resumed by the user (the hooks keep the backup
+// elsewhere), it goes on and is not paused for it again. (With a volume at
+// the path it is not paused: e2e TestSeedUpgradeWithBackup.)
+func TestBackupOffVolumePausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
+	f := newFixture(t)
+	for i := range 2 {
+		f.sandbox(fmt.Sprintf("sbx-%d", i), oldImage, agentsv1alpha1.SandboxRunning, nil)
+	}
+	f.startSelector()
+	hooks := func(o *agentsv1alpha1.SandboxUpdateOps) {
+		o.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{
+			PreUpgrade: &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/bash", "-c",
+				"tar czf /mnt/shared/backup-$(hostname).tar.gz -C /home/user/workspace .\necho done"}}},
+			PostUpgrade: &agentsv1alpha1.UpgradeAction{Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/bash", "-c",
+				"tar xzf /mnt/shared/backup-$(hostname).tar.gz -C /home/user/workspace"}}},
+		}
+	}
+	f.ops("offvol", 1, newImage, hooks)
+	testenv.Eventually(t, 30*time.Second, "the ops paused for a backup on no volume", func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "offvol", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, at := o.Annotations[upgrade.AnnotationBackupOffVolume], o.Annotations[upgrade.AnnotationBackupOffVolumePausedAt]
+		return o.Spec.Paused && v == "/mnt/shared, /home/user/workspace (sandbox sbx-0)" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
+			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
+	})
+	if got, err := f.claimed("offvol"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
+	}
+	f.updateOps("offvol", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
+	f.waitClaimed("offvol", "sbx-0")
+	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "offvol", metav1.GetOptions{}); err != nil || o.Spec.Paused {
+		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
+	}
+}

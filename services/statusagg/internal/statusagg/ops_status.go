@@ -188,6 +188,9 @@ func desiredOpsStatus(ops, active *agentsv1alpha1.SandboxUpdateOps, sel upgrade.
 		} else if v, ok := upgrade.PausedForCheckpointKept(ops); ok {
 			progressing.Reason = agentsv1alpha1.ProgressingReasonCheckpointKept
 			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.CheckpointKeptPauseNote(ops.Namespace, ops.Name, v))
+		} else if v, ok := upgrade.PausedForBackupOffVolume(ops); ok {
+			progressing.Reason = agentsv1alpha1.ProgressingReasonBackupNotOnVolume
+			progressing.Message = agentsv1alpha1.TruncateConditionMessage(upgrade.BackupOffVolumePauseNote(ops.Namespace, ops.Name, v))
 		} else if ops.Spec.Paused {
 			progressing.Message += fmt.Sprintf("; paused: no sandbox is started until spec.paused is false (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')", ops.Name, ops.Namespace)
 		}
@@ -272,6 +275,10 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 	}
 	if v, ok := upgrade.PausedForCheckpointKept(active); ok {
 		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as it would start sandboxes %s, whose workspace is kept only in a checkpoint, from an empty filesystem: it finishes only once deleted, or resumed if those workspaces may go (kubectl describe suo %s -n %s)",
+			active.Name, v, active.Name, active.Namespace)
+	}
+	if v, ok := upgrade.PausedForBackupOffVolume(active); ok {
+		return fmt.Sprintf("waiting for SandboxUpdateOps %s, which molt paused before its first sandbox as its hooks back up to %s, on no volume that outlives the pod: it finishes only once deleted, or resumed if the hooks keep the backup elsewhere (kubectl describe suo %s -n %s)",
 			active.Name, v, active.Name, active.Namespace)
 	}
 	if active.Spec.Paused {

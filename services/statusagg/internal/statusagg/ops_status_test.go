@@ -256,7 +256,8 @@ func TestPostUpgradeWithoutBackupIsFlagged(t *testing.T) {
 }
 
 // An ops the selector paused before its first sandbox says why in
-// Progressing (reason MisspeltContainer or NoBackup), with the ways on, and a
+// Progressing (reason MisspeltContainer, NoBackup, CheckpointKept or
+// BackupNotOnVolume), with the ways on, and a
 // second ops's wait names it; resumed by hand, it reads as any running ops,
 // and paused again by the user, as the user's pause.
 func TestMoltsPausesAreExplained(t *testing.T) {
@@ -280,6 +281,11 @@ func TestMoltsPausesAreExplained(t *testing.T) {
 		annotations: map[string]string{upgrade.AnnotationCheckpointKept: "sb-1", upgrade.AnnotationCheckpointKeptPausedAt: "2"},
 		message:     []string{"molt paused this ops before its first sandbox", "sandboxes sb-1 failed a CheckpointRestore upgrade", "kubectl get cp -n team", "updateStrategy.type CheckpointRestore", "resume it (kubectl patch suo continue -n team"},
 		waiting:     "which molt paused before its first sandbox as it would start sandboxes sb-1, whose workspace is kept only in a checkpoint",
+	}, {
+		name: "upgrade-with-backup", reason: agentsv1alpha1.ProgressingReasonBackupNotOnVolume,
+		annotations: map[string]string{upgrade.AnnotationBackupOffVolume: "/mnt/shared (sandbox sb-1)", upgrade.AnnotationBackupOffVolumePausedAt: "2"},
+		message:     []string{"molt paused this ops before its first sandbox", "hooks name /mnt/shared (sandbox sb-1)", "every workspace would be lost", "runtimes [{name: csi}]", "kubectl delete suo upgrade-with-backup -n team", "resume it (kubectl patch suo upgrade-with-backup -n team"},
+		waiting:     "which molt paused before its first sandbox as its hooks back up to /mnt/shared (sandbox sb-1), on no volume that outlives the pod",
 	}} {
 		t.Run(tc.reason, func(t *testing.T) {
 			ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "team", Generation: 2, Annotations: tc.annotations}}
