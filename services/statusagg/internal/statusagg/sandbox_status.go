@@ -307,6 +307,8 @@ func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) st
 		next = opsNextStepFor(ops, sb.Namespace)
 		if container, ok := upgrade.ImageNotPulled(failure); ok {
 			next = imageNotPulledNextStep(ops, sb.Namespace, container)
+		} else if reason, _ := upgrade.ReasonFor(sb, attempt); reason == agentsv1alpha1.UpgradingReasonPostUpgradeFailed && !upgrade.ChecksPoint(sb, attempt) {
+			next = restoreNextStep(ops, sb.Namespace)
 		}
 	case direct:
 		next = directNextStep
@@ -334,6 +336,15 @@ func opsDeletedNextStep(ops string) string {
 // opsNextStepFor is what a sandbox that ops ops failed says to do next.
 func opsNextStepFor(ops, namespace string) string {
 	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox here: fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` resumes it from the failed step; the retry keeps the ops's patch and hooks, so if one of them is the cause, create a new SandboxUpdateOps with it fixed instead", ops, ops, namespace)
+}
+
+// restoreNextStep is what a sandbox whose postUpgrade ops ops failed says to
+// do next: its new pod runs, and the workspace the backup holds is not (or
+// not wholly) in it; running postUpgrade again on that pod is the way on,
+// and the guides' way when the hook itself was wrong is an ops with only the
+// fixed postUpgrade.
+func restoreNextStep(ops, namespace string) string {
+	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox after its new pod started: the pod runs without its workspace restored (or only in part; the backup preUpgrade took is where the hook put it), so keep its users off it until a postUpgrade succeeds. Fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` runs postUpgrade again on this pod (a retry of PostUpgrade failures alone carries only the postUpgrade hook); if the hook is the cause, create a new SandboxUpdateOps that selects the sandbox with only the fixed postUpgrade and no patch, as the guides' restore does", ops, ops, namespace)
 }
 
 // imageNotPulledNextStep is what a sandbox that ops ops failed because

@@ -411,3 +411,30 @@ func TestImageNotPulledNextStep(t *testing.T) {
 		t.Errorf("a hook's failure says %q; want the retry as its way on", hook)
 	}
 }
+
+// A sandbox whose postUpgrade an ops failed says that its new pod runs
+// without the workspace restored, and the two ways on (a walk read only
+// "fix the cause, then retry" beside an empty workspace); not so under
+// CheckpointRestore, whose pod was restored from the checkpoint.
+func TestPostUpgradeFailedSaysTheWorkspaceIsNotRestored(t *testing.T) {
+	sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "hp",
+		Labels: map[string]string{agentsv1alpha1.LabelUpdateOps: "post1"}}}
+	sb.Status.Conditions = []metav1.Condition{
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonPostUpgradeFailed, Message: "ops-uid"},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonPostUpgradeFailed},
+	}
+	failure := "hook failed with exit code 1, stderr: restore of p1 failed"
+	got := failureWithNextStep(sb, "ops-uid", failure)
+	for _, want := range []string{failure, "runs without its workspace restored", "keep its users off it", "`kubectl molt retry post1 -n hp` runs postUpgrade again on this pod", "with only the fixed postUpgrade and no patch"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("message %q lacks %q", got, want)
+		}
+	}
+	sb.Annotations = map[string]string{upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue("ops-uid")}
+	if !upgrade.ChecksPoint(sb, "ops-uid") {
+		t.Fatal("the strategy mark does not make the attempt a CheckpointRestore one")
+	}
+	if got := failureWithNextStep(sb, "ops-uid", failure); strings.Contains(got, "without its workspace restored") || !strings.Contains(got, "resumes it from the failed step") {
+		t.Errorf("under CheckpointRestore: %q; its pod holds the checkpoint's workspace, and the retry is the way on", got)
+	}
+}
