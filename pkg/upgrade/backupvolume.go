@@ -48,10 +48,10 @@ func BackupOffVolumeValue(name string, paths []string) string {
 // BackupOffVolumePauseNote is what AnnotationBackupOffVolume's value v means
 // to a user reading the ops's condition: why molt paused it, and the ways on.
 func BackupOffVolumePauseNote(namespace, name, v string) string {
-	return fmt.Sprintf("molt paused this ops before its first sandbox: its preUpgrade and postUpgrade hooks name %s, and none of these is on a volume of the template that outlives the pod (a PersistentVolumeClaim, a hostPath, NFS, CSI, a volumeClaimTemplate; an emptyDir goes with the pod), nor does the sandbox have the csi runtime: a backup written there goes with the old pod, so every workspace would be lost, even with the upgrade reported Succeeded (a script whose last command succeeds exits 0). "+
-		"To keep them, delete this ops (kubectl delete suo %s -n %s), mount persistent storage where the backup goes (seed 000's hooks need it at /mnt/shared: a volume in the sandboxes' template, or runtimes [{name: csi}]), start the scripts with `set -e`, and create it again; "+
-		"if the hooks send the backup out of the pod another way (object storage), resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
-		strings.TrimSpace(v), name, namespace, name, namespace)
+	return fmt.Sprintf("molt paused this ops before its first sandbox: its backup and restore hooks name %s, on no volume that outlives the pod (a PVC, hostPath, NFS or CSI volume; not an emptyDir) and with no csi runtime: the backup would go with the old pod and every workspace would be lost, with the upgrade still reported Succeeded. "+
+		"To keep them: delete this ops, mount persistent storage there (seed 000 needs /mnt/shared: a volume, or runtimes [{name: csi}]), start the scripts with `set -e`, and create it again. "+
+		"If the hooks send the backup out of the pod another way, resume it (kubectl patch suo %s -n %s --type merge -p '{\"spec\":{\"paused\":false}}')",
+		strings.TrimSpace(v), name, namespace)
 }
 
 // absPath finds the absolute paths a hook's command names: a "/" that starts

@@ -284,7 +284,7 @@ func TestMoltsPausesAreExplained(t *testing.T) {
 	}, {
 		name: "upgrade-with-backup", reason: agentsv1alpha1.ProgressingReasonBackupNotOnVolume,
 		annotations: map[string]string{upgrade.AnnotationBackupOffVolume: "/mnt/shared (sandbox sb-1)", upgrade.AnnotationBackupOffVolumePausedAt: "2"},
-		message:     []string{"molt paused this ops before its first sandbox", "hooks name /mnt/shared (sandbox sb-1)", "every workspace would be lost", "runtimes [{name: csi}]", "kubectl delete suo upgrade-with-backup -n team", "resume it (kubectl patch suo upgrade-with-backup -n team"},
+		message:     []string{"molt paused this ops before its first sandbox", "hooks name /mnt/shared (sandbox sb-1)", "every workspace would be lost", "runtimes [{name: csi}]", "delete this ops", "resume it (kubectl patch suo upgrade-with-backup -n team --type merge -p '{\"spec\":{\"paused\":false}}')"},
 		waiting:     "which molt paused before its first sandbox as its hooks back up to /mnt/shared (sandbox sb-1), on no volume that outlives the pod",
 	}} {
 		t.Run(tc.reason, func(t *testing.T) {
