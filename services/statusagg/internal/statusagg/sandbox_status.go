@@ -309,6 +309,8 @@ func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) st
 			next = imageNotPulledNextStep(ops, sb.Namespace, container)
 		} else if reason, _ := upgrade.ReasonFor(sb, attempt); reason == agentsv1alpha1.UpgradingReasonPostUpgradeFailed && !upgrade.ChecksPoint(sb, attempt) {
 			next = restoreNextStep(ops, sb.Namespace)
+		} else if reason == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && strings.HasPrefix(failure, hookExitPrefix) {
+			next = backupScriptNextStep(ops, sb.Namespace)
 		}
 	case direct:
 		next = directNextStep
@@ -345,6 +347,17 @@ func opsNextStepFor(ops, namespace string) string {
 // fixed postUpgrade.
 func restoreNextStep(ops, namespace string) string {
 	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox after its new pod started: the pod runs without its workspace restored (or only in part; the backup preUpgrade took is where the hook put it), so keep its users off it until a postUpgrade succeeds. Fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` runs postUpgrade again on this pod (a retry of PostUpgrade failures alone carries only the postUpgrade hook); if the hook is the cause, create a new SandboxUpdateOps that selects the sandbox with only the fixed postUpgrade and no patch, as the guides' restore does", ops, ops, namespace)
+}
+
+// hookExitPrefix starts the failure of a hook that ran and exited non-zero
+// (agentruntime's message).
+const hookExitPrefix = "hook failed with exit code "
+
+// backupScriptNextStep is what a sandbox whose preUpgrade script ops ops
+// failed (it ran, and exited non-zero) says to do next: the script is the
+// likelier cause, which a retry keeps, so that way comes first.
+func backupScriptNextStep(ops, namespace string) string {
+	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox before its backup was done, its pod left as it was: if the preUpgrade script is the cause (its output above), create a new SandboxUpdateOps with it fixed, since `kubectl molt retry` keeps the hook and fails the same way; if something the script needs was (a full disk, a missing mount), fix that, then, once that ops has ended, `kubectl molt retry %s -n %s`", ops, ops, namespace)
 }
 
 // imageNotPulledNextStep is what a sandbox that ops ops failed because

@@ -410,6 +410,17 @@ func TestImageNotPulledNextStep(t *testing.T) {
 	if hook := failureWithNextStep(sb, "ops-uid", "hook exited with code 1"); !strings.Contains(hook, "resumes it from the failed step") {
 		t.Errorf("a hook's failure says %q; want the retry as its way on", hook)
 	}
+	// A preUpgrade script that ran and failed is the likelier cause, which
+	// a retry keeps: a new ops with it fixed comes first.
+	sb.Status.Conditions = []metav1.Condition{
+		{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: agentsv1alpha1.UpgradingReasonPreUpgradeFailed, Message: "ops-uid"},
+		{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: agentsv1alpha1.UpgradingReasonPreUpgradeFailed},
+	}
+	script := "hook failed with exit code 1, stderr: disk full, stdout: "
+	got = failureWithNextStep(sb, "ops-uid", script)
+	if first, retry := strings.Index(got, "create a new SandboxUpdateOps with it fixed"), strings.Index(got, "`kubectl molt retry bad -n team`"); first < 0 || retry < first || !strings.Contains(got, "fails the same way") {
+		t.Errorf("a failed preUpgrade script says %q; want a new ops with it fixed first, then the retry", got)
+	}
 }
 
 // A sandbox whose postUpgrade an ops failed says that its new pod runs
