@@ -198,6 +198,13 @@ func seconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 }
 
+// HookExited reports whether message is the failure of a hook that ran and
+// exited non-zero (FailureMessage's words), not one the agent-runtime could
+// not run or see to its end.
+func HookExited(message string) bool {
+	return strings.HasPrefix(message, failedPrefix)
+}
+
 // HookCause is what a hook error message written by ErrorMessageWithOutput says
 // went wrong, before its output ("timed out after 3 seconds"); "" for any other
 // message (a hook that exited says its exit code in its own field).

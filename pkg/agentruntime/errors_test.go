@@ -128,3 +128,19 @@ func TestSuccessNote(t *testing.T) {
 		}
 	}
 }
+
+// TestHookExited: only a hook that ran and exited non-zero is one; a hook
+// the agent-runtime could not run, or a message not a hook's, is not.
+func TestHookExited(t *testing.T) {
+	if msg := (Result{Exited: true, ExitCode: 2, Stderr: "tar: /mnt/shared: Cannot open"}).FailureMessage(); !HookExited(msg) {
+		t.Errorf("HookExited(%q) = false, want true", msg)
+	}
+	for _, msg := range []string{
+		ErrorMessageWithOutput(errors.New("connection refused"), Result{}),
+		"pod x not Ready after 5m0s",
+	} {
+		if HookExited(msg) {
+			t.Errorf("HookExited(%q) = true, want false", msg)
+		}
+	}
+}

@@ -146,8 +146,8 @@ func QuotaExceeded(refused string) bool {
 	return quotaExceeded.MatchString(refused)
 }
 
-// IsRBACDenial tells the authorizer's refusal ("... cannot create resource
-// "pods" ...") from admission's. The OwnerReferencesPermissionEnforcement
+// IsRBACDenial tells the authorizer's refusal of a create ("... cannot
+// create resource "pods" ...", or of any other resource) from admission's. The OwnerReferencesPermissionEnforcement
 // admission plugin's refusals are the caller's permissions too: it may not
 // set finalizers on the owner (blockOwnerDeletion) or delete what it owns.
 func IsRBACDenial(err error) bool {
@@ -155,7 +155,7 @@ func IsRBACDenial(err error) bool {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, `cannot create resource "pods"`) ||
+	return strings.Contains(msg, `cannot create resource "`) ||
 		strings.Contains(msg, "cannot set blockOwnerDeletion") ||
 		strings.Contains(msg, "cannot set an ownerRef on a resource you can't delete")
 }

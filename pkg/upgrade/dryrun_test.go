@@ -89,3 +89,31 @@ func TestPodRefusalLeavesOutTheCallersPermissions(t *testing.T) {
 		t.Error("PodRefusal of a Pod Security refusal = \"\", want the refusal")
 	}
 }
+
+// TestIsRBACDenial: the authorizer's refusal of a create, of a pod (the
+// selector's dry run) or an ops (kubectl molt plan's), and the owner
+// reference plugin's, are the caller's permissions; admission's refusals of
+// the object and other errors are not.
+func TestIsRBACDenial(t *testing.T) {
+	forbidden := func(resource, why string) error {
+		return apierrors.NewForbidden(schema.GroupResource{Group: "agents.kruise.io", Resource: resource}, "x", errors.New(why))
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"pod create", forbidden("pods", `User "u" cannot create resource "pods" in API group "" in the namespace "team-a"`), true},
+		{"ops create", forbidden("sandboxupdateops", `User "u" cannot create resource "sandboxupdateops" in API group "agents.kruise.io" in the namespace "team-a"`), true},
+		{"owner reference", forbidden("pods", "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"), true},
+		{"pod security", forbidden("pods", `violates PodSecurity "restricted:latest": privileged`), false},
+		{"admission policy", forbidden("sandboxupdateops", `ValidatingAdmissionPolicy 'molt-one-active-ops' denied request`), false},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "x", field.ErrorList{field.Required(field.NewPath("spec"), "")}), false},
+		{"nil", nil, false},
+	}
+	for _, tt := range tests {
+		if got := IsRBACDenial(tt.err); got != tt.want {
+			t.Errorf("%s: IsRBACDenial(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
+	}
+}

@@ -128,7 +128,7 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 	}
 	ops, err := dryRunCreate(ctx, agents, ns, manifest)
 	refusedNow, noCreate := "", ""
-	if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource") {
+	if upgrade.IsRBACDenial(err) {
 		// RBAC: this account may read but not create ops (Kubernetes'
 		// view role), and a dry run is a create. The file is read here,
 		// strictly, so that whoever may only look can still plan.
@@ -249,8 +249,9 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		break
 	}
 	if names, added := imagelessAdds(ops, sel); len(names) > 0 {
+		c := namedSandboxes(names)
 		fmt.Fprintf(w, "  warning: the patch adds %s with no image to %s (%s), whose template has no container of that name: %s pod would be refused, so %s upgrade fails before its backup (PreUpgradeFailed), touching nothing; fix the container's name in the patch, or select only the sandboxes it fits\n",
-			strings.Join(added, ", "), upgrade.Sandboxes(len(names)), strings.Join(names[:min(len(names), 5)], ", ")+more(len(names)-5), upgrade.Agree(len(names), "its", "their"), upgrade.Agree(len(names), "its", "their"))
+			strings.Join(added, ", "), c, c.names(), c.its(), c.its())
 	}
 	if name, paths := upgrade.SelectedBackupOffVolumes(ops, sel); len(paths) > 0 {
 		fmt.Fprintf(w, "  warning: %s\n", upgrade.BackupOffVolumesNote(name, paths))
@@ -259,37 +260,38 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 		}
 	}
 	if own := ownHooksReplaced(ops, sel); len(own) > 0 {
+		c := namedSandboxes(own)
 		fmt.Fprintf(w, "  warning: %s (%s) %s directly (spec.upgradePolicy) with hooks of %s own in spec.lifecycle, unlike this ops's: this ops's hooks run in %s place (a backup %s own preUpgrade made is not restored by them), and %s come back once this ops has succeeded on %s and ended; one whose upgrade fails keeps this ops's hooks, in its direct upgrades too, until an ops succeeds on it\n",
-			upgrade.Sandboxes(len(own)), strings.Join(own[:min(len(own), 5)], ", ")+more(len(own)-5), upgrade.Agree(len(own), "upgrades", "upgrade"),
-			upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its", "their"), upgrade.Agree(len(own), "its own", "theirs"), upgrade.Agree(len(own), "it", "them"))
+			c, c.names(), c.verb("upgrades", "upgrade"), c.its(), c.its(), c.its(), c.verb("its own", "theirs"), c.it())
 	}
 	if skipped := hooksNotRun(ops, sel); len(skipped) > 0 {
+		c := namedSandboxes(skipped)
 		fmt.Fprintf(w, "  warning: %s (%s) %s a preUpgrade in spec.lifecycle (%s own, or an earlier ops's), and this ops has none: an ops's hooks replace the sandbox's for its upgrade, so they are not run, nothing is backed up, and what %s %s outside persistent volumes is lost; give this ops the lifecycle to run\n",
-			upgrade.Sandboxes(len(skipped)), strings.Join(skipped[:min(len(skipped), 5)], ", ")+more(len(skipped)-5), upgrade.Agree(len(skipped), "has", "have"),
-			upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "its", "their"), upgrade.Agree(len(skipped), "pod holds", "pods hold"))
+			c, c.names(), c.verb("has", "have"), c.its(), c.its(), c.verb("pod holds", "pods hold"))
 	}
 	if bare := withoutAgentRuntime(ops, sel); len(bare) > 0 {
+		c := namedSandboxes(bare)
 		fmt.Fprintf(w, "  warning: this ops has hooks, and %s (%s) %s not list agent-runtime in spec.runtimes, which hooks run through (the guides ask for `runtimes: [{name: agent-runtime}]`): where %s %s no agent-runtime, the hooks fail as unreachable; add the entry to those sandboxes (to the SandboxSet, for pool members)\n",
-			upgrade.Sandboxes(len(bare)), strings.Join(bare[:min(len(bare), 5)], ", ")+more(len(bare)-5), upgrade.Agree(len(bare), "does", "do"), upgrade.Agree(len(bare), "its", "their"), upgrade.Agree(len(bare), "pod runs", "pods run"))
+			c, c.names(), c.verb("does", "do"), c.its(), c.verb("pod runs", "pods run"))
 	}
 	unbacked := upgrade.Unprotected(ops, sel)
 	if len(unbacked) > 0 {
-		named := strings.Join(unbacked[:min(len(unbacked), 5)], ", ") + more(len(unbacked)-5)
+		c := namedSandboxes(unbacked)
 		if lc := ops.Spec.Lifecycle; lc != nil && lc.PostUpgrade != nil {
 			fmt.Fprintf(w, "  warning: this ops has a postUpgrade hook but no preUpgrade: %s (%s) %s a new pod with no backup of %s taken by this ops, and postUpgrade then runs on %s: %s workspace is lost, or set back to a backup an earlier upgrade left, if its postUpgrade kept it; if that is not meant, add the preUpgrade that takes the backup\n",
-				upgrade.Sandboxes(len(unbacked)), named, upgrade.Agree(len(unbacked), "gets", "get"), upgrade.Agree(len(unbacked), "its own", "theirs"), upgrade.Agree(len(unbacked), "it", "them"), upgrade.Agree(len(unbacked), "its", "their"))
+				c, c.names(), c.verb("gets", "get"), c.verb("its own", "theirs"), c.it(), c.its())
 		} else {
 			fmt.Fprintf(w, "  warning: this ops has no hooks: %s (%s), whose last upgrade restored %s workspace into the pod, %s a new pod and nothing backs it up or restores it: %s workspace is lost; if that is not meant, add the hooks, or select only the failed sandboxes\n",
-				upgrade.Sandboxes(len(unbacked)), named, upgrade.Agree(len(unbacked), "its", "their"), upgrade.Agree(len(unbacked), "gets", "get"), upgrade.Agree(len(unbacked), "its", "their"))
+				c, c.names(), c.its(), c.verb("gets", "get"), c.its())
 		}
 		if !upgrade.PausedOnce(ops, upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go, or select only the failed sandboxes (agents.kruise.io/upgrade-failed: \"true\")\n")
 		}
 	}
 	if left := upgrade.CheckpointLeftBehind(ops, sel); len(left) > 0 {
-		named := strings.Join(left[:min(len(left), 5)], ", ") + more(len(left)-5)
+		c := namedSandboxes(left)
 		fmt.Fprintf(w, "  warning: %s (%s) failed a CheckpointRestore upgrade after %s old pod was gone: %s workspace is kept only in a checkpoint (kubectl get cp -n %s) or a pod restored from it, and this ops, of updateStrategy.type %s, would start %s new pod from an empty filesystem; to restore it, set updateStrategy.type: CheckpointRestore\n",
-			upgrade.Sandboxes(len(left)), named, upgrade.Agree(len(left), "its", "their"), upgrade.Agree(len(left), "its", "their"), ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType(), upgrade.Agree(len(left), "its", "their"))
+			c, c.names(), c.its(), c.its(), ops.Namespace, ops.Spec.UpdateStrategy.EffectiveType(), c.its())
 		if !upgrade.PausedOnce(ops, upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt) {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go\n")
 		}
@@ -500,6 +502,25 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 }
 
 // more is " and N more" for n > 0, else "".
+// namedSandboxes are the sandboxes a warning of plan is about: it names
+// the first five, and its words agree with their count.
+type namedSandboxes []string
+
+// String is "1 sandbox" or "N sandboxes".
+func (s namedSandboxes) String() string { return upgrade.Sandboxes(len(s)) }
+
+// names lists the first five, and how many more there are.
+func (s namedSandboxes) names() string {
+	return strings.Join(s[:min(len(s), 5)], ", ") + more(len(s)-5)
+}
+
+// verb is one for one sandbox, else many.
+func (s namedSandboxes) verb(one, many string) string { return upgrade.Agree(len(s), one, many) }
+
+func (s namedSandboxes) its() string { return s.verb("its", "their") }
+
+func (s namedSandboxes) it() string { return s.verb("it", "them") }
+
 func more(n int) string {
 	if n <= 0 {
 		return ""

@@ -1,6 +1,7 @@
 package molt
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -75,5 +76,18 @@ func TestImagelessAdds(t *testing.T) {
 	names, added := imagelessAdds(ops, sel)
 	if strings.Join(names, ",") != "s-2,s-4" || strings.Join(added, ",") != "containers/sandbox" {
 		t.Errorf("imagelessAdds = %v, %v; want [s-2 s-4] [containers/sandbox]", names, added)
+	}
+}
+
+// TestNamedSandboxesAgreeWithTheirCount: plan's warnings name at most five
+// sandboxes and say how many more, and their words agree with the count.
+func TestNamedSandboxesAgreeWithTheirCount(t *testing.T) {
+	one := namedSandboxes([]string{"a"})
+	if got := fmt.Sprintf("%s (%s) %s %s %s", one, one.names(), one.verb("has", "have"), one.its(), one.it()); got != "1 sandbox (a) has its it" {
+		t.Errorf("one sandbox: %q", got)
+	}
+	seven := namedSandboxes([]string{"a", "b", "c", "d", "e", "f", "g"})
+	if got := fmt.Sprintf("%s (%s) %s %s %s", seven, seven.names(), seven.verb("has", "have"), seven.its(), seven.it()); got != "7 sandboxes (a, b, c, d, e and 2 more) have their them" {
+		t.Errorf("seven sandboxes: %q", got)
 	}
 }

@@ -148,3 +148,15 @@ const (
 	// refused, so nothing more can happen.
 	ProgressingReasonClaimRefused = "ClaimRefused"
 )
+
+// IsSelectorPauseReason reports whether reason is the Progressing reason of
+// an ops the selector paused itself before its first sandbox
+// (MisspeltContainer, NoBackup, CheckpointKept, BackupNotOnVolume): each says
+// why and the ways on, and has a Warning Event of its name.
+func IsSelectorPauseReason(reason string) bool {
+	switch reason {
+	case ProgressingReasonMisspeltContainer, ProgressingReasonNoBackup, ProgressingReasonCheckpointKept, ProgressingReasonBackupNotOnVolume:
+		return true
+	}
+	return false
+}

@@ -3,7 +3,6 @@ package selector
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -59,23 +58,8 @@ func TestRecreateOpsResumingAKeptCheckpointPauses(t *testing.T) {
 	f.deleteAllOps()
 
 	f.ops("recreate", 2, oldImage, nodeSelector("z1", ""))
-	testenv.Eventually(t, 30*time.Second, "the Recreate ops paused for sbx-0's kept checkpoint", func() (bool, error) {
-		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(ctx, "recreate", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		v, at := o.Annotations[upgrade.AnnotationCheckpointKept], o.Annotations[upgrade.AnnotationCheckpointKeptPausedAt]
-		return o.Spec.Paused && v == "sbx-0" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
-			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
-	})
-	if got, err := f.claimed("recreate"); err != nil || len(got) != 0 {
-		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
-	}
-	f.updateOps("recreate", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
-	f.waitClaimed("recreate", "sbx-0", "sbx-1")
-	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(ctx, "recreate", metav1.GetOptions{}); err != nil || o.Spec.Paused {
-		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
-	}
+	f.waitPausedBy("recreate", upgrade.AnnotationCheckpointKept, upgrade.AnnotationCheckpointKeptPausedAt, "sbx-0")
+	f.resumeAndWaitClaimed("recreate", "sbx-0", "sbx-1")
 }
 
 // After a PostUpgradeFailed of a CheckpointRestore attempt, a Recreate ops

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -238,6 +239,37 @@ func (f *fixture) waitFinalizer(name string) {
 		}
 		return slices.Contains(ops.Finalizers, agentsv1alpha1.FinalizerSandboxUpdateOpsProtection), fmt.Errorf("finalizers %v", ops.Finalizers)
 	})
+}
+
+// waitPausedBy waits until the selector has paused ops name before its
+// first sandbox for the reason annotation records (value want, the pause's
+// generation and UID in pausedAt), and checks it claimed no sandbox.
+func (f *fixture) waitPausedBy(name, annotation, pausedAt, want string) {
+	f.t.Helper()
+	testenv.Eventually(f.t, 30*time.Second, "ops "+name+" paused for "+annotation, func() (bool, error) {
+		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, at := o.Annotations[annotation], o.Annotations[pausedAt]
+		return o.Spec.Paused && v == want && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
+			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
+	})
+	if got, err := f.claimed(name); err != nil || len(got) != 0 {
+		f.t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
+	}
+}
+
+// resumeAndWaitClaimed resumes ops name as a user would (spec.paused:
+// false), waits until it claims sandboxes, and checks the selector did not
+// pause it again.
+func (f *fixture) resumeAndWaitClaimed(name string, sandboxes ...string) {
+	f.t.Helper()
+	f.updateOps(name, false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
+	f.waitClaimed(name, sandboxes...)
+	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), name, metav1.GetOptions{}); err != nil || o.Spec.Paused {
+		f.t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
+	}
 }
 
 func (f *fixture) waitOpsGone(name string) {

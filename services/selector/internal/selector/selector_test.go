@@ -549,24 +549,8 @@ func TestMisspeltContainerPausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
 	f.ops("typo", 1, newImage, func(o *agentsv1alpha1.SandboxUpdateOps) {
 		o.Spec.Patch.Raw = []byte(`{"spec":{"containers":[{"name":"mian","image":"` + newImage + `"}]}}`)
 	})
-	testenv.Eventually(t, 30*time.Second, "the ops paused for a misspelt container", func() (bool, error) {
-		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "typo", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		v, at := o.Annotations[upgrade.AnnotationMisspeltContainer], o.Annotations[upgrade.AnnotationMisspeltPausedAt]
-		return o.Spec.Paused && v == "containers/mian (1 edit from containers/main)" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
-			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
-	})
-	if got, err := f.claimed("typo"); err != nil || len(got) != 0 {
-		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
-	}
-
-	f.updateOps("typo", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
-	f.waitClaimed("typo", "sbx-0")
-	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "typo", metav1.GetOptions{}); err != nil || o.Spec.Paused {
-		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
-	}
+	f.waitPausedBy("typo", upgrade.AnnotationMisspeltContainer, upgrade.AnnotationMisspeltPausedAt, "containers/mian (1 edit from containers/main)")
+	f.resumeAndWaitClaimed("typo", "sbx-0")
 }
 
 // An ops created from a copy of one molt paused for sandboxes without a
@@ -618,24 +602,8 @@ func TestOpsWithoutBackupPausesBeforeItsFirstSandbox(t *testing.T) {
 		o.Spec.Lifecycle = &agentsv1alpha1.SandboxLifecycle{PostUpgrade: &agentsv1alpha1.UpgradeAction{
 			Exec: &agentsv1alpha1.ExecAction{Command: []string{"/bin/sh", "-c", "cp -a /backup/. /workspace/"}}}}
 	})
-	testenv.Eventually(t, 30*time.Second, "the ops paused for sandboxes without a backup", func() (bool, error) {
-		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "restore-only", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		v, at := o.Annotations[upgrade.AnnotationNoBackup], o.Annotations[upgrade.AnnotationNoBackupPausedAt]
-		return o.Spec.Paused && v == "sbx-0, sbx-1" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
-			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
-	})
-	if got, err := f.claimed("restore-only"); err != nil || len(got) != 0 {
-		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
-	}
-
-	f.updateOps("restore-only", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
-	f.waitClaimed("restore-only", "sbx-0")
-	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "restore-only", metav1.GetOptions{}); err != nil || o.Spec.Paused {
-		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
-	}
+	f.waitPausedBy("restore-only", upgrade.AnnotationNoBackup, upgrade.AnnotationNoBackupPausedAt, "sbx-0, sbx-1")
+	f.resumeAndWaitClaimed("restore-only", "sbx-0")
 }
 
 // An ops whose preUpgrade and postUpgrade back up to a path on no volume that
@@ -660,21 +628,6 @@ func TestBackupOffVolumePausesTheOpsBeforeItsFirstSandbox(t *testing.T) {
 		}
 	}
 	f.ops("offvol", 1, newImage, hooks)
-	testenv.Eventually(t, 30*time.Second, "the ops paused for a backup on no volume", func() (bool, error) {
-		o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "offvol", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		v, at := o.Annotations[upgrade.AnnotationBackupOffVolume], o.Annotations[upgrade.AnnotationBackupOffVolumePausedAt]
-		return o.Spec.Paused && v == "/mnt/shared, /home/user/workspace (sandbox sbx-0)" && at == strconv.FormatInt(o.Generation, 10)+" "+string(o.UID),
-			fmt.Errorf("paused %v, annotations %q at %q (generation %d)", o.Spec.Paused, v, at, o.Generation)
-	})
-	if got, err := f.claimed("offvol"); err != nil || len(got) != 0 {
-		t.Fatalf("claimed %v (err %v) before the pause, want none", got, err)
-	}
-	f.updateOps("offvol", false, func(o *agentsv1alpha1.SandboxUpdateOps) { o.Spec.Paused = false })
-	f.waitClaimed("offvol", "sbx-0")
-	if o, err := f.agents.AgentsV1alpha1().SandboxUpdateOps(f.ns).Get(context.Background(), "offvol", metav1.GetOptions{}); err != nil || o.Spec.Paused {
-		t.Fatalf("ops after the user resumed it: paused %v (err %v), want it left running", o.Spec.Paused, err)
-	}
+	f.waitPausedBy("offvol", upgrade.AnnotationBackupOffVolume, upgrade.AnnotationBackupOffVolumePausedAt, "/mnt/shared, /home/user/workspace (sandbox sbx-0)")
+	f.resumeAndWaitClaimed("offvol", "sbx-0")
 }

@@ -139,13 +139,14 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			s.recorder.Event(written, eventType, reason, opsMessage(want))
 		}
 	}
-	if c := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); c != nil && (c.Reason == agentsv1alpha1.ProgressingReasonMisspeltContainer || c.Reason == agentsv1alpha1.ProgressingReasonNoBackup || c.Reason == agentsv1alpha1.ProgressingReasonCheckpointKept || c.Reason == agentsv1alpha1.ProgressingReasonBackupNotOnVolume) {
-		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); was == nil || was.Reason != c.Reason {
-			s.recorder.Event(written, corev1.EventTypeWarning, c.Reason, c.Message)
+	progressing := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing)
+	if progressing != nil && agentsv1alpha1.IsSelectorPauseReason(progressing.Reason) {
+		if was := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionProgressing); was == nil || was.Reason != progressing.Reason {
+			s.recorder.Event(written, corev1.EventTypeWarning, progressing.Reason, progressing.Message)
 		}
 	}
 	for _, warning := range []string{agentsv1alpha1.ConditionPatchAddsContainers, agentsv1alpha1.ConditionPostUpgradeWithoutBackup, agentsv1alpha1.ConditionBackupNotOnVolume, agentsv1alpha1.ConditionClaimRefused} {
-		if p := meta.FindStatusCondition(want.Conditions, agentsv1alpha1.ConditionProgressing); p != nil && p.Reason == warning {
+		if progressing != nil && progressing.Reason == warning {
 			continue // the pause's Event above says it, and how to go on
 		}
 		if c := meta.FindStatusCondition(want.Conditions, warning); c != nil && meta.FindStatusCondition(ops.Status.Conditions, warning) == nil {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 	"molt.dev/pkg/upgrade"
 )
@@ -309,7 +310,7 @@ func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) st
 			next = imageNotPulledNextStep(ops, sb.Namespace, container)
 		} else if reason, _ := upgrade.ReasonFor(sb, attempt); reason == agentsv1alpha1.UpgradingReasonPostUpgradeFailed && !upgrade.ChecksPoint(sb, attempt) {
 			next = restoreNextStep(ops, sb.Namespace)
-		} else if reason == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && strings.HasPrefix(failure, hookExitPrefix) {
+		} else if reason == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && agentruntime.HookExited(failure) {
 			next = backupScriptNextStep(ops, sb.Namespace)
 		}
 	case direct:
@@ -348,10 +349,6 @@ func opsNextStepFor(ops, namespace string) string {
 func restoreNextStep(ops, namespace string) string {
 	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox after its new pod started: the pod runs without its workspace restored (or only in part; the backup preUpgrade took is where the hook put it), so keep its users off it until a postUpgrade succeeds. Fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` runs postUpgrade again on this pod (a retry of PostUpgrade failures alone carries only the postUpgrade hook); if the hook is the cause, create a new SandboxUpdateOps that selects the sandbox with only the fixed postUpgrade and no patch, as the guides' restore does", ops, ops, namespace)
 }
-
-// hookExitPrefix starts the failure of a hook that ran and exited non-zero
-// (agentruntime's message).
-const hookExitPrefix = "hook failed with exit code "
 
 // backupScriptNextStep is what a sandbox whose preUpgrade script ops ops
 // failed (it ran, and exited non-zero) says to do next: the script is the
