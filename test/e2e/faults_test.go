@@ -774,6 +774,19 @@ func TestBackupMadeDuringANATSOutageSurvivesItsPodsDeletion(t *testing.T) {
 		_, code := sh(t, s, ns, name, "test -e /mnt/shared/backed-up")
 		return code == 0, fmt.Errorf("test -e /mnt/shared/backed-up: exit %d", code)
 	})
+	// The ops says why nothing moves (statusagg's NATS connection has been
+	// down for longer than its grace), in its status and in kubectl molt.
+	testenv.Eventually(t, time.Minute, "ops nb saying NATS is unreachable", func() (bool, error) {
+		ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "nb", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionEventStreamUnavailable)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, nc.URL), fmt.Errorf("EventStreamUnavailable %+v", c)
+	})
+	if out, stderr, code := molt(t, "", "status", "nb", "-n", ns); !strings.Contains(out, "has not reached NATS") {
+		t.Errorf("kubectl molt status nb during the outage (exit %d) does not say NATS is unreachable:\n%s%s", code, out, stderr)
+	}
 	// Past the 15s a report was tried for before: nothing shows that
 	// hookrunner gave up, so the test waits that long.
 	time.Sleep(20 * time.Second)
@@ -800,5 +813,8 @@ func TestBackupMadeDuringANATSOutageSurvivesItsPodsDeletion(t *testing.T) {
 	}
 	if got := workspaceFile(t, s, ns, name); got != "data-"+name {
 		t.Fatalf("workspace of %s after the upgrade = %q, want the backed-up data-%s", name, got, name)
+	}
+	if c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionEventStreamUnavailable); c != nil {
+		t.Errorf("ops nb ended with %+v, want it gone once NATS was back", c)
 	}
 }

@@ -135,6 +135,15 @@ const (
 	// BackupReasonNoPersistentVolume: BackupNotOnVolume=True.
 	BackupReasonNoPersistentVolume = "NoPersistentVolume"
 
+	// ConditionEventStreamUnavailable is True on an ops that has not ended
+	// while statusagg has not reached NATS for a while: no sandbox moves on
+	// until it is back (each stage then goes on where it stopped). The
+	// message names the server, since when, and what to check. Removed once
+	// NATS is back. A Warning Event of the same name.
+	ConditionEventStreamUnavailable = "EventStreamUnavailable"
+	// EventStreamReasonNATSUnreachable: EventStreamUnavailable=True.
+	EventStreamReasonNATSUnreachable = "NATSUnreachable"
+
 	// ConditionClaimRefused is True when the API server refused for good the
 	// write that claims sandboxes for the ops (upgrade.AnnotationClaimRefused):
 	// the message names them with the server's words. They are not tried

@@ -56,6 +56,9 @@ type server struct {
 	opsTails opsTails
 	// releases follows the selector's release of each ops being deleted.
 	releases releaseWatch
+	// stream follows this process's NATS connection for the ops
+	// (EventStreamUnavailable).
+	stream streamHealth
 	// working is when this process began to work as leader: a sandbox with
 	// no phase yet may not have been seen before (upgrade.Starting).
 	working time.Time
@@ -104,6 +107,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		startWindow:      cmp.Or(cfg.StartWindow, DefaultStartWindow),
 		progressDeadline: cmp.Or(cfg.SetProgressDeadline, DefaultSetProgressDeadline),
 		working:          time.Now(),
+		stream:           streamHealth{server: service.RedactURL(cfg.NATSURL)},
 	}
 	if cfg.LeaderElection.Enabled {
 		s.releases.leaseNamespace = cfg.LeaderElection.Namespace
@@ -146,6 +150,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		}
 		return ep.Consume(gctx, s.handleEvent, events.WithWorkers(cfg.EventWorkers))
 	})
+	g.Go(func() error { return s.followStream(gctx, rt.NATS) })
 	wd := &watchdog{s: s, cfg: cfg.Deadlines.orDefaults(), pub: ep.Publisher, now: time.Now, driven: map[string]drives{}, watching: time.Now(), queuedSeen: map[string]time.Time{}, lastWhere: map[string]string{},
 		queues: newQueues(rt.JetStream, time.Now)}
 	g.Go(func() error {
