@@ -44,7 +44,48 @@ const (
 	// Producers: hookrunner, podcycler, patcher (ResumeSucceed: a paused sandbox woken for
 	// its upgrade has its old pod Ready). Consumer: statusagg.
 	TypeStageStarted = "dev.molt.sandbox.stage.started.v1"
+
+	// The watchdog's re-drives of a stalled stage (producer: statusagg only). Each stands
+	// for the stage's input event, published again with Data.Redrive set, but on a subject
+	// of its own, so that statusagg's NATS user may publish no other service's event
+	// (DESIGN rule 14). Decode returns it as the type it stands for (RedriveOf), so a
+	// consumer handles it as that input.
+
+	// TypeRedriveRequested re-drives a stalled PreUpgrade: requested again. Consumer:
+	// patcher.
+	TypeRedriveRequested = "dev.molt.sandbox.redrive.requested.v1"
+	// TypeRedrivePreHookDone re-drives a stalled UpgradePod or Checkpointing: prehook-done
+	// again. Consumer: podcycler.
+	TypeRedrivePreHookDone = "dev.molt.sandbox.redrive.prehook.done.v1"
+	// TypeRedrivePodReady re-drives a stalled PostUpgrade: pod-ready again. Consumer:
+	// hookrunner (postUpgrade).
+	TypeRedrivePodReady = "dev.molt.sandbox.redrive.pod.ready.v1"
 )
+
+// redriveOf maps each re-drive type to the input event type it stands for.
+var redriveOf = map[string]string{
+	TypeRedriveRequested:   TypeRequested,
+	TypeRedrivePreHookDone: TypePreHookDone,
+	TypeRedrivePodReady:    TypePodReady,
+}
+
+// RedriveOf returns the input type a re-drive type stands for (ok false for any other
+// type).
+func RedriveOf(eventType string) (string, bool) {
+	in, ok := redriveOf[eventType]
+	return in, ok
+}
+
+// RedriveType returns the re-drive type that stands for the input type in (ok false for
+// a type that is never re-driven).
+func RedriveType(in string) (string, bool) {
+	for r, of := range redriveOf {
+		if of == in {
+			return r, true
+		}
+	}
+	return "", false
+}
 
 // Subject tokens: the last token of a sandbox subject, one per type. Dot-free by design so
 // filters such as molt.*.*.patched stay exact.
@@ -56,6 +97,10 @@ const (
 	TokenPostHookDone = "posthook-done" // TypePostHookDone
 	TokenFailed       = "failed"        // TypeFailed
 	TokenStageStarted = "stage-started" // TypeStageStarted
+
+	TokenRedriveRequested   = "redrive-requested"    // TypeRedriveRequested
+	TokenRedrivePreHookDone = "redrive-prehook-done" // TypeRedrivePreHookDone
+	TokenRedrivePodReady    = "redrive-pod-ready"    // TypeRedrivePodReady
 )
 
 var typeTokens = map[string]string{
@@ -66,6 +111,10 @@ var typeTokens = map[string]string{
 	TypePostHookDone: TokenPostHookDone,
 	TypeFailed:       TokenFailed,
 	TypeStageStarted: TokenStageStarted,
+
+	TypeRedriveRequested:   TokenRedriveRequested,
+	TypeRedrivePreHookDone: TokenRedrivePreHookDone,
+	TypeRedrivePodReady:    TokenRedrivePodReady,
 }
 
 // Types returns every event type, sorted.
@@ -227,6 +276,9 @@ func (e Event) Validate() error {
 	if (e.Type == TypeFailed || e.Type == TypeStageStarted) && d.Stage == "" {
 		missing = append(missing, "stage")
 	}
+	if _, redrive := redriveOf[e.Type]; redrive && d.Redrive < 1 {
+		missing = append(missing, "redrive (a re-drive's number, 1 or more)")
+	}
 	if e.Type == TypeFailed && d.Reason == "" {
 		missing = append(missing, "reason")
 	}
@@ -264,8 +316,10 @@ func Encode(ev Event) ([]byte, error) {
 	return b, nil
 }
 
-// Decode parses a structured-mode JSON CloudEvent produced by Encode. Every failure wraps
-// ErrUndecodable: the message can never be handled and is a poison message.
+// Decode parses a structured-mode JSON CloudEvent produced by Encode. A re-drive
+// (TypeRedrivePreHookDone, ...) comes back as the input type it stands for, with
+// Data.Redrive set and Source statusagg. Every failure wraps ErrUndecodable: the message
+// can never be handled and is a poison message.
 func Decode(body []byte) (Event, error) {
 	var c ce.Event
 	if err := json.Unmarshal(body, &c); err != nil {
@@ -289,6 +343,9 @@ func Decode(body []byte) (Event, error) {
 	}
 	if c.Subject() != ev.SandboxKey() {
 		return Event{}, fmt.Errorf("%w: subject %q does not match sandbox %s", ErrUndecodable, c.Subject(), ev.SandboxKey())
+	}
+	if in, ok := redriveOf[ev.Type]; ok {
+		ev.Type = in // handled as the input it re-drives
 	}
 	return ev, nil
 }

@@ -54,6 +54,14 @@ func sampleEvent(typ string) Event {
 		ev.Data.NewPodUID = "44444444-4444-4444-4444-444444444444"
 	case TypeStageStarted:
 		ev.Source, ev.Data.Stage = "podcycler", "UpgradePod"
+	case TypeRedriveRequested:
+		ev.Source, ev.Data.Stage, ev.Data.Redrive = "statusagg", "", 1
+	case TypeRedrivePreHookDone:
+		ev.Source, ev.Data.Stage, ev.Data.Redrive = "statusagg", "UpgradePod", 1
+		ev.Data.TargetRevision, ev.Data.OldPodUID = "5d8f7c9b4", "33333333-3333-3333-3333-333333333333"
+	case TypeRedrivePodReady:
+		ev.Source, ev.Data.Stage, ev.Data.Redrive = "statusagg", "UpgradePod", 1
+		ev.Data.TargetRevision, ev.Data.NewPodUID = "5d8f7c9b4", "44444444-4444-4444-4444-444444444444"
 	}
 	ev.ID = MessageID(ev)
 	return ev
@@ -95,6 +103,9 @@ func TestEncodeGolden(t *testing.T) {
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	for typ := range typeTokens {
+		if _, redrive := redriveOf[typ]; redrive {
+			continue // TestRedriveDecodesAsItsInput
+		}
 		ev := sampleEvent(typ)
 		if typ == TypeFailed || typ == TypeStageStarted {
 			ev.Data.Stage = "UpgradePod"
@@ -219,5 +230,44 @@ func TestMessageID(t *testing.T) {
 	later.Data.Message = "retried"
 	if MessageID(later) != MessageID(base) {
 		t.Fatalf("time or message changed the id")
+	}
+}
+
+// TestRedriveDecodesAsItsInput: a re-drive is published on a subject of its
+// own (statusagg may publish no other service's event) and comes back from
+// Decode as the input it stands for, its number kept, so that the input's
+// consumer handles it as that input. One without a number is refused.
+func TestRedriveDecodesAsItsInput(t *testing.T) {
+	for redrive, in := range redriveOf {
+		ev := sampleEvent(redrive)
+		ev.Data.Redrive = 0
+		if _, err := Encode(ev); err == nil {
+			t.Errorf("Encode(%s) with no re-drive number: nil error, want refused", redrive)
+		}
+		ev.Data.Redrive = 2
+		subject, err := ev.Subject()
+		tok, _ := TokenFor(in)
+		if err != nil || subject != SandboxSubject(ev.Data.Sandbox.Namespace, ev.Data.Sandbox.Name, "redrive-"+tok) {
+			t.Errorf("%s: subject %q (%v), want the input's token %q after redrive-", redrive, subject, err, tok)
+		}
+		body, err := Encode(ev)
+		if err != nil {
+			t.Fatalf("Encode(%s): %v", redrive, err)
+		}
+		got, err := Decode(body)
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", redrive, err)
+		}
+		if got.Type != in || got.Data.Redrive != 2 || got.Data.Sandbox != ev.Data.Sandbox || got.Data.Attempt != ev.Data.Attempt {
+			t.Errorf("Decode(%s) = %+v, want type %s with re-drive 2 and the same sandbox and attempt", redrive, got, in)
+		}
+		if back, ok := RedriveType(in); !ok || back != redrive {
+			t.Errorf("RedriveType(%s) = %q, %v; want %s", in, back, ok, redrive)
+		}
+	}
+	for _, never := range []string{TypePatched, TypePostHookDone, TypeFailed, TypeStageStarted} {
+		if r, ok := RedriveType(never); ok {
+			t.Errorf("RedriveType(%s) = %s, want none: the watchdog never re-drives it", never, r)
+		}
 	}
 }

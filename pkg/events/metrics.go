@@ -93,7 +93,7 @@ func (m *Metrics) recordHandled(consumer, eventType, result string, took time.Du
 }
 
 // initTerminated starts at 0 the terminal results (permanent and exhausted for each event
-// type the consumer's filters take, poison for an undecodable message) of one consumer's
+// type the consumer's filters take, but re-drives, which Decode turns into their inputs, poison for an undecodable message) of one consumer's
 // molt_events_handled_total: a counter whose series appears at 1 shows no increase(), so
 // the first terminated message after a start would be missed by rate() and alerts.
 func (m *Metrics) initTerminated(consumer string, filters []string) {
@@ -102,8 +102,8 @@ func (m *Metrics) initTerminated(consumer string, filters []string) {
 	}
 	for _, t := range Types() {
 		tok, _ := TokenFor(t)
-		if !matchesAny(SandboxSubject("ns", "sandbox", tok), filters) {
-			continue
+		if _, redrive := redriveOf[t]; redrive || !matchesAny(SandboxSubject("ns", "sandbox", tok), filters) {
+			continue // a re-drive is handled, and counted, as the input it stands for
 		}
 		m.handled.WithLabelValues(consumer, t, resultPermanent)
 		m.handled.WithLabelValues(consumer, t, resultExhausted)

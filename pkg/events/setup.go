@@ -13,14 +13,14 @@ import (
 // EnsureConsumer in that service. The selector opens none: it publishes requested and learns
 // how an attempt ended from the Sandbox status (its informer).
 const (
-	// ConsumerPatcher: patcher reacts to requested.
+	// ConsumerPatcher: patcher reacts to requested (and its re-drive).
 	ConsumerPatcher = "patcher"
 	// ConsumerHookRunner: hookrunner runs preUpgrade on patched.
 	ConsumerHookRunner = "hookrunner"
-	// ConsumerHookRunnerPost: hookrunner runs postUpgrade on pod-ready. A consumer of its
+	// ConsumerHookRunnerPost: hookrunner runs postUpgrade on pod-ready (and its re-drive). A consumer of its
 	// own, so that a new pod's restore never waits behind other sandboxes' backups.
 	ConsumerHookRunnerPost = "hookrunner-post"
-	// ConsumerPodCycler: podcycler recreates the pod on prehook-done.
+	// ConsumerPodCycler: podcycler recreates the pod on prehook-done (and its re-drive).
 	ConsumerPodCycler = "podcycler"
 	// ConsumerStatusAgg: statusagg aggregates every event into status, Events and metrics.
 	ConsumerStatusAgg = "statusagg"
@@ -29,11 +29,13 @@ const (
 // filterFor returns molt.*.*.<token>: one event type, every sandbox.
 func filterFor(token string) string { return SubjectPrefix + ".*.*." + token }
 
+// Each consumer of a re-driven input also takes its re-drive (TypeRedriveRequested, ...),
+// which Decode hands over as that input.
 var consumerFilters = map[string][]string{
-	ConsumerPatcher:        {filterFor(TokenRequested)},
+	ConsumerPatcher:        {filterFor(TokenRequested), filterFor(TokenRedriveRequested)},
 	ConsumerHookRunner:     {filterFor(TokenPatched)},
-	ConsumerHookRunnerPost: {filterFor(TokenPodReady)},
-	ConsumerPodCycler:      {filterFor(TokenPreHookDone)},
+	ConsumerHookRunnerPost: {filterFor(TokenPodReady), filterFor(TokenRedrivePodReady)},
+	ConsumerPodCycler:      {filterFor(TokenPreHookDone), filterFor(TokenRedrivePreHookDone)},
 	ConsumerStatusAgg:      {StreamSubjects},
 }
 

@@ -52,16 +52,16 @@ func TestConsumerConfig(t *testing.T) {
 		check    func(jetstream.ConsumerConfig) bool
 		wantErr  string
 	}{
-		{"defaults, one filter", ConsumerPatcher, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
-			return c.Durable == "patcher" && c.FilterSubject == "molt.*.*.requested" && c.FilterSubjects == nil &&
+		{"defaults, the input and its re-drive", ConsumerPatcher, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
+			return c.Durable == "patcher" && c.FilterSubject == "" && slices.Equal(c.FilterSubjects, []string{"molt.*.*.requested", "molt.*.*.redrive-requested"}) &&
 				c.AckPolicy == jetstream.AckExplicitPolicy && c.AckWait == 30*s && c.MaxDeliver == 10 &&
 				slices.Equal(c.BackOff, []time.Duration{30 * s, 60 * s, 120 * s, 240 * s})
 		}, ""},
 		{"hookrunner: preUpgrade's input only", ConsumerHookRunner, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
 			return c.Durable == "hookrunner" && c.FilterSubject == "molt.*.*.patched" && c.FilterSubjects == nil
 		}, ""},
-		{"hookrunner-post: postUpgrade's input only", ConsumerHookRunnerPost, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
-			return c.Durable == "hookrunner-post" && c.FilterSubject == "molt.*.*.pod-ready" && c.FilterSubjects == nil
+		{"hookrunner-post: postUpgrade's input and its re-drive only", ConsumerHookRunnerPost, ConsumerConfig{}, func(c jetstream.ConsumerConfig) bool {
+			return c.Durable == "hookrunner-post" && c.FilterSubject == "" && slices.Equal(c.FilterSubjects, []string{"molt.*.*.pod-ready", "molt.*.*.redrive-pod-ready"})
 		}, ""},
 		{"ack wait scales default backoff", ConsumerStatusAgg, ConsumerConfig{AckWait: s}, func(c jetstream.ConsumerConfig) bool {
 			return c.AckWait == s && slices.Equal(c.BackOff, []time.Duration{s, 2 * s, 4 * s, 8 * s})

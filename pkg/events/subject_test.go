@@ -103,8 +103,8 @@ func TestTypeTokens(t *testing.T) {
 		}
 		seen[tok] = typ
 	}
-	if len(typeTokens) != 7 {
-		t.Errorf("have %d types, want 7", len(typeTokens))
+	if len(typeTokens) != 10 {
+		t.Errorf("have %d types, want 10 (7 and the 3 re-drives)", len(typeTokens))
 	}
 }
 
@@ -112,10 +112,10 @@ func TestTypeTokens(t *testing.T) {
 // that every event type except progress reaches some stage consumer besides statusagg.
 func TestConsumerFilters(t *testing.T) {
 	want := map[string][]string{
-		ConsumerPatcher:        {"molt.*.*.requested"},
+		ConsumerPatcher:        {"molt.*.*.requested", "molt.*.*.redrive-requested"},
 		ConsumerHookRunner:     {"molt.*.*.patched"},
-		ConsumerHookRunnerPost: {"molt.*.*.pod-ready"},
-		ConsumerPodCycler:      {"molt.*.*.prehook-done"},
+		ConsumerHookRunnerPost: {"molt.*.*.pod-ready", "molt.*.*.redrive-pod-ready"},
+		ConsumerPodCycler:      {"molt.*.*.prehook-done", "molt.*.*.redrive-prehook-done"},
 		ConsumerStatusAgg:      {"molt.>"},
 	}
 	for name, filters := range want {

@@ -31,7 +31,7 @@ var natsPublishes = map[string][]string{
 	"patcher":    {events.TokenPatched, events.TokenPodReady, events.TokenStageStarted, events.TokenFailed},
 	"hookrunner": {events.TokenStageStarted, events.TokenPreHookDone, events.TokenPostHookDone, events.TokenFailed},
 	"podcycler":  {events.TokenStageStarted, events.TokenPodReady, events.TokenFailed},
-	"statusagg":  {events.TokenRequested, events.TokenPreHookDone, events.TokenPodReady, events.TokenFailed},
+	"statusagg":  {events.TokenRedriveRequested, events.TokenRedrivePreHookDone, events.TokenRedrivePodReady, events.TokenFailed},
 	"viewer":     nil,
 }
 
@@ -44,6 +44,10 @@ var natsEventTypes = map[string]string{
 	events.TokenPostHookDone: events.TypePostHookDone,
 	events.TokenFailed:       events.TypeFailed,
 	events.TokenStageStarted: events.TypeStageStarted,
+
+	events.TokenRedriveRequested:   events.TypeRedriveRequested,
+	events.TokenRedrivePreHookDone: events.TypeRedrivePreHookDone,
+	events.TokenRedrivePodReady:    events.TypeRedrivePodReady,
 }
 
 // forge publishes a valid event of type typ for the sandbox ns/name, of the
@@ -71,6 +75,9 @@ func forge(t *testing.T, nc *nats.Conn, source, typ string, sb events.SandboxRef
 	}}
 	if typ == events.TypeFailed {
 		ev.Data.Reason = agentsv1alpha1.UpgradingReasonPreUpgradeFailed
+	}
+	if _, redrive := events.RedriveOf(typ); redrive {
+		ev.Data.Redrive = 1
 	}
 	ev.ID = events.MessageID(ev)
 	if _, err := events.Encode(ev); err != nil {
@@ -225,8 +232,9 @@ func TestNATSEachUserPublishesOnlyItsOwnEvents(t *testing.T) {
 
 // TestForgedPrehookDoneChangesNothing: while sandboxes run a long preUpgrade
 // backup, a prehook-done for each (the event that makes podcycler delete the
-// old pod) is forged with the right attempt id, as the patcher (whose
-// credentials may not publish it) and with a wrong password. Nothing reaches
+// old pod) is forged with the right attempt id, as the patcher and as
+// statusagg (whose credentials may not publish it: statusagg's re-drives
+// have subjects of their own) and with a wrong password. Nothing reaches
 // the stream, and every pod keeps its UID for 30 s.
 func TestForgedPrehookDoneChangesNothing(t *testing.T) {
 	if testing.Short() {
@@ -256,9 +264,13 @@ func TestForgedPrehookDoneChangesNothing(t *testing.T) {
 	})
 
 	patcher := env.NATSConnect(t, "", "patcher")
+	statusagg := env.NATSConnect(t, "", "statusagg") // its re-drives have subjects of their own
 	for _, n := range names {
 		if err := forge(t, patcher, "hookrunner", events.TypePreHookDone, events.SandboxRef{Namespace: ns, Name: n, UID: uids[n]}, "forge", attempts[n]); err == nil {
 			t.Errorf("prehook-done for %s forged with the patcher's credentials: stored, want refused", n)
+		}
+		if err := forge(t, statusagg, "hookrunner", events.TypePreHookDone, events.SandboxRef{Namespace: ns, Name: n, UID: uids[n]}, "forge", attempts[n]); err == nil {
+			t.Errorf("prehook-done for %s forged with statusagg's credentials: stored, want refused", n)
 		}
 		nc, err := nats.Connect(env.NATSURL, nats.UserInfo("hookrunner", "guessed"))
 		if err == nil {

@@ -27,12 +27,15 @@ type stageInput struct {
 }
 
 // stageInputs are, per stage, the events the watchdog looks for in the consumers' queues.
-// PreUpgrade is driven by requested (patcher) and then patched (hookrunner).
+// PreUpgrade is driven by requested (patcher) and then patched (hookrunner). A re-drive is
+// on a subject of its own (events.TypeRedrivePreHookDone, ...), looked for beside the
+// input it stands for: a re-drive still queued is not a stall either.
 var stageInputs = map[string][]stageInput{
-	agentsv1alpha1.UpgradingReasonPreUpgrade:    {{events.TypePatched, events.ConsumerHookRunner}, {events.TypeRequested, events.ConsumerPatcher}},
-	agentsv1alpha1.UpgradingReasonCheckpointing: {{events.TypePreHookDone, events.ConsumerPodCycler}},
-	agentsv1alpha1.UpgradingReasonUpgradePod:    {{events.TypePreHookDone, events.ConsumerPodCycler}},
-	agentsv1alpha1.UpgradingReasonPostUpgrade:   {{events.TypePodReady, events.ConsumerHookRunnerPost}},
+	agentsv1alpha1.UpgradingReasonPreUpgrade: {{events.TypePatched, events.ConsumerHookRunner}, {events.TypeRequested, events.ConsumerPatcher},
+		{events.TypeRedriveRequested, events.ConsumerPatcher}},
+	agentsv1alpha1.UpgradingReasonCheckpointing: {{events.TypePreHookDone, events.ConsumerPodCycler}, {events.TypeRedrivePreHookDone, events.ConsumerPodCycler}},
+	agentsv1alpha1.UpgradingReasonUpgradePod:    {{events.TypePreHookDone, events.ConsumerPodCycler}, {events.TypeRedrivePreHookDone, events.ConsumerPodCycler}},
+	agentsv1alpha1.UpgradingReasonPostUpgrade:   {{events.TypePodReady, events.ConsumerHookRunnerPost}, {events.TypeRedrivePodReady, events.ConsumerHookRunnerPost}},
 }
 
 // stageOutputs are, per stage, the events that end it: the next stage's input, or failed.

@@ -377,6 +377,8 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 		}
 		return w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s, and %s, so postUpgrade cannot run; create a SandboxUpdateOps with the same patch and postUpgrade to rebuild the pod and restore the backup", stage, stalled.Round(time.Second), why))
 	}
+	input := ev.Type
+	ev.Type, _ = events.RedriveType(input) // statusagg's own subject: it may publish no other service's event
 	if err := w.pub.Publish(ctx, ev); err != nil {
 		return fmt.Errorf("%w: re-drive %s of sandbox %s/%s: %w", errRedrivePublish, stage, sb.Namespace, sb.Name, err)
 	}
@@ -384,9 +386,9 @@ func (w *watchdog) redrive(ctx context.Context, sb *agentsv1alpha1.Sandbox, atte
 	w.driven[driveKey(sb, attempt, stage)] = drives{n: n, last: w.now()}
 	w.mu.Unlock()
 	w.s.metrics.redrives.WithLabelValues(stage).Inc()
-	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again; %s",
-		stage, stalled.Round(time.Second), n, w.cfg.Redrives, ev.Type, stageHandledBy(sb, stage))
-	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", ev.Type, "stalledFor", stalled.Round(time.Second))
+	w.s.recorder.Eventf(sb, corev1.EventTypeWarning, EventStageStalled, "no progress in %s for %s: re-driven (%d of %d) by publishing %s again (as %s); %s",
+		stage, stalled.Round(time.Second), n, w.cfg.Redrives, input, ev.Type, stageHandledBy(sb, stage))
+	klog.FromContext(ctx).Info("Re-drove a stalled stage", "redrive", n, "event", input, "stalledFor", stalled.Round(time.Second))
 	return nil
 }
 

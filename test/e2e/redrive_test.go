@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"molt.dev/dev/testenv"
+	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
+	"molt.dev/pkg/events"
+)
+
+// TestLostPrehookDoneIsRedriven: a sandbox's prehook-done is lost (deleted
+// from the stream while podcycler is down, after statusagg recorded
+// UpgradePod). statusagg's watchdog re-drives the stage on its own subject
+// (redrive-prehook-done: its NATS user may publish no prehook-done), and
+// podcycler takes the re-drive through its consumer as the prehook-done it
+// stands for: the pod is replaced once, the ops completes, and the sandbox's
+// StageStalled Event says what was published.
+func TestLostPrehookDoneIsRedriven(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test: skipped with -short")
+	}
+	ctx := context.Background()
+	s := OwnStack(t, stackOptions{})
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "rd", 1, "rd-pool", nil)
+	name := names[0]
+	before := podUIDs(t, s, ns, names)[name]
+
+	s.Kill9(t, "podcycler")
+	const image = "my-registry/sandbox-image:v2"
+	kubectl(t, opsYAML("rd", "rd-pool", "1", image), "apply", "-n", ns, "-f", "-")
+	testenv.Eventually(t, time.Minute, name+" in UpgradePod", func() (bool, error) {
+		c := upgradingCondition(t, s, ns, name)
+		return c != nil && c.Reason == agentsv1alpha1.UpgradingReasonUpgradePod, fmt.Errorf("Upgrading %+v", c)
+	})
+
+	js, err := jetstream.New(s.env.NATSConnect(t, "", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := events.SandboxSubject(ns, name, events.TokenPreHookDone)
+	msg, err := stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatalf("the prehook-done of %s: %v", name, err)
+	}
+	if err := stream.DeleteMsg(ctx, msg.Sequence); err != nil {
+		t.Fatalf("delete the prehook-done of %s (sequence %d): %v", name, msg.Sequence, err)
+	}
+	t.Logf("deleted the prehook-done of %s (sequence %d) before podcycler took it", name, msg.Sequence)
+	s.Restart(t, "podcycler")
+
+	ops := waitEnded(t, s, ns, "rd", 3*time.Minute)
+	if ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted {
+		t.Fatalf("ops rd %s (Upgrading of %s: %+v), want Completed", ops.Status.Phase, name, upgradingCondition(t, s, ns, name))
+	}
+	if got := storedOn(t, s.env, events.SandboxSubject(ns, name, events.TokenRedrivePreHookDone)); got < 1 {
+		t.Errorf("%d messages on %s's redrive-prehook-done subject, want the watchdog's re-drive", got, name)
+	}
+	if got := storedOn(t, s.env, subject); got != 0 {
+		t.Errorf("%d prehook-done messages of %s after the delete, want none: the re-drive must not publish the input's subject", got, name)
+	}
+	pod, err := s.env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(pod.UID) == before || pod.Spec.Containers[0].Image != image {
+		t.Errorf("pod of %s: uid %s (was %s), image %s; want a new pod of %s", name, pod.UID, before, pod.Spec.Containers[0].Image, image)
+	}
+	evs, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=StageStalled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasEventSaying(evs.Items, events.TypeRedrivePreHookDone) {
+		t.Errorf("no StageStalled Event of %s names %s: %+v", name, events.TypeRedrivePreHookDone, evs.Items)
+	}
+}
+
+// hasEventSaying reports whether one of evs has words in its message.
+func hasEventSaying(evs []corev1.Event, words string) bool {
+	for _, e := range evs {
+		if strings.Contains(e.Message, words) {
+			return true
+		}
+	}
+	return false
+}
