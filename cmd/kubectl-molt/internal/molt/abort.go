@@ -113,10 +113,41 @@ func (a *app) abort(ctx context.Context, name string, o abortOptions) error {
 			ns, name, ops.Status.UpdatedReplicas, ops.Status.Replicas)
 		return nil
 	}
+	if ops.Status.Phase == agentsv1alpha1.SandboxUpdateOpsFailed {
+		// Its status holds the counts it ended with: since then, a later ops
+		// may have taken its sandboxes on, so they are no longer its own to
+		// count (they are not "never started").
+		fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s, which had already ended Failed: when it ended, %d updated, %d failed, %d never started; %s\n",
+			ns, name, ops.Status.UpdatedReplicas, ops.Status.FailedReplicas,
+			max(0, ops.Status.Replicas-ops.Status.UpdatedReplicas-ops.Status.FailedReplicas-ops.Status.UpdatingReplicas), failedSince(ns, int(ops.Status.FailedReplicas), s.liveFailed))
+		return nil
+	}
 	updated, failed, notStarted := finalCounts(s)
-	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s: %d updated, %d failed (a new ops resumes them), %d never started (they keep their old template)\n",
-		ns, name, updated, failed, notStarted)
+	fmt.Fprintf(a.out, "deleted SandboxUpdateOps %s/%s: %d updated, %d failed%s, %d never started (they keep their old template)\n",
+		ns, name, updated, failed, resumeHint(ns, failed), notStarted)
 	return nil
+}
+
+// resumeHint is how the sandboxes an aborted ops left failed are resumed:
+// a new ops that selects them (its retry needs the ops, which is gone).
+func resumeHint(ns string, failed int) string {
+	if failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (a new SandboxUpdateOps that selects %s resumes %s from the failed step; `kubectl get sbx -n %s -l %s=true` lists them)",
+		upgrade.Agree(failed, "it", "them"), upgrade.Agree(failed, "it", "them"), ns, agentsv1alpha1.LabelUpgradeFailed)
+}
+
+// failedSince says what became of the sandboxes a Failed ops left failed:
+// still failed for it (a new ops resumes them) or taken on by a later ops.
+func failedSince(ns string, failedAtEnd, stillFailed int) string {
+	switch {
+	case failedAtEnd == 0:
+		return "nothing was in flight"
+	case stillFailed == 0:
+		return "none of its failed sandboxes is still failed for it: a later ops took them on (`kubectl get sbx -n " + ns + " -o wide` shows where each one is)"
+	}
+	return fmt.Sprintf("%d still failed for it%s", stillFailed, resumeHint(ns, stillFailed))
 }
 
 // finalCounts are the counts of an ops with nothing in flight, from its

@@ -26,7 +26,7 @@ func claimedSandboxes(ctx context.Context, agents versioned.Interface, ops *agen
 func getOps(ctx context.Context, agents versioned.Interface, ns, name string) (*agentsv1alpha1.SandboxUpdateOps, error) {
 	ops, err := agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found: list the ops with `kubectl get suo -n %s`", ns, name, ns)}
+		return nil, &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s not found: list the ops with `kubectl get suo -n %s`", ns, name, ns), notFound: true}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get SandboxUpdateOps %s/%s: %w", ns, name, err)

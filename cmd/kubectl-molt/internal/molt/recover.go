@@ -92,6 +92,12 @@ func retrySpec(ops *agentsv1alpha1.SandboxUpdateOps, failedReasons []string, not
 
 func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	agents, ns, ops, err := a.loadOps(ctx, name)
+	var missing *exitError
+	if errors.As(err, &missing) && missing.notFound {
+		// Deleted (kubectl molt abort, kubectl delete): the sandboxes it left
+		// failed keep their failure, and a new ops resumes them.
+		missing.msg += fmt.Sprintf("; if it was deleted (`kubectl molt abort` deletes it), the sandboxes it left failed are resumed by a new SandboxUpdateOps that selects them, from the step each failed in (`kubectl get sbx -n %s -l %s=true` lists them)", ns, agentsv1alpha1.LabelUpgradeFailed)
+	}
 	if err != nil {
 		return err
 	}

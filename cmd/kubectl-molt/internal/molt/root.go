@@ -38,6 +38,8 @@ const (
 type exitError struct {
 	code int
 	msg  string
+	// notFound marks getOps's answer for an ops that does not exist.
+	notFound bool
 }
 
 func (e *exitError) Error() string { return e.msg }

@@ -309,9 +309,9 @@ func failureWithNextStep(sb *agentsv1alpha1.Sandbox, attempt, failure string) st
 		if container, ok := upgrade.ImageNotPulled(failure); ok {
 			next = imageNotPulledNextStep(ops, sb.Namespace, container)
 		} else if reason, _ := upgrade.ReasonFor(sb, attempt); reason == agentsv1alpha1.UpgradingReasonPostUpgradeFailed && !upgrade.ChecksPoint(sb, attempt) {
-			next = restoreNextStep(ops, sb.Namespace)
+			next = restoreNextStep(ops, sb.Namespace, sb.Spec.Paused)
 		} else if reason == agentsv1alpha1.UpgradingReasonPreUpgradeFailed && agentruntime.HookExited(failure) {
-			next = backupScriptNextStep(ops, sb.Namespace)
+			next = backupScriptNextStep(ops, sb.Namespace, sb.Spec.Paused)
 		}
 	case direct:
 		next = directNextStep
@@ -346,15 +346,24 @@ func opsNextStepFor(ops, namespace string) string {
 // not wholly) in it; running postUpgrade again on that pod is the way on,
 // and the guides' way when the hook itself was wrong is an ops with only the
 // fixed postUpgrade.
-func restoreNextStep(ops, namespace string) string {
+func restoreNextStep(ops, namespace string, paused bool) string {
+	if paused {
+		// Paused again once the attempt ended: no pod runs, and the retry
+		// wakes the sandbox on a new pod to run postUpgrade there.
+		return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox after its new pod started, without its workspace restored (or only in part; the backup preUpgrade took is where the hook put it); the sandbox is paused again, so no pod of it runs now. Fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` wakes it on a new pod of the new template and runs postUpgrade there (a retry of PostUpgrade failures alone carries only the postUpgrade hook); if the hook is the cause, create a new SandboxUpdateOps that selects the sandbox (stateFilter Paused) with only the fixed postUpgrade and no patch, as the guides' restore does", ops, ops, namespace)
+	}
 	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox after its new pod started: the pod runs without its workspace restored (or only in part; the backup preUpgrade took is where the hook put it), so keep its users off it until a postUpgrade succeeds. Fix the cause, then, once that ops has ended, `kubectl molt retry %s -n %s` runs postUpgrade again on this pod (a retry of PostUpgrade failures alone carries only the postUpgrade hook); if the hook is the cause, create a new SandboxUpdateOps that selects the sandbox with only the fixed postUpgrade and no patch, as the guides' restore does", ops, ops, namespace)
 }
 
 // backupScriptNextStep is what a sandbox whose preUpgrade script ops ops
 // failed (it ran, and exited non-zero) says to do next: the script is the
 // likelier cause, which a retry keeps, so that way comes first.
-func backupScriptNextStep(ops, namespace string) string {
-	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox before its backup was done, its pod left as it was: if the preUpgrade script is the cause (its output above), create a new SandboxUpdateOps with it fixed, since `kubectl molt retry` keeps the hook and fails the same way; if something the script needs was (a full disk, a missing mount), fix that, then, once that ops has ended, `kubectl molt retry %s -n %s`", ops, ops, namespace)
+func backupScriptNextStep(ops, namespace string, paused bool) string {
+	left := "its pod left as it was"
+	if paused {
+		left = "nothing of it changed (it is paused again, its pod stopped as before)"
+	}
+	return fmt.Sprintf("SandboxUpdateOps %s stopped this sandbox before its backup was done, "+left+": if the preUpgrade script is the cause (its output above), create a new SandboxUpdateOps with it fixed, since `kubectl molt retry` keeps the hook and fails the same way; if something the script needs was (a full disk, a missing mount), fix that, then, once that ops has ended, `kubectl molt retry %s -n %s`", ops, ops, namespace)
 }
 
 // imageNotPulledNextStep is what a sandbox that ops ops failed because

@@ -421,6 +421,10 @@ func TestImageNotPulledNextStep(t *testing.T) {
 	if first, retry := strings.Index(got, "create a new SandboxUpdateOps with it fixed"), strings.Index(got, "`kubectl molt retry bad -n team`"); first < 0 || retry < first || !strings.Contains(got, "fails the same way") {
 		t.Errorf("a failed preUpgrade script says %q; want a new ops with it fixed first, then the retry", got)
 	}
+	sb.Spec.Paused = true // woken for the ops, paused again once it failed
+	if got = failureWithNextStep(sb, "ops-uid", script); strings.Contains(got, "its pod left as it was") || !strings.Contains(got, "it is paused again") {
+		t.Errorf("a paused sandbox's failed preUpgrade says %q; its pod is stopped, not left as it was", got)
+	}
 }
 
 // A sandbox whose postUpgrade an ops failed says that its new pod runs
@@ -441,6 +445,20 @@ func TestPostUpgradeFailedSaysTheWorkspaceIsNotRestored(t *testing.T) {
 			t.Errorf("message %q lacks %q", got, want)
 		}
 	}
+	// Paused again after the attempt (an ops with stateFilter Paused): no
+	// pod runs, and the retry wakes it on a new one (a walk read "the pod
+	// runs", "this pod" with no pod there).
+	sb.Spec.Paused = true
+	got = failureWithNextStep(sb, "ops-uid", failure)
+	for _, want := range []string{"the sandbox is paused again, so no pod of it runs now", "wakes it on a new pod of the new template and runs postUpgrade there", "(stateFilter Paused)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("paused: message %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "the pod runs") || strings.Contains(got, "on this pod") {
+		t.Errorf("paused: message %q speaks of a pod that is not there", got)
+	}
+	sb.Spec.Paused = false
 	sb.Annotations = map[string]string{upgrade.AnnotationUpgradeStrategy: upgrade.StrategyValue("ops-uid")}
 	if !upgrade.ChecksPoint(sb, "ops-uid") {
 		t.Fatal("the strategy mark does not make the attempt a CheckpointRestore one")
