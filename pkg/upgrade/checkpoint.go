@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -255,4 +256,28 @@ func splitImage(ref string) (repo, tag, digest string) {
 		ref = "docker.io/" + rest
 	}
 	return ref, tag, digest
+}
+
+// RecreateOnly is the phrase every failure that a CheckpointRestore attempt
+// cannot resume says (podcycler, patcher): no running pod to checkpoint and
+// no checkpoint kept, a paused sandbox whose resume is not woken, an image
+// change. A retry keeps the ops's strategy and would fail the same way.
+const RecreateOnly = "updateStrategy.type Recreate"
+
+// OnlyRecreateResumes names the sandboxes among failed (name → its Upgrading
+// condition's message) that an ops of updateStrategy strategy cannot resume:
+// under CheckpointRestore, those whose failure says only a Recreate can
+// (RecreateOnly). Sorted; none under Recreate.
+func OnlyRecreateResumes(strategy agentsv1alpha1.UpgradeType, failed map[string]string) []string {
+	if strategy != agentsv1alpha1.UpgradeTypeCheckpointRestore {
+		return nil
+	}
+	var out []string
+	for name, message := range failed {
+		if strings.Contains(message, RecreateOnly) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

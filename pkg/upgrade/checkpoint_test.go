@@ -91,3 +91,20 @@ func TestSameImage(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyRecreateResumes: under CheckpointRestore, the failed sandboxes whose
+// failure says only a Recreate resumes them are named, sorted; the others,
+// and every one under Recreate, are not.
+func TestOnlyRecreateResumes(t *testing.T) {
+	failed := map[string]string{
+		"b": "checkpoint b-ckpt of pod b failed: store offline; podcycler did not delete the old pod: ...; the sandbox is paused, ...: resume it with a SandboxUpdateOps of updateStrategy.type Recreate (...)",
+		"a": "sandbox ns/a has no running pod to checkpoint and no checkpoint of this attempt succeeded; its files are gone with its pod: upgrade it with updateStrategy.type Recreate",
+		"c": "checkpoint c-ckpt of pod c failed: disk full; podcycler did not delete the old pod: fix the checkpointer's cause, then create a new SandboxUpdateOps (it takes a new checkpoint)",
+	}
+	if got := OnlyRecreateResumes(agentsv1alpha1.UpgradeTypeCheckpointRestore, failed); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("under CheckpointRestore: %v, want [a b]", got)
+	}
+	if got := OnlyRecreateResumes(agentsv1alpha1.UpgradeTypeRecreate, failed); got != nil {
+		t.Errorf("under Recreate: %v, want none (a Recreate resumes them)", got)
+	}
+}

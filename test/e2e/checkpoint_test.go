@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -113,5 +114,45 @@ func TestCheckpointRestoreKeepsThePodsOwnFiles(t *testing.T) {
 	}
 	if now := podUIDs(t, s, ns, []string{failing}); now[failing] == before[failing] {
 		t.Errorf("%s: pod not recreated by the retried CheckpointRestore", failing)
+	}
+}
+
+// TestRetryRefusesACheckpointRestoreOnlyRecreateResumes: a paused sandbox
+// whose CheckpointRestore failed (its checkpointer refused) is paused again
+// with its pod stopped, and no CheckpointRestore ops can resume it. A walk
+// saw the ops's condition offer `kubectl molt retry`, and the retry fail
+// again within a second: now the ops's condition names the Recreate ops to
+// create, and the retry refuses, saying the same, and creates nothing.
+func TestRetryRefusesACheckpointRestoreOnlyRecreateResumes(t *testing.T) {
+	s := Stack(t)
+	ctx := context.Background()
+	ns := s.env.Namespace(t)
+	const pool = "crp-pool"
+	names := makeSandboxes(t, s, ns, "crp", 1, pool, func(sb *agentsv1alpha1.Sandbox) {
+		sb.Annotations = map[string]string{devruntime.AnnotationFailCheckpoint: "store offline (test)"}
+	})
+	pause(t, s, ns, names)
+	y := strings.Replace(sidecarOps(t, ns, "crp", pool, "crp-1"), "spec:\n", "spec:\n  stateFilter:\n    states: [Paused]\n", 1)
+	kubectl(t, y, "apply", "-n", ns, "-f", "-")
+	ops := waitOps(t, s, ns, "crp", agentsv1alpha1.SandboxUpdateOpsFailed, 3*time.Minute)
+	if c := upgradingCondition(t, s, ns, names[0]); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonCheckpointFailed {
+		t.Fatalf("Upgrading of %s = %+v, want CheckpointFailed", names[0], c)
+	}
+	budget := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionFailureBudgetExhausted)
+	if budget == nil || !strings.Contains(budget.Message, "updateStrategy.type Recreate") || strings.Contains(budget.Message, "kubectl molt retry") {
+		t.Errorf("the ops's failure %+v: want the Recreate ops to create, not a retry", budget)
+	}
+
+	out, errOut, code := molt(t, "", "retry", "crp", "-n", ns)
+	t.Logf("retry:\n%s%s", out, errOut)
+	if code != 2 || !strings.Contains(errOut, "cannot be retried, nothing was changed") || !strings.Contains(errOut, "updateStrategy.type Recreate") || !strings.Contains(errOut, names[0]) {
+		t.Errorf("retry of a CheckpointRestore only Recreate resumes: exit %d, want 2 and the Recreate way:\n%s%s", code, out, errOut)
+	}
+	list, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Errorf("%d ops after the refused retry, want only crp", len(list.Items))
 	}
 }

@@ -133,6 +133,7 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 	}
 	reasons := map[string][]string{}
 	var failedReasons, failures []string
+	failedWith := map[string]string{}
 	for i := range claimed {
 		sb := &claimed[i]
 		if upgrade.StateFor(sb, ops.Name, ops.UID) != upgrade.Failed {
@@ -143,7 +144,15 @@ func (a *app) retry(ctx context.Context, name string, o retryOptions) error {
 		failedReasons = append(failedReasons, r)
 		if c := meta.FindStatusCondition(sb.Status.Conditions, agentsv1alpha1.ConditionUpgrading); c != nil {
 			failures = append(failures, c.Message)
+			failedWith[sb.Name] = c.Message
 		}
+	}
+	if only := upgrade.OnlyRecreateResumes(ops.Spec.UpdateStrategy.EffectiveType(), failedWith); len(only) > 0 {
+		// A retry keeps CheckpointRestore, and would fail them the same way
+		// (a walk saw the retry fail within a second).
+		return &exitError{code: ExitError, msg: fmt.Sprintf("SandboxUpdateOps %s/%s cannot be retried, nothing was changed: a retry keeps updateStrategy.type CheckpointRestore, which cannot resume %s (%s; each one's message says why: no running pod to checkpoint and no checkpoint kept, a paused sandbox, or an image change). "+
+			"Resume %s with a new SandboxUpdateOps of updateStrategy.type Recreate that selects %s (%s: \"true\" selects the failed sandboxes), with the preUpgrade and postUpgrade that keep the workspace; without them, what the pod holds outside volumes is lost",
+			ns, name, upgrade.Sandboxes(len(only)), strings.Join(only, ", "), upgrade.Agree(len(only), "it", "them"), upgrade.Agree(len(only), "it", "them"), agentsv1alpha1.LabelUpgradeFailed)}
 	}
 	// What the retry would start is read from the sandboxes as they are now,
 	// not from the failed ops's last status: another ops may have upgraded

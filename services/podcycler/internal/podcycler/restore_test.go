@@ -150,6 +150,11 @@ func TestPlanRestore(t *testing.T) {
 				if !strings.HasPrefix(got, "problem: ") || !strings.Contains(got, strings.TrimPrefix(tt.want, "problem: ")) {
 					t.Errorf("plan = %q, want a problem containing %q", got, strings.TrimPrefix(tt.want, "problem: "))
 				}
+				if !strings.Contains(got, upgrade.RecreateOnly) {
+					// kubectl molt retry and the ops's condition tell such a
+					// failure by it (upgrade.OnlyRecreateResumes).
+					t.Errorf("plan = %q, a problem no CheckpointRestore resumes; want it to say %q", got, upgrade.RecreateOnly)
+				}
 			} else if got != tt.want {
 				t.Errorf("plan = %q (%s), want %q", got, plan.why, tt.want)
 			}

@@ -293,6 +293,7 @@ func waitingFor(active *agentsv1alpha1.SandboxUpdateOps) string {
 func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection) string {
 	var names, messages []string
 	var starts []*agentsv1alpha1.Sandbox // what a retry would start
+	failedWith := map[string]string{}
 	for _, c := range sel.Candidates {
 		if c.State == upgrade.NotStarted {
 			starts = append(starts, c.Sandbox)
@@ -300,13 +301,21 @@ func failureMessage(ops *agentsv1alpha1.SandboxUpdateOps, sel upgrade.Selection)
 		if c.State == upgrade.Failed {
 			names = append(names, c.Sandbox.Name)
 			starts = append(starts, c.Sandbox)
-			if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
+			up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading)
+			if up != nil && up.Reason == agentsv1alpha1.UpgradingReasonUpgradePodFailed {
 				messages = append(messages, up.Message)
+			}
+			if up != nil {
+				failedWith[c.Sandbox.Name] = up.Message
 			}
 		}
 	}
 	list := namedList(names)
 	head := fmt.Sprintf("%d of %d sandboxes failed (maxUnavailable %d): %s; %d not started; this ops is final (editing it changes nothing): ", sel.Failed, sel.Total(), sel.MaxUnavailable, list, sel.NotStarted)
+	if only := upgrade.OnlyRecreateResumes(ops.Spec.UpdateStrategy.EffectiveType(), failedWith); len(only) > 0 {
+		return head + fmt.Sprintf("no CheckpointRestore ops can resume %s (a retry keeps the strategy and fails the same way; `kubectl describe sbx -n %s NAME` says why): resume %s with a new SandboxUpdateOps of updateStrategy.type Recreate that selects %s, with the preUpgrade and postUpgrade that keep the workspace",
+			namedList(only), ops.Namespace, upgrade.Agree(len(only), "it", "them"), upgrade.Agree(len(only), "it", "them"))
+	}
 	if hint := upgrade.ImageNotPulledHint(ops.Spec.Patch.Raw, messages); hint != "" {
 		return head + hint
 	}
