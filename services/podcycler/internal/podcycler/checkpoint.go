@@ -131,12 +131,21 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 			// with its sandbox. Waiting longer cannot end well, and one being
 			// deleted (held by a checkpointer's finalizer) is no checkpoint
 			// to restore from, Succeeded or not.
-			return "", fmt.Sprintf("checkpoint %s of pod %s was deleted before podcycler could restore from it; podcycler did not delete the old pod: create a new SandboxUpdateOps to checkpoint it again (nothing to do if the sandbox itself is being deleted)", name, old.Name), nil
+			return "", fmt.Sprintf("checkpoint %s of pod %s was deleted before podcycler could restore from it (taken or not); podcycler did not delete the old pod: create a new SandboxUpdateOps to checkpoint it again (nothing to do if the sandbox itself is being deleted)", name, old.Name), nil
 		case err != nil:
 		case cp.Status.Phase == agentsv1alpha1.CheckpointSucceeded && cp.Status.CheckpointID != "":
 			klog.FromContext(ctx).Info("Checkpoint succeeded", "checkpoint", klog.KObj(cp), "id", cp.Status.CheckpointID)
 			return cp.Status.CheckpointID, "", nil
 		case cp.Status.Phase == agentsv1alpha1.CheckpointFailed:
+			if gone, err := c.podGone(ctx, old); err != nil {
+				return "", "", err
+			} else if gone {
+				// The checkpointer failed because its pod went (a user's
+				// delete, an eviction): blaming the checkpointer would send the
+				// user to fix what is not broken.
+				return "", fmt.Sprintf("pod %s (uid %s) was deleted while checkpoint %s was being taken, not by podcycler, and the checkpoint failed with it (%s): what the pod held outside volumes is lost; the sandbox gets a new pod from its template, without those files: restore them from a backup if you have one, then create a new SandboxUpdateOps to upgrade it",
+					old.Name, old.UID, name, cp.Status.Message), nil
+			}
 			return "", fmt.Sprintf("checkpoint %s of pod %s failed: %s; podcycler did not delete the old pod: fix the checkpointer's cause, then create a new SandboxUpdateOps (it takes a new checkpoint)", name, old.Name, cp.Status.Message), nil
 		}
 		select {
@@ -148,6 +157,19 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 		case <-tick.C:
 		}
 	}
+}
+
+// podGone reports, from the API server, whether pod (by UID) no longer
+// exists or is being deleted.
+func (c *cycler) podGone(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	now, err := c.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return now.UID != pod.UID || now.DeletionTimestamp != nil, nil
 }
 
 // pausedCheckpointNote is added to a paused sandbox's checkpoint failure:
