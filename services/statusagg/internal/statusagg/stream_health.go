@@ -87,7 +87,7 @@ func (h *streamHealth) observe(now time.Time, status nats.Status, lastErr error)
 	return false
 }
 
-// follow reads nc's state every streamHealthEvery until ctx ends, and
+// followStream reads nc's state every streamHealthEvery until ctx ends, and
 // enqueues every ops when what they must say changes.
 func (s *server) followStream(ctx context.Context, nc *nats.Conn) error {
 	tick := time.NewTicker(streamHealthEvery)
