@@ -143,6 +143,13 @@ func TestRetryRefusesACheckpointRestoreOnlyRecreateResumes(t *testing.T) {
 		t.Errorf("the ops's failure %+v: want the Recreate ops to create, not a retry", budget)
 	}
 
+	// plan of a new CheckpointRestore ops that selects it says the same.
+	again := strings.Replace(y, "name: crp\n", "name: crp-again\n", 1)
+	planOut, planErr, _ := molt(t, again, "plan", "-f", "-", "-n", ns)
+	if !strings.Contains(planOut, "failed in a way no CheckpointRestore resumes") || !strings.Contains(planOut, names[0]) {
+		t.Errorf("plan of a CheckpointRestore ops selecting %s does not warn that it would fail again:\n%s%s", names[0], planOut, planErr)
+	}
+
 	out, errOut, code := molt(t, "", "retry", "crp", "-n", ns)
 	t.Logf("retry:\n%s%s", out, errOut)
 	if code != 2 || !strings.Contains(errOut, "cannot be retried, nothing was changed") || !strings.Contains(errOut, "updateStrategy.type Recreate") || !strings.Contains(errOut, names[0]) {

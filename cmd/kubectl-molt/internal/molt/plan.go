@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -296,6 +297,11 @@ func (a *app) plan(ctx context.Context, o planOptions) error {
 			fmt.Fprintf(w, "  molt would pause it before its first sandbox for this: resume it if those workspaces may go\n")
 		}
 	}
+	if only := upgrade.OnlyRecreateResumes(ops.Spec.UpdateStrategy.EffectiveType(), failedMessages(sel)); len(only) > 0 {
+		c := namedSandboxes(only)
+		fmt.Fprintf(w, "  warning: %s (%s) failed in a way no CheckpointRestore resumes (%s failure says %s: no running pod to checkpoint and no checkpoint kept, a paused sandbox, or an image change): this ops would fail %s again at once; resume %s with updateStrategy.type: Recreate and the hooks that keep the workspace\n",
+			c, c.names(), c.its(), upgrade.RecreateOnly, c.it(), c.it())
+	}
 	switch {
 	case sel.SelectsNothing():
 		fmt.Fprintf(w, "  it selects no sandbox: it would complete at once having upgraded none (NothingSelected); Excluded below says why for each\n")
@@ -502,6 +508,21 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 }
 
 // more is " and N more" for n > 0, else "".
+// failedMessages maps each selected sandbox left failed by an earlier
+// upgrade to its Upgrading condition's message.
+func failedMessages(sel upgrade.Selection) map[string]string {
+	out := map[string]string{}
+	for _, c := range sel.Candidates {
+		if c.Sandbox.Labels[agentsv1alpha1.LabelUpgradeFailed] != "true" {
+			continue
+		}
+		if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
+			out[c.Sandbox.Name] = up.Message
+		}
+	}
+	return out
+}
+
 // namedSandboxes are the sandboxes a warning of plan is about: it names
 // the first five, and its words agree with their count.
 type namedSandboxes []string
