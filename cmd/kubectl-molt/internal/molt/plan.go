@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -508,40 +507,6 @@ func templateDiff(sb *agentsv1alpha1.Sandbox, patch []byte) (string, error) {
 }
 
 // more is " and N more" for n > 0, else "".
-// failedMessages maps each selected sandbox left failed by an earlier
-// upgrade to its Upgrading condition's message.
-func failedMessages(sel upgrade.Selection) map[string]string {
-	out := map[string]string{}
-	for _, c := range sel.Candidates {
-		if c.Sandbox.Labels[agentsv1alpha1.LabelUpgradeFailed] != "true" {
-			continue
-		}
-		if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
-			out[c.Sandbox.Name] = up.Message
-		}
-	}
-	return out
-}
-
-// namedSandboxes are the sandboxes a warning of plan is about: it names
-// the first five, and its words agree with their count.
-type namedSandboxes []string
-
-// String is "1 sandbox" or "N sandboxes".
-func (s namedSandboxes) String() string { return upgrade.Sandboxes(len(s)) }
-
-// names lists the first five, and how many more there are.
-func (s namedSandboxes) names() string {
-	return strings.Join(s[:min(len(s), 5)], ", ") + more(len(s)-5)
-}
-
-// verb is one for one sandbox, else many.
-func (s namedSandboxes) verb(one, many string) string { return upgrade.Agree(len(s), one, many) }
-
-func (s namedSandboxes) its() string { return s.verb("its", "their") }
-
-func (s namedSandboxes) it() string { return s.verb("it", "them") }
-
 func more(n int) string {
 	if n <= 0 {
 		return ""

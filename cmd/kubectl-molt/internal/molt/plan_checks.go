@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -147,3 +149,37 @@ func sandboxPods(ctx context.Context, kube kubernetes.Interface, ns string, sel 
 		return nil
 	}
 }
+
+// failedMessages maps each selected sandbox left failed by an earlier
+// upgrade to its Upgrading condition's message.
+func failedMessages(sel upgrade.Selection) map[string]string {
+	out := map[string]string{}
+	for _, c := range sel.Candidates {
+		if c.Sandbox.Labels[agentsv1alpha1.LabelUpgradeFailed] != "true" {
+			continue
+		}
+		if up := meta.FindStatusCondition(c.Sandbox.Status.Conditions, agentsv1alpha1.ConditionUpgrading); up != nil && agentsv1alpha1.IsUpgradingFailedReason(up.Reason) {
+			out[c.Sandbox.Name] = up.Message
+		}
+	}
+	return out
+}
+
+// namedSandboxes are the sandboxes a warning of plan is about: it names
+// the first five, and its words agree with their count.
+type namedSandboxes []string
+
+// String is "1 sandbox" or "N sandboxes".
+func (s namedSandboxes) String() string { return upgrade.Sandboxes(len(s)) }
+
+// names lists the first five, and how many more there are.
+func (s namedSandboxes) names() string {
+	return strings.Join(s[:min(len(s), 5)], ", ") + more(len(s)-5)
+}
+
+// verb is one for one sandbox, else many.
+func (s namedSandboxes) verb(one, many string) string { return upgrade.Agree(len(s), one, many) }
+
+func (s namedSandboxes) its() string { return s.verb("its", "their") }
+
+func (s namedSandboxes) it() string { return s.verb("it", "them") }
