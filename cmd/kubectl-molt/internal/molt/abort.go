@@ -145,7 +145,7 @@ func failedSince(ns string, failedAtEnd, stillFailed int) string {
 	case failedAtEnd == 0:
 		return "nothing was in flight"
 	case stillFailed == 0:
-		return "none of its failed sandboxes is still failed for it: a later ops took them on (`kubectl get sbx -n " + ns + " -o wide` shows where each one is)"
+		return "none of its failed sandboxes is still failed for it: a later ops took them on, or they were deleted (`kubectl get sbx -n " + ns + " -o wide` shows where each one is)"
 	}
 	return fmt.Sprintf("%d still failed for it%s", stillFailed, resumeHint(ns, stillFailed))
 }
