@@ -137,7 +137,7 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 			klog.FromContext(ctx).Info("Checkpoint succeeded", "checkpoint", klog.KObj(cp), "id", cp.Status.CheckpointID)
 			return cp.Status.CheckpointID, "", nil
 		case cp.Status.Phase == agentsv1alpha1.CheckpointFailed:
-			if gone, err := c.podGone(ctx, old); err != nil {
+			if gone, err := c.checkpointedPodGone(ctx, old); err != nil {
 				return "", "", err
 			} else if gone {
 				// The checkpointer failed because its pod went (a user's
@@ -159,17 +159,14 @@ func (c *cycler) checkpoint(ctx context.Context, sb *agentsv1alpha1.Sandbox, old
 	}
 }
 
-// podGone reports, from the API server, whether pod (by UID) no longer
-// exists or is being deleted.
-func (c *cycler) podGone(ctx context.Context, pod *corev1.Pod) (bool, error) {
-	now, err := c.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("read pod %s/%s: %w", pod.Namespace, pod.Name, err)
+// checkpointedPodGone reports, from the API server (livePod), whether pod
+// (by UID) no longer exists or is being deleted.
+func (c *cycler) checkpointedPodGone(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	now, err := c.livePod(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		return false, err
 	}
-	return now.UID != pod.UID || now.DeletionTimestamp != nil, nil
+	return now == nil || now.UID != pod.UID || now.DeletionTimestamp != nil, nil
 }
 
 // pausedCheckpointNote is added to a paused sandbox's checkpoint failure:

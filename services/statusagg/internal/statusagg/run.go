@@ -107,7 +107,7 @@ func run(ctx context.Context, cfg Config, rt *service.Runtime) error {
 		startWindow:      cmp.Or(cfg.StartWindow, DefaultStartWindow),
 		progressDeadline: cmp.Or(cfg.SetProgressDeadline, DefaultSetProgressDeadline),
 		working:          time.Now(),
-		stream:           streamHealth{server: service.RedactURL(cfg.NATSURL)},
+		stream:           streamHealth{cur: outage{server: service.RedactURL(cfg.NATSURL)}},
 	}
 	if cfg.LeaderElection.Enabled {
 		s.releases.leaseNamespace = cfg.LeaderElection.Namespace

@@ -31,35 +31,33 @@ const streamHealthEvery = time.Second
 // `kubectl molt status` and `kubectl describe suo` would not say why.
 type streamHealth struct {
 	mu sync.Mutex
-	// since is when the connection was last seen leave CONNECTED; zero while
-	// it is connected.
+	// cur is the outage as last seen: its since is zero while the
+	// connection is up; its server is set once, at start.
+	cur outage
+	// shown is whether the ops are told (down for streamGrace or more).
+	shown bool
+}
+
+// outage is what the ops condition says.
+type outage struct {
+	// since is when the connection was last seen leave CONNECTED.
 	since time.Time
 	// status and lastErr are the connection's state and last error then.
 	status  nats.Status
 	lastErr error
-	// shown is whether the ops are told (down for streamGrace or more).
-	shown bool
 	// server names NATS in the message (its URL, without credentials).
 	server string
 }
 
-// outage is what the ops condition says: ok false while NATS is reachable,
-// or down for less than streamGrace.
-type outage struct {
-	since   time.Time
-	status  nats.Status
-	lastErr error
-	server  string
-}
-
-// down returns the outage the ops are told of, if any.
+// down returns the outage the ops are told of: ok false while NATS is
+// reachable, or down for less than streamGrace.
 func (h *streamHealth) down() (outage, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.shown {
 		return outage{}, false
 	}
-	return outage{since: h.since, status: h.status, lastErr: h.lastErr, server: h.server}, true
+	return h.cur, true
 }
 
 // observe records the connection's state at now and reports whether the
@@ -70,17 +68,18 @@ func (h *streamHealth) observe(now time.Time, status nats.Status, lastErr error)
 	defer h.mu.Unlock()
 	if status == nats.CONNECTED {
 		changed = h.shown
-		h.since, h.shown, h.lastErr = time.Time{}, false, nil
+		h.cur = outage{server: h.cur.server}
+		h.shown = false
 		return changed
 	}
-	if h.since.IsZero() {
-		h.since = now
+	if h.cur.since.IsZero() {
+		h.cur.since = now
 	}
-	h.status = status
+	h.cur.status = status
 	if lastErr != nil {
-		h.lastErr = lastErr
+		h.cur.lastErr = lastErr
 	}
-	if !h.shown && now.Sub(h.since) >= streamGrace {
+	if !h.shown && now.Sub(h.cur.since) >= streamGrace {
 		h.shown = true
 		return true
 	}
@@ -102,7 +101,7 @@ func (s *server) followStream(ctx context.Context, nc *nats.Conn) error {
 			continue
 		}
 		_, down := s.stream.down()
-		klog.FromContext(ctx).Info("NATS reachability changed: re-syncing every ops", "down", down, "server", s.stream.server)
+		klog.FromContext(ctx).Info("NATS reachability changed: re-syncing every ops", "down", down)
 		list, err := s.ops.List(labels.Everything())
 		if err != nil {
 			continue

@@ -16,7 +16,7 @@ import (
 // says nothing; an outage of streamGrace or more is told once, with since
 // when and the connection's last error, and is taken back when NATS is back.
 func TestStreamOutageIsToldAfterItsGraceAndUntilNATSIsBack(t *testing.T) {
-	h := streamHealth{server: "nats://127.0.0.1:4222"}
+	h := streamHealth{cur: outage{server: "nats://127.0.0.1:4222"}}
 	t0 := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
 	if h.observe(t0, nats.CONNECTED, nil) {
 		t.Fatal("a connected stream changed what the ops say")

@@ -9,10 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-// TestPodGone: a checkpoint that failed because its pod went is told apart
+// TestCheckpointedPodGone: a checkpoint that failed because its pod went is told apart
 // from a checkpointer's failure by the pod as the API server has it: gone,
 // replaced (another UID) or being deleted; the same pod running is not gone.
-func TestPodGone(t *testing.T) {
+func TestCheckpointedPodGone(t *testing.T) {
 	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cbox-0", Namespace: "c1", UID: "old"}}
 	deleting := old.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{}
@@ -37,9 +37,9 @@ func TestPodGone(t *testing.T) {
 				}
 			}
 			c := &cycler{kube: client}
-			got, err := c.podGone(context.Background(), old)
+			got, err := c.checkpointedPodGone(context.Background(), old)
 			if err != nil || got != tc.want {
-				t.Fatalf("podGone = %v, %v; want %v", got, err, tc.want)
+				t.Fatalf("checkpointedPodGone = %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}
