@@ -215,6 +215,11 @@ type Event struct {
 	Source string
 	Time   time.Time
 	Data   Data
+	// Redriven is set by Decode for a re-drive (TypeRedrivePreHookDone, ...), which it
+	// returns as the input type it stands for. Its consumer acts on it only for a stage
+	// the sandbox's status shows (upgrade.RedriveRefusal), and statusagg does not record
+	// it. Not part of the CloudEvent: the type on the wire says it.
+	Redriven bool
 }
 
 // SandboxKey is the CloudEvent subject attribute: <namespace>/<name>.
@@ -345,7 +350,7 @@ func Decode(body []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: subject %q does not match sandbox %s", ErrUndecodable, c.Subject(), ev.SandboxKey())
 	}
 	if in, ok := redriveOf[ev.Type]; ok {
-		ev.Type = in // handled as the input it re-drives
+		ev.Type, ev.Redriven = in, true // handled as the input it re-drives
 	}
 	return ev, nil
 }

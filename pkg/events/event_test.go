@@ -258,8 +258,17 @@ func TestRedriveDecodesAsItsInput(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Decode(%s): %v", redrive, err)
 		}
-		if got.Type != in || got.Data.Redrive != 2 || got.Data.Sandbox != ev.Data.Sandbox || got.Data.Attempt != ev.Data.Attempt {
-			t.Errorf("Decode(%s) = %+v, want type %s with re-drive 2 and the same sandbox and attempt", redrive, got, in)
+		if got.Type != in || !got.Redriven || got.Data.Redrive != 2 || got.Data.Sandbox != ev.Data.Sandbox || got.Data.Attempt != ev.Data.Attempt {
+			t.Errorf("Decode(%s) = %+v, want type %s, Redriven, with re-drive 2 and the same sandbox and attempt", redrive, got, in)
+		}
+		// The input itself with a re-drive number (podcycler reports a re-driven
+		// wait's outcome so) is not a re-drive.
+		plain := sampleEvent(in)
+		plain.Data.Redrive = 2
+		if body, err := Encode(plain); err != nil {
+			t.Errorf("Encode(%s) with a re-drive number: %v", in, err)
+		} else if got, err := Decode(body); err != nil || got.Redriven {
+			t.Errorf("Decode(%s with re-drive number 2) = Redriven %v (%v), want false: only a re-drive's own type says it", in, got.Redriven, err)
 		}
 		if back, ok := RedriveType(in); !ok || back != redrive {
 			t.Errorf("RedriveType(%s) = %q, %v; want %s", in, back, ok, redrive)

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,30 @@ func Past(reason, stage string) bool {
 	r := Rank(reason)
 	return r > 0 && r > Rank(stage)
 }
+
+// RedriveRefusal says why a re-driven input of stage (events.Event.Redriven)
+// must not be acted on for attempt of sb, read from the API server; "" when it
+// may. The watchdog re-drives only a stage the sandbox's status shows, and
+// statusagg records no re-drive in status, so a re-drive for an attempt that
+// the status does not show at stage or later is not the watchdog's: it was
+// published with statusagg's NATS password by someone else (DESIGN rule 14).
+// Acted on, a prehook-done for an attempt still in PreUpgrade would replace
+// the pod before its backup.
+//
+// A refusal is logged with RedriveRefused and the message is acknowledged.
+func RedriveRefusal(sb *agentsv1alpha1.Sandbox, attempt, stage string) string {
+	reason, ok := ReasonFor(sb, attempt)
+	switch {
+	case !ok:
+		return fmt.Sprintf("the status of sandbox %s/%s does not show attempt %s", sb.Namespace, sb.Name, attempt)
+	case !Terminal(reason) && Rank(reason) < Rank(stage):
+		return fmt.Sprintf("the status of sandbox %s/%s shows attempt %s in %s, not yet in %s", sb.Namespace, sb.Name, attempt, reason, stage)
+	}
+	return ""
+}
+
+// RedriveRefused is the log message of a refused re-drive.
+const RedriveRefused = "Refused a re-drive that the watchdog did not publish; nothing was done. Someone else publishes with statusagg's NATS user: change its password (deploy/nats/auth.conf)"
 
 // FailedReason is the reason that files a failure in stage ("" for an
 // unknown stage).

@@ -226,3 +226,41 @@ func TestResumeAfterAnAbandonedResume(t *testing.T) {
 		t.Fatalf("ChainBehind without a record = %v", got)
 	}
 }
+
+func TestRedriveRefusal(t *testing.T) {
+	at := func(attempt, reason string) *agentsv1alpha1.Sandbox {
+		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sb"}}
+		if attempt != "" {
+			sb.Status.Conditions = []metav1.Condition{
+				{Type: ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: attempt},
+				{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
+			}
+		}
+		return sb
+	}
+	for _, c := range []struct {
+		attempt, reason, stage string
+		refused                bool
+	}{
+		// What the watchdog re-drives: the stage the status shows.
+		{"a1", agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonResuming, false},
+		{"a1", agentsv1alpha1.UpgradingReasonResuming, agentsv1alpha1.UpgradingReasonResuming, false},
+		{"a1", agentsv1alpha1.UpgradingReasonCheckpointing, agentsv1alpha1.UpgradingReasonCheckpointing, false},
+		{"a1", agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing, false},
+		{"a1", agentsv1alpha1.UpgradingReasonPostUpgrade, agentsv1alpha1.UpgradingReasonPostUpgrade, false},
+		// Later or ended: the handler's own Past check skips it.
+		{"a1", agentsv1alpha1.UpgradingReasonSucceeded, agentsv1alpha1.UpgradingReasonCheckpointing, false},
+		{"a1", agentsv1alpha1.UpgradingReasonPreUpgradeFailed, agentsv1alpha1.UpgradingReasonPostUpgrade, false},
+		// Not the watchdog's: an earlier stage, or an attempt the status does not show.
+		{"a1", agentsv1alpha1.UpgradingReasonPreUpgrade, agentsv1alpha1.UpgradingReasonCheckpointing, true},
+		{"a1", agentsv1alpha1.UpgradingReasonResumeSucceed, agentsv1alpha1.UpgradingReasonCheckpointing, true},
+		{"a1", agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonPostUpgrade, true},
+		{"", "", agentsv1alpha1.UpgradingReasonResuming, true},
+		{"a0", agentsv1alpha1.UpgradingReasonUpgradePod, agentsv1alpha1.UpgradingReasonCheckpointing, true},
+	} {
+		got := RedriveRefusal(at(c.attempt, c.reason), "a1", c.stage)
+		if (got != "") != c.refused {
+			t.Errorf("status at %q %s, re-drive of %s: refusal %q, want refused %v", c.attempt, c.reason, c.stage, got, c.refused)
+		}
+	}
+}

@@ -55,7 +55,7 @@ var natsEventTypes = map[string]string{
 // would, through JetStream, and returns the publish error (nil: stored). An
 // event that would not even encode fails the test: a refusal must be the
 // server's.
-func forge(t *testing.T, nc *nats.Conn, source, typ string, sb events.SandboxRef, opsName, attempt string) error {
+func forge(t *testing.T, nc *nats.Conn, source, typ string, sb events.SandboxRef, opsName, attempt string, with ...func(*events.Data)) error {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -78,6 +78,9 @@ func forge(t *testing.T, nc *nats.Conn, source, typ string, sb events.SandboxRef
 	}
 	if _, redrive := events.RedriveOf(typ); redrive {
 		ev.Data.Redrive = 1
+	}
+	for _, f := range with {
+		f(&ev.Data)
 	}
 	ev.ID = events.MessageID(ev)
 	if _, err := events.Encode(ev); err != nil {
@@ -235,7 +238,11 @@ func TestNATSEachUserPublishesOnlyItsOwnEvents(t *testing.T) {
 // old pod) is forged with the right attempt id, as the patcher and as
 // statusagg (whose credentials may not publish it: statusagg's re-drives
 // have subjects of their own) and with a wrong password. Nothing reaches
-// the stream, and every pod keeps its UID for 30 s.
+// the stream. Re-drives of prehook-done and pod-ready, which statusagg's
+// credentials may publish, are stored, but the status does not show the
+// attempt past PreUpgrade, so podcycler and hookrunner refuse them and
+// statusagg does not record them: every
+// pod keeps its UID, and every sandbox stays in PreUpgrade, for 30 s.
 func TestForgedPrehookDoneChangesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault test: skipped with -short")
@@ -280,12 +287,37 @@ func TestForgedPrehookDoneChangesNothing(t *testing.T) {
 		if got := storedOn(t, env, events.SandboxSubject(ns, n, events.TokenPreHookDone)); got != 0 {
 			t.Errorf("%d prehook-done messages of %s on the stream while its preUpgrade runs, want 0", got, n)
 		}
+		// statusagg's user may publish re-drives: one stands for a prehook-done,
+		// as the watchdog's would (the pod to replace, the target), but the
+		// status does not show the attempt past PreUpgrade, so nothing acts on it.
+		sb, err := s.agents.AgentsV1alpha1().Sandboxes(ns).Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, err := upgrade.Revision(sb.Spec.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := forge(t, statusagg, "statusagg", events.TypeRedrivePreHookDone, events.SandboxRef{Namespace: ns, Name: n, UID: uids[n]}, "forge", attempts[n], func(d *events.Data) {
+			d.Stage, d.OldPodUID, d.TargetRevision = agentsv1alpha1.UpgradingReasonUpgradePod, types.UID(before[n]), target
+		}); err != nil {
+			t.Errorf("re-drive of prehook-done for %s published with statusagg's credentials: %v, want stored (its user may publish re-drives)", n, err)
+		}
+		// And one of pod-ready: postUpgrade would run, or fail, on the old pod.
+		if err := forge(t, statusagg, "statusagg", events.TypeRedrivePodReady, events.SandboxRef{Namespace: ns, Name: n, UID: uids[n]}, "forge", attempts[n], func(d *events.Data) {
+			d.Stage, d.NewPodUID, d.TargetRevision = "", types.UID(before[n]), target
+		}); err != nil {
+			t.Errorf("re-drive of pod-ready for %s published with statusagg's credentials: %v, want stored", n, err)
+		}
 	}
-	testenv.Consistently(t, 30*time.Second, "every pod keeps its UID", func() (bool, error) {
+	testenv.Consistently(t, 30*time.Second, "every pod keeps its UID and its sandbox stays in PreUpgrade", func() (bool, error) {
 		now := podUIDs(t, s, ns, names)
 		for _, n := range names {
 			if now[n] != before[n] {
 				return false, fmt.Errorf("pod of %s is now %s, was %s", n, now[n], before[n])
+			}
+			if c := upgradingCondition(t, s, ns, n); c == nil || c.Reason != agentsv1alpha1.UpgradingReasonPreUpgrade {
+				return false, fmt.Errorf("%s: Upgrading %+v, want PreUpgrade (a re-drive is not recorded)", n, c)
 			}
 		}
 		return true, nil

@@ -95,6 +95,14 @@ func (h *HookRunner) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip: attempt already past this step", "reason", reason)
 		return nil
 	}
+	if ev.Redriven {
+		// Read from the API server (a re-drive names no resource version):
+		// postUpgrade must not run on a pod that is not yet Ready.
+		if why := upgrade.RedriveRefusal(sb, d.Attempt, st.stage); why != "" {
+			logger.Error(nil, upgrade.RedriveRefused, "event", ev.Type, "why", why, "source", ev.Source, "redrive", d.Redrive)
+			return nil
+		}
+	}
 
 	next := events.Event{Type: st.next, Data: d}
 	next.Data.Stage, next.Data.Reason, next.Data.Message = "", "", ""

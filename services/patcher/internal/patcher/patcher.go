@@ -78,6 +78,13 @@ func (p *Patcher) Handle(ctx context.Context, msg *events.Message) error {
 		logger.Info("skip: attempt already past PreUpgrade", "reason", reason)
 		return nil
 	}
+	if ev.Redriven {
+		// Read from the API server (a re-drive names no resource version).
+		if why := upgrade.RedriveRefusal(sb, d.Attempt, agentsv1alpha1.UpgradingReasonResuming); why != "" {
+			logger.Error(nil, upgrade.RedriveRefused, "event", ev.Type, "why", why, "source", ev.Source, "redrive", d.Redrive)
+			return nil
+		}
+	}
 	pod, err := p.currentPod(ctx, sb)
 	if err != nil {
 		return err

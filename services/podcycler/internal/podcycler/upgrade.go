@@ -43,6 +43,11 @@ const (
 // the readiness wait report the pod's outcome again, under the re-drive's message ids.
 func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stage", agentsv1alpha1.UpgradingReasonUpgradePod))
+	if msg.Event.Redriven {
+		if refused, err := c.refuseRedrive(ctx, msg.Event); refused || err != nil {
+			return err
+		}
+	}
 	if r := msg.Event.Data.Redrive; r > 0 {
 		key := msg.Event.SandboxKey()
 		c.redrives.Store(key, redrive{attempt: msg.Event.Data.Attempt, n: r})
@@ -50,6 +55,29 @@ func (c *cycler) handlePreHookDone(ctx context.Context, msg *events.Message) err
 		c.ctl.EnqueueKey(key)
 	}
 	return c.replacePod(ctx, msg.Event)
+}
+
+// refuseRedrive reports whether the re-driven prehook-done ev must not be acted
+// on (upgrade.RedriveRefusal), read from the API server: the attempt is not yet
+// past PreUpgrade in status, so the pod would be replaced before its backup.
+// Refused, it is acknowledged and logged; a stale one (the sandbox gone,
+// replaced, or claimed by another attempt) is left to replacePod's own skip.
+func (c *cycler) refuseRedrive(ctx context.Context, ev events.Event) (bool, error) {
+	d := ev.Data
+	sb, err := upgrade.GetAtLeast(ctx, c.agents, d.Sandbox.Namespace, d.Sandbox.Name, "")
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("get sandbox %s to check a re-drive: %w", ev.SandboxKey(), err)
+	case sb.UID != d.Sandbox.UID || !upgrade.ClaimedBy(sb, d.Ops.Name, d.Attempt):
+		return false, nil // stale: replacePod skips it
+	}
+	if why := upgrade.RedriveRefusal(sb, d.Attempt, agentsv1alpha1.UpgradingReasonCheckpointing); why != "" {
+		klog.FromContext(ctx).Error(nil, upgrade.RedriveRefused, "event", ev.Type, "why", why, "source", ev.Source, "redrive", d.Redrive)
+		return true, nil
+	}
+	return false, nil
 }
 
 // redrive is the watchdog's re-drive number n of an attempt's UpgradePod.

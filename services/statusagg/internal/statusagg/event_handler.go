@@ -45,8 +45,18 @@ type outcome struct {
 //     and their handlers wake in any order;
 //  4. enqueue the namespace's ops, whose counters may have moved (soon for
 //     an attempt's start or end, at the ops interval's pace otherwise).
+//
+// A re-drive (the watchdog's, events.Event.Redriven) is not recorded: it stands
+// for an input of a stage the status already shows, so it would change nothing,
+// and one published by someone else with statusagg's NATS password must not move
+// a sandbox on, as the consumers check the status before they act on one
+// (upgrade.RedriveRefusal).
 func (s *server) handleEvent(ctx context.Context, msg *events.Message) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("stage", msg.Event.Data.Stage))
+	if msg.Event.Redriven {
+		klog.FromContext(ctx).V(2).Info("Skip event: a re-drive is not recorded in status", "type", msg.Event.Type, "redrive", msg.Event.Data.Redrive)
+		return nil
+	}
 	return s.apply(ctx, msg.Event)
 }
 
