@@ -199,7 +199,9 @@ func deleting(o *agentsv1alpha1.SandboxUpdateOps, finalizer bool) *agentsv1alpha
 // shows the attempt) stays counted, by its attempt: upgrading while in a
 // stage (it is still claimed, and the selector puts the label back), updated
 // once it succeeded, so TOTAL and UPDATED never go down; another ops's claim
-// does not count.
+// does not count. So does one whose claim annotation went with the label
+// while in a stage (a replace of an older manifest); once released, after its
+// attempt ended, it is not.
 func TestSelectCountsASandboxThatLostItsLabelMidAttempt(t *testing.T) {
 	ops := &agentsv1alpha1.SandboxUpdateOps{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "ns", UID: "u1"}}
 	ops.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p"}}
@@ -213,20 +215,33 @@ func TestSelectCountsASandboxThatLostItsLabelMidAttempt(t *testing.T) {
 		return sb
 	}
 	mid := unlabelled("mid", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonPreUpgrade)
+	// Replaced by a manifest from before the claim (a walk's `kubectl
+	// replace`): its claim annotation went with the label, its status still
+	// shows the attempt in a stage.
+	replaced := unlabelled("replaced", "", agentsv1alpha1.UpgradingReasonPreUpgrade)
+	// Released once its attempt ended: not this ops's any more.
+	released := unlabelled("released", "", agentsv1alpha1.UpgradingReasonSucceeded)
 	sel, err := Select(ops, []*agentsv1alpha1.Sandbox{
 		mid,
+		replaced,
+		released,
 		unlabelled("ended", ClaimValue("up", "u1"), agentsv1alpha1.UpgradingReasonSucceeded),
 		unlabelled("other", ClaimValue("up", "u0"), agentsv1alpha1.UpgradingReasonPreUpgrade),
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sel.Total() != 2 || sel.Updating != 1 || sel.Updated != 1 {
-		t.Fatalf("total %d, updating %d, updated %d: want mid upgrading and ended updated, other left out", sel.Total(), sel.Updating, sel.Updated)
+	if sel.Total() != 3 || sel.Updating != 2 || sel.Updated != 1 {
+		t.Fatalf("total %d, updating %d, updated %d: want mid and replaced upgrading and ended updated, released and other left out", sel.Total(), sel.Updating, sel.Updated)
 	}
-	if !LostLabelMidAttempt(mid, "up", "u1") || !ClaimedBy(mid, "up", "u1") || ClaimedBy(mid, "up", "u0") {
-		t.Errorf("mid: LostLabelMidAttempt %v, ClaimedBy(u1) %v, ClaimedBy(u0) %v; want true, true, false",
-			LostLabelMidAttempt(mid, "up", "u1"), ClaimedBy(mid, "up", "u1"), ClaimedBy(mid, "up", "u0"))
+	for _, sb := range []*agentsv1alpha1.Sandbox{mid, replaced} {
+		if !LostLabelMidAttempt(sb, "up", "u1") || !ClaimedBy(sb, "up", "u1") || ClaimedBy(sb, "up", "u0") {
+			t.Errorf("%s: LostLabelMidAttempt %v, ClaimedBy(u1) %v, ClaimedBy(u0) %v; want true, true, false", sb.Name,
+				LostLabelMidAttempt(sb, "up", "u1"), ClaimedBy(sb, "up", "u1"), ClaimedBy(sb, "up", "u0"))
+		}
+	}
+	if LostLabelMidAttempt(released, "up", "u1") || ClaimedBy(released, "up", "u1") {
+		t.Errorf("released: still claimed by up after its release")
 	}
 }
 

@@ -281,18 +281,32 @@ func ClaimedByOps(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) 
 // shows the attempt: the ops still counts it (rule 13), by that reason. The
 // release of an ops removes the claim annotation with the label, so a
 // released sandbox is not one.
+//
+// A claim annotation wiped with the label (a `kubectl replace`, or a GitOps
+// sync, of a manifest from before the claim) counts too while the status shows
+// the attempt in a stage: only a writer outside molt removes both then, as a
+// release waits for the attempt to end, and the status, which only statusagg
+// writes, names the ops by its uid.
 func UnlabelledClaim(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) (string, bool) {
-	if opsName == "" || opsUID == "" || sb.DeletionTimestamp != nil || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" ||
-		sb.Annotations[AnnotationClaim] != ClaimValue(opsName, string(opsUID)) {
+	if opsName == "" || opsUID == "" || sb.DeletionTimestamp != nil || sb.Labels[agentsv1alpha1.LabelUpdateOps] != "" {
 		return "", false
 	}
-	return ReasonFor(sb, string(opsUID))
+	switch sb.Annotations[AnnotationClaim] {
+	case ClaimValue(opsName, string(opsUID)):
+		return ReasonFor(sb, string(opsUID))
+	case "":
+		if reason, ok := ReasonFor(sb, string(opsUID)); ok && InProgress(reason) {
+			return reason, true
+		}
+	}
+	return "", false
 }
 
 // LostLabelMidAttempt reports whether sb lost the label of the ops named
 // opsName with uid opsUID while the attempt it claimed sb for is in a stage
-// (UnlabelledClaim, in progress). It is still claimed (ClaimedBy): every
-// stage drives it on, and the selector puts the label back.
+// (UnlabelledClaim, in progress; its claim annotation too). It is still
+// claimed (ClaimedBy): every stage drives it on, and the selector puts the
+// label (and the claim) back.
 func LostLabelMidAttempt(sb *agentsv1alpha1.Sandbox, opsName string, opsUID types.UID) bool {
 	reason, ok := UnlabelledClaim(sb, opsName, opsUID)
 	return ok && InProgress(reason)

@@ -14,7 +14,8 @@ import (
 )
 
 // relabel puts the ops label back on the sandboxes of ops that lost it mid
-// attempt (upgrade.LostLabelMidAttempt): the attempt runs to its end, counted by
+// attempt (upgrade.LostLabelMidAttempt), and the claim annotation where it went
+// with the label: the attempt runs to its end, counted by
 // its ops, as it does when the ops itself is deleted. The label's owner is
 // the selector; a user who wants a sandbox out of an ops waits for its
 // attempt to end, or deletes the ops. The patch holds only on the sandbox
@@ -26,6 +27,10 @@ func (s *Selector) relabel(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 		}
 		patch := metaPatch{Metadata: metaFields{ResourceVersion: sb.ResourceVersion,
 			Labels: map[string]*string{agentsv1alpha1.LabelUpdateOps: ptr(ops.Name)}}}
+		if sb.Annotations[upgrade.AnnotationClaim] == "" {
+			// Wiped with the label (a replace of an older manifest).
+			patch.Metadata.Annotations = map[string]*string{upgrade.AnnotationClaim: ptr(upgrade.ClaimValue(ops.Name, string(ops.UID)))}
+		}
 		_, err := s.client.AgentsV1alpha1().Sandboxes(sb.Namespace).Patch(ctx, sb.Name, types.MergePatchType, patch.encode(), metav1.PatchOptions{})
 		switch {
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
@@ -34,7 +39,7 @@ func (s *Selector) relabel(ctx context.Context, ops *agentsv1alpha1.SandboxUpdat
 			return fmt.Errorf("put label %s=%s back on sandbox %s/%s, removed while its upgrade is in a stage: %w", agentsv1alpha1.LabelUpdateOps, ops.Name, sb.Namespace, sb.Name, err)
 		}
 		reason, _ := upgrade.ReasonFor(sb, string(ops.UID))
-		klog.FromContext(ctx).Info("Put the ops label back on a sandbox that lost it mid-upgrade; its attempt runs to its end", "sandbox", klog.KObj(sb), "stage", reason)
+		klog.FromContext(ctx).Info("Put the ops label back on a sandbox that lost it mid-upgrade; its attempt runs to its end", "sandbox", klog.KObj(sb), "stage", reason, "claimRestored", patch.Metadata.Annotations != nil)
 	}
 	return nil
 }

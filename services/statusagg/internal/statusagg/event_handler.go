@@ -247,8 +247,15 @@ func (s *server) recordWritten(key string, sb *agentsv1alpha1.Sandbox, waiters [
 // of an attempt, its success or its failure.
 func (s *server) announce(sb *agentsv1alpha1.Sandbox, tr transition) {
 	by := "a direct upgrade (spec.upgradePolicy)"
-	if ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ops != "" && !strings.HasPrefix(tr.Attempt, upgrade.DirectAttemptPrefix) {
-		by = "SandboxUpdateOps " + ops
+	if !strings.HasPrefix(tr.Attempt, upgrade.DirectAttemptPrefix) {
+		// An ops's attempt (its uid), whose label (and claim) may have been
+		// taken off mid-attempt, until the selector puts them back.
+		by = "the SandboxUpdateOps with uid " + tr.Attempt
+		if ops := sb.Labels[agentsv1alpha1.LabelUpdateOps]; ops != "" {
+			by = "SandboxUpdateOps " + ops
+		} else if ops, _ := upgrade.ClaimOf(sb); ops != "" {
+			by = "SandboxUpdateOps " + ops
+		}
 	}
 	switch {
 	case tr.New && tr.Resumes != "":

@@ -343,6 +343,11 @@ func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1
 		// Its label removed mid-attempt: the claim annotation still names
 		// the ops (upgrade.LostLabelMidAttempt), which drives it on.
 		claimed, claimedFor := upgrade.ClaimOf(sb)
+		if claimed == "" {
+			// The claim wiped with the label (a replace of an older
+			// manifest): the ops is the one whose uid the attempt is.
+			claimed, claimedFor = w.opsWithUID(sb.Namespace, attempt), attempt
+		}
 		if claimed == "" || claimedFor != attempt || !upgrade.LostLabelMidAttempt(sb, claimed, types.UID(attempt)) {
 			return nil, "the sandbox is no longer claimed by the SandboxUpdateOps that started it"
 		}
@@ -358,6 +363,21 @@ func (w *watchdog) driver(sb *agentsv1alpha1.Sandbox, attempt string) (*agentsv1
 		return nil, fmt.Sprintf("SandboxUpdateOps %s was replaced by a new one of the same name", name)
 	}
 	return ops, ""
+}
+
+// opsWithUID is the name of the SandboxUpdateOps of namespace whose uid is uid
+// ("" for none), from the cache.
+func (w *watchdog) opsWithUID(namespace, uid string) string {
+	list, err := w.s.ops.SandboxUpdateOps(namespace).List(labels.Everything())
+	if err != nil {
+		return ""
+	}
+	for _, ops := range list {
+		if string(ops.UID) == uid {
+			return ops.Name
+		}
+	}
+	return ""
 }
 
 // driveKey names a stage of an attempt of a sandbox in watchdog.driven.
