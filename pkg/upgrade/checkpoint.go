@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"
@@ -156,13 +157,35 @@ func HasCheckpointKeptNote(message string) bool {
 }
 
 // WithNote is message followed by "; " and note, message cut so that the
-// note (the next step) survives the condition's length limit.
+// note (the next step) survives the condition's length limit (cutMiddle).
 func WithNote(message, note string) string {
 	room := agentsv1alpha1.MaxConditionMessageLength - len(note) - len("; ")
 	if room < 0 {
 		return agentsv1alpha1.TruncateConditionMessage(note)
 	}
-	return agentsv1alpha1.TruncateConditionMessage(agentsv1alpha1.TruncateConditionMessageTo(message, room) + "; " + note)
+	return agentsv1alpha1.TruncateConditionMessage(cutMiddle(message, room) + "; " + note)
+}
+
+// cutMark marks where cutMiddle took text out.
+const cutMark = "…"
+
+// cutMiddle is s within n bytes: whole, or its first quarter, cutMark and its
+// end. The head says what failed; the end is where a hook's output tails end
+// (agentruntime keeps each stream's last bytes), which says why: cut there, a
+// message would show the start of a tail as if it were its end.
+func cutMiddle(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n <= len(cutMark) {
+		return agentsv1alpha1.TruncateConditionMessageTo(s, n)
+	}
+	head := agentsv1alpha1.TruncateConditionMessageTo(s, (n-len(cutMark))/4)
+	cut := len(s) - (n - len(cutMark) - len(head))
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return head + cutMark + s[cut:]
 }
 
 // CheckpointSandboxLabel is the value of LabelCheckpointSandbox for the sandbox

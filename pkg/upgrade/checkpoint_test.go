@@ -1,13 +1,16 @@
 package upgrade
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"molt.dev/pkg/agentruntime"
 	agentsv1alpha1 "molt.dev/pkg/apis/agents/v1alpha1"
 )
 
@@ -20,6 +23,18 @@ func TestWithNoteKeepsTheNextStep(t *testing.T) {
 	}
 	if got := WithNote("short cause", note); got != "short cause; "+note {
 		t.Errorf("WithNote = %q", got)
+	}
+	// A hook's failure with a long stderr (a walk's 3000 lines): its last
+	// lines, where the cause is, survive the note; the middle goes.
+	var stderr strings.Builder
+	for i := 1; i <= 3000; i++ {
+		fmt.Fprintf(&stderr, "line %d ünïcødé 🚀\n", i)
+	}
+	failure := agentruntime.Result{Exited: true, ExitCode: 3, Stderr: stderr.String()}.FailureMessage()
+	got = WithNote(failure, note)
+	if len(got) > agentsv1alpha1.MaxConditionMessageLength || !utf8.ValidString(got) || !strings.HasPrefix(got, "hook failed with exit code 3, stderr: …") ||
+		!strings.Contains(got, "line 3000 ünïcødé 🚀, stdout: ; "+note) {
+		t.Errorf("WithNote(hook failure) = %q (%d bytes): want its head, stderr's last line and the whole note, within %d bytes", got, len(got), agentsv1alpha1.MaxConditionMessageLength)
 	}
 	if !strings.Contains(note, "kubectl get cp -n team-a -l molt.dev/sandbox=box-0") {
 		t.Errorf("note %q does not say how to find the checkpoint", note)

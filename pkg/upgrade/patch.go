@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -133,13 +134,47 @@ func PatchAloneProblem(raw []byte) string {
 	if err != nil {
 		var errList error
 		if alone, errList = ApplyPatch(&corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{}}}, raw); errList != nil {
-			return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v", err)
+			return fmt.Sprintf("spec.patch cannot be applied to a pod template: %v%s", err, misplacedPodFields(raw))
 		}
 	}
 	if bad := ImageProblem(&alone.Spec); bad != "" {
 		return "spec.patch sets an image the kubelet cannot pull: " + bad
 	}
 	return ""
+}
+
+// podSpecFields are the JSON names of a pod spec's fields.
+var podSpecFields = func() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeFor[corev1.PodSpec]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			out[name] = true
+		}
+	}
+	return out
+}()
+
+// misplacedPodFields says which top-level keys of the patch raw are fields of
+// a pod's spec, written without the template's `spec:` around them (a walk's
+// `patch: {containers: [...]}`), and where they go; "" for none.
+func misplacedPodFields(raw []byte) string {
+	var doc map[string]json.RawMessage
+	if json.Unmarshal(raw, &doc) != nil {
+		return ""
+	}
+	var misplaced []string
+	for key := range doc {
+		if podSpecFields[key] {
+			misplaced = append(misplaced, key)
+		}
+	}
+	if len(misplaced) == 0 {
+		return ""
+	}
+	slices.Sort(misplaced)
+	return fmt.Sprintf(" (%s: a field of the pod's spec; spec.patch patches the pod template {metadata, spec}, so put it under spec, as spec: {%s: ...})",
+		strings.Join(misplaced, ", "), misplaced[0])
 }
 
 // MergeKeyProblem is the patch check's verdict on err, the failure to apply an ops

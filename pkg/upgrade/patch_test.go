@@ -221,6 +221,8 @@ func TestPatchAloneProblem(t *testing.T) {
 		{"an image change", `{"spec":{"containers":[{"name":"main","image":"registry.example/app:v2"}]}}`, ""},
 		{"with the order directive kubectl writes", `{"spec":{"$setElementOrder/containers":[{"name":"main"}],"containers":[{"name":"main","image":"registry.example/app:v2"}]}}`, ""},
 		{"an unknown field", `{"spec":{"containres":[]}}`, "cannot be applied to a pod template"},
+		{"the pod's fields without spec around them", `{"containers":[{"name":"main","image":"app:v2"}]}`,
+			`(containers: a field of the pod's spec; spec.patch patches the pod template {metadata, spec}, so put it under spec, as spec: {containers: ...})`},
 		{"seed 001's patch, with a $patch: delete inside a container", string(seedPatch(t, "001-02-sandboxupdateops-noname.yaml")), ""},
 		{"an image the kubelet cannot parse", `{"spec":{"containers":[{"name":"main","image":"Registry/App:V2"}]}}`, "sets an image the kubelet cannot pull"},
 		// A quantity's error has no field path of its own: the container, the
