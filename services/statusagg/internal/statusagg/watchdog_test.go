@@ -230,22 +230,28 @@ func TestDriverOfASandboxThatLostItsLabel(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &watchdog{s: &server{ops: agentslisters.NewSandboxUpdateOpsLister(indexer)}}
-	sandbox := func(claim, reason string) *agentsv1alpha1.Sandbox {
+	sandboxIn := func(attempt, claim, reason string) *agentsv1alpha1.Sandbox {
 		sb := &agentsv1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sb", Namespace: "ns", Annotations: map[string]string{upgrade.AnnotationClaim: claim}}}
 		sb.Status.Conditions = []metav1.Condition{
-			{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: "u-1"},
+			{Type: upgrade.ConditionAttempt, Status: metav1.ConditionTrue, Reason: reason, Message: attempt},
 			{Type: agentsv1alpha1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: reason},
 		}
 		return sb
 	}
+	sandbox := func(claim, reason string) *agentsv1alpha1.Sandbox { return sandboxIn("u-1", claim, reason) }
 	if got, why := w.driver(sandbox(upgrade.ClaimValue("up", "u-1"), agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != ops || why != "" {
 		t.Errorf("driver of an unlabelled sandbox claimed for the attempt = %v, %q; want ops up", got, why)
 	}
 	if got, why := w.driver(sandbox(upgrade.ClaimValue("up", "u-0"), agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != nil || why == "" {
 		t.Errorf("driver of an unlabelled sandbox claimed for another attempt = %v, %q; want no longer claimed", got, why)
 	}
-	if got, why := w.driver(sandbox("", agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != nil || why == "" {
-		t.Errorf("driver of an unlabelled, unclaimed sandbox = %v, %q; want no longer claimed", got, why)
+	// The claim wiped with the label (a replace of an older manifest): the
+	// ops whose uid the attempt is drives it, while there is one.
+	if got, why := w.driver(sandbox("", agentsv1alpha1.UpgradingReasonUpgradePod), "u-1"); got != ops || why != "" {
+		t.Errorf("driver of an unlabelled, unclaimed sandbox in a stage of ops up's attempt = %v, %q; want ops up", got, why)
+	}
+	if got, why := w.driver(sandboxIn("u-9", "", agentsv1alpha1.UpgradingReasonUpgradePod), "u-9"); got != nil || why == "" {
+		t.Errorf("driver of an unlabelled, unclaimed sandbox of an attempt no ops has = %v, %q; want no longer claimed", got, why)
 	}
 }
 
