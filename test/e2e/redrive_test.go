@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"molt.dev/dev/testenv"
@@ -95,4 +96,60 @@ func hasEventSaying(evs []corev1.Event, words string) bool {
 		}
 	}
 	return false
+}
+
+// TestStoppedServiceIsToldOnTheOps: with hookrunner stopped, a sandbox's
+// patched waits undelivered at hookrunner's consumer past PreUpgrade's
+// deadline. The ops says so (StagesStalled, naming the sandbox, the consumer
+// and hookrunner; a Warning Event of that name; `kubectl molt status` shows
+// it), where a walk saw an ordinary Updating line for over a minute. Once
+// hookrunner is back the ops completes and the condition is gone.
+func TestStoppedServiceIsToldOnTheOps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test: skipped with -short")
+	}
+	ctx := context.Background()
+	s := OwnStack(t, stackOptions{})
+	ns := s.env.Namespace(t)
+	names := makeSandboxes(t, s, ns, "st", 1, "st-pool", nil)
+
+	s.Kill9(t, "hookrunner")
+	kubectl(t, hookOps("st", "st-pool", "my-registry/sandbox-image:v2", "true", "", 10), "apply", "-n", ns, "-f", "-")
+	var said string
+	testenv.Eventually(t, 2*time.Minute, "ops st StagesStalled", func() (bool, error) {
+		ops, err := s.agents.AgentsV1alpha1().SandboxUpdateOps(ns).Get(ctx, "st", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionStagesStalled)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return false, fmt.Errorf("phase %s, StagesStalled %+v", ops.Status.Phase, c)
+		}
+		said = c.Message
+		return true, nil
+	})
+	for _, want := range []string{names[0] + " in PreUpgrade (its input not yet delivered by consumer hookrunner)", "Check that hookrunner runs and reaches NATS"} {
+		if !strings.Contains(said, want) {
+			t.Errorf("StagesStalled says %q; want it to say %q", said, want)
+		}
+	}
+	if out, errOut, _ := molt(t, "", "status", "st", "-n", ns); !strings.Contains(out, "StagesStalled") || !strings.Contains(out, names[0]) {
+		t.Errorf("kubectl molt status does not show StagesStalled:\n%s%s", out, errOut)
+	}
+
+	s.Restart(t, "hookrunner")
+	ops := waitEnded(t, s, ns, "st", 3*time.Minute)
+	if ops.Status.Phase != agentsv1alpha1.SandboxUpdateOpsCompleted {
+		t.Fatalf("ops st %s, want Completed once hookrunner is back", ops.Status.Phase)
+	}
+	if c := meta.FindStatusCondition(ops.Status.Conditions, agentsv1alpha1.ConditionStagesStalled); c != nil {
+		t.Errorf("StagesStalled %+v on the Completed ops, want none", c)
+	}
+	evs, err := s.env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=st,reason=" + agentsv1alpha1.ConditionStagesStalled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasEventSaying(evs.Items, names[0]+" in PreUpgrade") {
+		t.Errorf("no Warning Event StagesStalled on ops st naming %s: %+v", names[0], evs.Items)
+	}
 }

@@ -144,6 +144,15 @@ const (
 	// EventStreamReasonNATSUnreachable: EventStreamUnavailable=True.
 	EventStreamReasonNATSUnreachable = "NATSUnreachable"
 
+	// ConditionStagesStalled is True on an ops that has not ended while some
+	// of its sandboxes made no progress past their stage's deadline and
+	// statusagg's watchdog published the stage's input again: the message
+	// names them (with the stage and the re-drive) and the service to check.
+	// Removed once they move on (or fail). A Warning Event of the same name.
+	ConditionStagesStalled = "StagesStalled"
+	// StagesStalledReasonRedriven: StagesStalled=True.
+	StagesStalledReasonRedriven = "Redriven"
+
 	// ConditionClaimRefused is True when the API server refused for good the
 	// write that claims sandboxes for the ops (upgrade.AnnotationClaimRefused):
 	// the message names them with the server's words. They are not tried

@@ -110,6 +110,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 	withDeletedNotes(&want, notes, ops.Generation)
 	outage, down := s.stream.down()
 	withStreamOutage(&want, outage, down, ops.Generation)
+	withStalls(&want, s.stalls.of(key), ops.Generation)
 	if equality.Semantic.DeepEqual(ops.Status, want) {
 		s.deleted.drop(key, ops.UID, notes)
 		s.metrics.setOps(ops, want)
@@ -147,7 +148,7 @@ func (s *server) syncOps(ctx context.Context, key string) error {
 			s.recorder.Event(written, corev1.EventTypeWarning, progressing.Reason, progressing.Message)
 		}
 	}
-	for _, warning := range []string{agentsv1alpha1.ConditionPatchAddsContainers, agentsv1alpha1.ConditionPostUpgradeWithoutBackup, agentsv1alpha1.ConditionBackupNotOnVolume, agentsv1alpha1.ConditionClaimRefused, agentsv1alpha1.ConditionEventStreamUnavailable} {
+	for _, warning := range []string{agentsv1alpha1.ConditionPatchAddsContainers, agentsv1alpha1.ConditionPostUpgradeWithoutBackup, agentsv1alpha1.ConditionBackupNotOnVolume, agentsv1alpha1.ConditionClaimRefused, agentsv1alpha1.ConditionEventStreamUnavailable, agentsv1alpha1.ConditionStagesStalled} {
 		if progressing != nil && progressing.Reason == warning {
 			continue // the pause's Event above says it, and how to go on
 		}

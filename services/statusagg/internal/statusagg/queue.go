@@ -123,6 +123,8 @@ type queueLook struct {
 	// (inputQueued): the one wait that does not end by itself within a bound, which the
 	// watchdog's give-up must not count.
 	undelivered bool
+	// undeliveredAt is the consumer that input waits at.
+	undeliveredAt string
 }
 
 func (q *queues) look() *queueLook {
@@ -142,7 +144,7 @@ func (l *queueLook) done() {
 // and describes where for the log. An error (NATS unreachable, the stream or consumer
 // gone) leaves the stage to be judged as usual.
 func (l *queueLook) waiting(ctx context.Context, ns, name, attempt, stage string, limit time.Duration) (string, bool, error) {
-	l.undelivered = false
+	l.undelivered, l.undeliveredAt = false, ""
 	if l.broken != nil {
 		return "", false, l.broken
 	}
@@ -244,7 +246,7 @@ func (l *queueLook) input(ctx context.Context, ns, name, attempt string, in stag
 	l.q.mu.Unlock()
 	switch locate(msg.Sequence, c, now, since, limit) {
 	case inputQueued:
-		l.undelivered = true
+		l.undelivered, l.undeliveredAt = true, in.consumer
 		return fmt.Sprintf("%s (stream sequence %d) waits at consumer %s, which has %d events not yet delivered", tok, msg.Sequence, in.consumer, c.pending), true, nil
 	case inputInFlight:
 		if since.IsZero() {

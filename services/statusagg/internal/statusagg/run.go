@@ -59,6 +59,8 @@ type server struct {
 	// stream follows this process's NATS connection for the ops
 	// (EventStreamUnavailable).
 	stream streamHealth
+	// stalls is what the watchdog re-drove, by ops (StagesStalled).
+	stalls stallBoard
 	// working is when this process began to work as leader: a sandbox with
 	// no phase yet may not have been seen before (upgrade.Starting).
 	working time.Time

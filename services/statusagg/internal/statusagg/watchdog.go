@@ -174,6 +174,12 @@ func (w *watchdog) check(ctx context.Context) {
 	live := map[string]bool{} // the stages in progress now: what the memory of the others is pruned to
 	defer w.forgetAllBut(live)
 	busStalled := map[types.UID]*busStall{} // the stalled stages a broken publish could not re-drive, by object to warn
+	stalls := map[string][]stall{}          // by ops: its sandboxes in a stage re-driven and not left (StagesStalled)
+	defer func() {
+		for _, key := range w.s.stalls.set(stalls) {
+			w.s.opsCtl.EnqueueKey(key)
+		}
+	}()
 	var busErr error
 	defer func() { w.warnBusDown(busStalled, busErr) }()
 	for _, sb := range list {
@@ -221,6 +227,11 @@ func (w *watchdog) check(ctx context.Context) {
 						w.mu.Lock()
 						w.queuedSeen[key] = now
 						w.mu.Unlock()
+						if ops != nil {
+							// Past its deadline all the same: a backlog, or a
+							// consumer whose service takes nothing.
+							stalls[ops.Namespace+"/"+ops.Name] = append(stalls[ops.Namespace+"/"+ops.Name], stall{sandbox: sb.Name, stage: stage, queuedAt: look.undeliveredAt})
+						}
 					}
 					queued[stage]++
 					logger.V(2).Info("Past its deadline but queued, not stalled", "stalledFor", stalled.Round(time.Second), "input", where)
@@ -238,6 +249,10 @@ func (w *watchdog) check(ctx context.Context) {
 			}
 			w.mu.Unlock()
 			switch judge(now, entered, deadline, done, w.cfg.Redrives, watched, uncertain) {
+			case verdictWait:
+				if done.n > 0 && ops != nil {
+					stalls[ops.Namespace+"/"+ops.Name] = append(stalls[ops.Namespace+"/"+ops.Name], stall{sandbox: sb.Name, stage: stage, redrive: done.n, of: w.cfg.Redrives})
+				}
 			case verdictRedrive:
 				if publishBroken {
 					busStalled = addBusStall(busStalled, ops, sb)
@@ -246,6 +261,8 @@ func (w *watchdog) check(ctx context.Context) {
 				if err = w.redrive(ctx, sb, attempt, ops, stage, done.n+1, stalled); errors.Is(err, errRedrivePublish) {
 					publishBroken, busErr = true, err
 					busStalled = addBusStall(busStalled, ops, sb)
+				} else if err == nil && ops != nil {
+					stalls[ops.Namespace+"/"+ops.Name] = append(stalls[ops.Namespace+"/"+ops.Name], stall{sandbox: sb.Name, stage: stage, redrive: done.n + 1, of: w.cfg.Redrives})
 				}
 			case verdictFail:
 				err = w.fail(ctx, sb, attempt, ops, stage, fmt.Sprintf("no progress in %s for %s (deadline %s, re-driven %d times by this statusagg): %s",
