@@ -385,6 +385,12 @@ func detail(ev events.Event) string {
 	if d.NewPodUID != "" && (ev.Type == events.TypePodReady || ev.Type == events.TypePostHookDone) {
 		parts = append(parts, "new pod "+string(d.NewPodUID))
 	}
+	if d.HookStartedAt != nil && ev.Type == events.TypeStageStarted {
+		// Published again by a hookrunner that took the input again (after a
+		// restart of its own, of the pod's runtime or of the API server, or a
+		// re-drive): a walk saw a hook run twice and one row of it.
+		parts = append(parts, "hook delivered again: its run begun at "+d.HookStartedAt.UTC().Format(time.RFC3339)+" is followed if the sandbox's agent-runtime still has it, else the hook runs again")
+	}
 	if d.HookExitCode != nil {
 		parts = append(parts, fmt.Sprintf("hook exit code %d", *d.HookExitCode))
 	}

@@ -154,6 +154,18 @@ func TestHistoryNamesTheRevisionUpgradePodBuilds(t *testing.T) {
 	}
 }
 
+// A hook's stage started again (the hookrunner took its input again) says
+// when the first run began, and that it is followed or run again: a walk saw
+// a preUpgrade run twice after an API server restart and one row of it.
+func TestHistoryTellsAHookDeliveredAgain(t *testing.T) {
+	first := t0.Add(-40 * time.Second)
+	got := detail(events.Event{Type: events.TypeStageStarted, Data: events.Data{Stage: agentsv1alpha1.UpgradingReasonPreUpgrade, HookStartedAt: &first}})
+	want := "hook delivered again: its run begun at " + first.UTC().Format(time.RFC3339) + " is followed if the sandbox's agent-runtime still has it, else the hook runs again"
+	if got != want {
+		t.Errorf("detail = %q, want %q", got, want)
+	}
+}
+
 // A paused sandbox's attempt spends its first moments waking the sandbox:
 // the stage summary calls that time Resuming, not PreUpgrade (a walk saw
 // "PreUpgrade 521ms, ResumeSucceed 11ms, PreUpgrade 3.062s").
